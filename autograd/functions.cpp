@@ -1,0 +1,123 @@
+#include "autograd/functions.h"
+
+#include "core/ops.h"
+
+namespace gpumix {
+
+namespace {
+
+Tensor like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
+
+// The gradient buffer of an input, or an undefined tensor when it needs none.
+Tensor grad_if(const std::shared_ptr<VarImpl>& v) {
+  return v && v->requires_grad ? grad_buffer(*v) : Tensor();
+}
+
+// Wraps a forward result; records `backward_fn(out_impl)` when any input requires a grad.
+template <class F>
+Var finish(Tensor value, std::initializer_list<const Var*> inputs, F&& backward_fn) {
+  const bool rec = should_record(inputs);
+  Var out(std::move(value), rec);
+  if (rec) {
+    auto o = out.impl();
+    record([o, backward_fn = std::forward<F>(backward_fn)]() {
+      if (o->grad.defined()) backward_fn(o->grad);
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Var linear(const Var& x, const Var& w, const Var& b) {
+  const Tensor& xv = x.value();
+  std::vector<int64_t> dims(xv.shape().dims.begin(), xv.shape().dims.begin() + xv.dim());
+  dims.back() = w.value().size(0);
+  Tensor out = Tensor::empty(Shape(dims), xv.dtype(), xv.device());
+  ops::matmul_forward(out, xv, w.value(), b.defined() ? b.value() : Tensor());
+  auto xi = x.impl(), wi = w.impl(), bi = b.impl();
+  return finish(out, {&x, &w, &b}, [xi, wi, bi](const Tensor& dout) {
+    Tensor dx = grad_if(xi), dw = grad_if(wi), db = grad_if(bi);
+    ops::matmul_backward(dx, dw, db, dout, xi->value, wi->value);
+  });
+}
+
+Var layernorm(const Var& x, const Var& w, const Var& b) {
+  const Tensor& xv = x.value();
+  const int64_t N = xv.numel() / xv.size(-1);
+  Tensor out = like(xv);
+  Tensor mean = Tensor::empty({N}, DType::f32, xv.device());
+  Tensor rstd = Tensor::empty({N}, DType::f32, xv.device());
+  ops::layernorm_forward(out, mean, rstd, xv, w.value(), b.value());
+  auto xi = x.impl(), wi = w.impl(), bi = b.impl();
+  return finish(out, {&x, &w, &b}, [xi, wi, bi, mean, rstd](const Tensor& dout) {
+    Tensor dx = grad_if(xi), dw = grad_if(wi), db = grad_if(bi);
+    ops::layernorm_backward(dx, dw, db, dout, xi->value, wi->value, mean, rstd);
+  });
+}
+
+Var gelu(const Var& x) {
+  Tensor out = like(x.value());
+  ops::gelu_forward(out, x.value());
+  auto xi = x.impl();
+  return finish(out, {&x}, [xi](const Tensor& dout) {
+    Tensor dx = grad_if(xi);
+    if (dx.defined()) ops::gelu_backward(dx, xi->value, dout);
+  });
+}
+
+Var attention(const Var& qkv, int NH) {
+  const Tensor& q = qkv.value();
+  GPUMIX_CHECK(q.dim() == 3 && q.size(2) % 3 == 0, "attention: qkv must be (B, T, 3C), got ",
+               q.shape().str());
+  const int64_t B = q.size(0), T = q.size(1), C = q.size(2) / 3;
+  Tensor out = Tensor::empty({B, T, C}, q.dtype(), q.device());
+  Tensor lse = Tensor::empty({B, NH, T}, DType::f32, q.device());
+  ops::attention_forward(out, lse, q, NH);
+  auto qi = qkv.impl();
+  return finish(out, {&qkv}, [qi, out, lse, NH](const Tensor& dout) {
+    Tensor dq = grad_if(qi);
+    if (dq.defined()) ops::attention_backward(dq, dout, qi->value, out, lse, NH);
+  });
+}
+
+Var add(const Var& a, const Var& b) {
+  GPUMIX_CHECK(a.value().shape() == b.value().shape(), "add: shapes ", a.value().shape().str(),
+               " and ", b.value().shape().str(), " differ");
+  Tensor out = like(a.value());
+  ops::add(out, a.value(), b.value());
+  auto ai = a.impl(), bi = b.impl();
+  return finish(out, {&a, &b}, [ai, bi](const Tensor& dout) {
+    if (ai->requires_grad) add_grad(*ai, dout);
+    if (bi->requires_grad) add_grad(*bi, dout);
+  });
+}
+
+Var embedding(const Tensor& tokens, const Var& wte, const Var& wpe) {
+  GPUMIX_CHECK(tokens.dim() == 2, "embedding: tokens must be (B, T), got ", tokens.shape().str());
+  Tensor out = Tensor::empty({tokens.size(0), tokens.size(1), wte.value().size(1)},
+                             wte.value().dtype(), wte.value().device());
+  ops::embedding_forward(out, tokens, wte.value(), wpe.value());
+  auto ei = wte.impl(), pi = wpe.impl();
+  return finish(out, {&wte, &wpe}, [ei, pi, tokens](const Tensor& dout) {
+    Tensor de = grad_if(ei), dp = grad_if(pi);
+    ops::embedding_backward(de, dp, dout, tokens);
+  });
+}
+
+Var cross_entropy(const Var& logits, const Tensor& targets, float scale, int32_t ignore_index) {
+  const Tensor& lv = logits.value();
+  const int64_t N = lv.numel() / lv.size(-1);
+  Tensor losses = Tensor::empty({N}, DType::f32, lv.device());
+  Tensor lse = Tensor::empty({N}, DType::f32, lv.device());
+  ops::crossentropy_forward(losses, lse, lv, targets, ignore_index);
+  Tensor loss = Tensor::full({1}, (float)(scale * ops::sum(losses)), DType::f32, lv.device());
+  auto li = logits.impl();
+  return finish(loss, {&logits}, [li, targets, lse, scale, ignore_index](const Tensor& dloss) {
+    Tensor dl = grad_if(li);
+    if (dl.defined())
+      ops::crossentropy_backward(dl, li->value, lse, targets, scale * dloss.item(), ignore_index);
+  });
+}
+
+}  // namespace gpumix

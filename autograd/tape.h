@@ -1,0 +1,92 @@
+// The tape: each differentiable function computes its result through core ops and records
+// one node, a backward closure holding only what that backward needs. backward(root)
+// replays the calling thread's tape in reverse. Gradients accumulate (+=) through one
+// checked place, grad_buffer()/add_grad(). The tape is per thread: ranks that run as
+// threads train independently. There is no other global mutable state.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace gpumix {
+
+struct VarImpl {
+  Tensor value;
+  Tensor grad;  // undefined until a gradient reaches this variable
+  bool requires_grad = false;
+  std::string name;  // for error messages ("block3.attn.qkv.weight")
+};
+
+// A differentiable value: a shared handle, cheap to copy.
+class Var {
+ public:
+  Var() = default;
+  explicit Var(Tensor value, bool requires_grad = false, std::string name = {});
+
+  bool defined() const { return impl_ != nullptr; }
+  const Tensor& value() const { return impl_->value; }
+  Tensor& value() { return impl_->value; }
+  const Tensor& grad() const { return impl_->grad; }
+  bool requires_grad() const { return impl_ && impl_->requires_grad; }
+  const std::string& name() const { return impl_->name; }
+  void set_name(std::string name) { impl_->name = std::move(name); }
+  void zero_grad();  // keeps the buffer, fills it with zeros
+  void clear_grad(); // drops the buffer
+  const std::shared_ptr<VarImpl>& impl() const { return impl_; }
+
+ private:
+  std::shared_ptr<VarImpl> impl_;
+};
+
+// The gradient buffer of `v`, created as zeros of the value's shape (f32, same device) on
+// first use; backward kernels accumulate into it.
+Tensor& grad_buffer(VarImpl& v);
+// v.grad += g, checking that shapes agree.
+void add_grad(VarImpl& v, const Tensor& g);
+
+// True while operations are being recorded on this thread's tape.
+bool grad_enabled();
+
+// Disables recording on this thread for its lifetime (evaluation, optimizer steps).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// True when recording is on and any input requires a gradient: only then does a function
+// record a node and mark its output as requiring a gradient.
+bool should_record(std::initializer_list<const Var*> inputs);
+
+// Appends a backward closure to this thread's tape.
+void record(std::function<void()> backward_fn);
+
+// Number of nodes on this thread's tape (for tests).
+size_t tape_size();
+
+// Replays this thread's tape in reverse, starting from root's gradient: 1 for a one-element
+// root, else `root_grad` (same shape as root). The tape is cleared afterwards, releasing
+// every saved tensor; parameter gradients stay in their Vars.
+void backward(const Var& root);
+void backward(const Var& root, const Tensor& root_grad);
+
+// Drops this thread's tape without running it (e.g. after an evaluation that recorded).
+void clear_tape();
+
+// Activation checkpointing: runs fn(inputs) without recording; during backward, runs it
+// again with recording on a sub-tape and replays that, so only the inputs are kept between
+// forward and backward. Variables that fn captures (parameters) receive their gradients
+// as usual. fn must be deterministic.
+using RecomputeFn = std::function<Var(const std::vector<Var>&)>;
+Var recompute(const RecomputeFn& fn, const std::vector<Var>& inputs);
+
+}  // namespace gpumix

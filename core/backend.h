@@ -1,0 +1,74 @@
+// The small explicit contract between core/ops (which validates) and a device's kernels.
+// One Backend per device kind; ops.cpp picks it in one place. A backend receives tensors
+// already checked for shape, dtype and device, reads the sizes it needs and calls kernels/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/device.h"
+#include "core/ops.h"
+
+namespace gpumix {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceProps default_props(Device device) const = 0;
+  virtual void* alloc(int64_t bytes) const = 0;  // nullptr when the system has no memory
+  virtual void free(void* ptr) const = 0;
+
+  virtual void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                              const Tensor& bias) const = 0;
+  virtual void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                               const Tensor& inp, const Tensor& weight) const = 0;
+  virtual void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+                    float alpha, float beta) const = 0;
+  virtual void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                                 const Tensor& weight, const Tensor& bias) const = 0;
+  virtual void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                  const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                                  const Tensor& rstd) const = 0;
+  virtual void gelu_forward(Tensor& out, const Tensor& inp) const = 0;
+  virtual void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) const = 0;
+  virtual void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int NH) const = 0;
+  virtual void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                  const Tensor& out, const Tensor& lse, int NH) const = 0;
+  virtual void crossentropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits,
+                                    const Tensor& targets, int32_t ignore_index) const = 0;
+  virtual void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
+                                     const Tensor& targets, float dloss,
+                                     int32_t ignore_index) const = 0;
+  virtual void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                 const Tensor& wpe) const = 0;
+  virtual void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout,
+                                  const Tensor& tokens) const = 0;
+  virtual void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                          const AdamWConfig& cfg, int step) const = 0;
+  virtual void add(Tensor& out, const Tensor& a, const Tensor& b) const = 0;
+  virtual void scale(Tensor& out, const Tensor& a, float s) const = 0;
+  virtual void axpy(Tensor& out, const Tensor& a, float s) const = 0;
+  virtual double sum(const Tensor& a) const = 0;
+  virtual double sum_squares(const Tensor& a) const = 0;
+  virtual void fill(Tensor& t, float value) const = 0;
+  // Copies bytes where at least one side is on this backend's device.
+  virtual void copy(Tensor& dst, const Tensor& src) const = 0;
+  virtual void convert(Tensor& out, const Tensor& in) const = 0;
+  virtual void uniform_(Tensor& t, uint64_t key, uint64_t offset, float low, float high) const = 0;
+  virtual void normal_(Tensor& t, uint64_t key, uint64_t offset, float mean, float std) const = 0;
+};
+
+const Backend& cpu_backend();
+#ifdef GPUMIX_CORE_CUDA
+const Backend& cuda_backend();
+#endif
+
+// The backend of a device: throws Error when the device kind is not built in.
+const Backend& device_backend(Device device);
+
+// CUDA GPUs visible to this process (0 without CUDA in the build or without a driver;
+// `why_not` then says why).
+int cuda_device_count(std::string* why_not = nullptr);
+
+}  // namespace gpumix

@@ -1,0 +1,196 @@
+// The CPU backend: fp32 compute through kernels/cpu. Tensors arrive validated by ops.cpp.
+#include <cstdlib>
+#include <cstring>
+
+#include "core/backend.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/philox.h"
+
+namespace gpumix {
+
+namespace {
+
+namespace k = kernels::cpu;
+
+// Pointer of an optional fp32 tensor: nullptr when undefined ("not needed").
+float* opt(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+float* f32(const Tensor& t) { return t.data<float>(); }
+const int32_t* i32(const Tensor& t) { return t.data<int32_t>(); }
+
+class CpuBackend final : public Backend {
+ public:
+  DeviceProps default_props(Device) const override {
+    DeviceProps p;
+    p.name = "cpu";
+    p.capacity = host_memory_bytes();
+    return p;
+  }
+  void* alloc(int64_t bytes) const override { return std::aligned_alloc(64, (size_t)bytes); }
+  void free(void* ptr) const override { std::free(ptr); }
+
+  void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                      const Tensor& bias) const override {
+    const int OC = (int)weight.size(0), C = (int)weight.size(1);
+    k::matmul_forward(f32(out), f32(inp), f32(weight), opt(bias), (int)(inp.numel() / C), C, OC);
+  }
+  void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                       const Tensor& inp, const Tensor& weight) const override {
+    const int OC = (int)weight.size(0), C = (int)weight.size(1);
+    k::matmul_backward(opt(dinp), opt(dweight), opt(dbias), f32(dout), f32(inp), f32(weight),
+                       (int)(inp.numel() / C), C, OC);
+  }
+  void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha,
+            float beta) const override {
+    const int m = (int)c.size(-2), n = (int)c.size(-1);
+    const int k_dim = (int)(trans_a ? a.size(-2) : a.size(-1));
+    const int batch = (int)(c.numel() / ((int64_t)m * n));
+    const int lda = (int)a.size(-1), ldb = (int)b.size(-1);
+    k::gemm(trans_a, trans_b, m, n, k_dim, alpha, f32(a), lda, f32(b), ldb, beta, f32(c), n, batch,
+            (int64_t)m * k_dim, (int64_t)k_dim * n, (int64_t)m * n);
+  }
+  void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                         const Tensor& weight, const Tensor& bias) const override {
+    const int C = (int)inp.size(-1);
+    k::layernorm_forward(f32(out), f32(mean), f32(rstd), f32(inp), f32(weight), f32(bias),
+                         (int)(inp.numel() / C), C);
+  }
+  void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                          const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                          const Tensor& rstd) const override {
+    const int C = (int)inp.size(-1);
+    k::layernorm_backward(opt(dinp), opt(dweight), opt(dbias), f32(dout), f32(inp), f32(weight),
+                          f32(mean), f32(rstd), (int)(inp.numel() / C), C);
+  }
+  void gelu_forward(Tensor& out, const Tensor& inp) const override {
+    k::gelu_forward(f32(out), f32(inp), inp.numel());
+  }
+  void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) const override {
+    k::gelu_backward(f32(dinp), f32(inp), f32(dout), inp.numel());
+  }
+  void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int NH) const override {
+    k::attention_forward(f32(out), f32(lse), f32(qkv), (int)qkv.size(0), (int)qkv.size(1),
+                         (int)(qkv.size(2) / 3), NH);
+  }
+  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& lse, int NH) const override {
+    k::attention_backward(f32(dqkv), f32(dout), f32(qkv), f32(out), f32(lse), (int)qkv.size(0),
+                          (int)qkv.size(1), (int)(qkv.size(2) / 3), NH);
+  }
+  void crossentropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits,
+                            const Tensor& targets, int32_t ignore_index) const override {
+    const int V = (int)logits.size(-1);
+    k::crossentropy_forward(f32(losses), f32(lse), f32(logits), i32(targets),
+                            (int)(logits.numel() / V), V, ignore_index);
+  }
+  void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
+                             const Tensor& targets, float dloss,
+                             int32_t ignore_index) const override {
+    const int V = (int)logits.size(-1);
+    k::crossentropy_backward(f32(dlogits), f32(logits), f32(lse), i32(targets), dloss,
+                             (int)(logits.numel() / V), V, ignore_index);
+  }
+  void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                         const Tensor& wpe) const override {
+    const int V = (int)wte.size(0);
+    const int32_t* tok = i32(tokens);
+    for (int64_t i = 0; i < tokens.numel(); ++i)
+      GPUMIX_CHECK(tok[i] >= 0 && tok[i] < V, "embedding_forward: token ", tok[i], " at position ",
+                   i, " is outside the vocabulary of ", V, "; the data does not match this model");
+    k::embedding_forward(f32(out), tok, f32(wte), f32(wpe), (int)tokens.size(0),
+                         (int)tokens.size(1), (int)wte.size(1));
+  }
+  void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout,
+                          const Tensor& tokens) const override {
+    k::embedding_backward(opt(dwte), opt(dwpe), f32(dout), i32(tokens), (int)tokens.size(0),
+                          (int)tokens.size(1), (int)dout.size(2));
+  }
+  void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& cfg,
+                  int step) const override {
+    k::adamw_step(f32(param), f32(grad), f32(m), f32(v), param.numel(), cfg.lr, cfg.beta1,
+                  cfg.beta2, cfg.eps, cfg.weight_decay, step);
+  }
+  void add(Tensor& out, const Tensor& a, const Tensor& b) const override {
+    k::add(f32(out), f32(a), f32(b), a.numel());
+  }
+  void scale(Tensor& out, const Tensor& a, float s) const override {
+    k::scale(f32(out), f32(a), s, a.numel());
+  }
+  void axpy(Tensor& out, const Tensor& a, float s) const override {
+    k::axpy(f32(out), f32(a), s, a.numel());
+  }
+  double sum(const Tensor& a) const override { return k::sum(f32(a), a.numel()); }
+  double sum_squares(const Tensor& a) const override { return k::sum_squares(f32(a), a.numel()); }
+
+  void fill(Tensor& t, float value) const override {
+    const int64_t n = t.numel();
+    if (t.dtype() == DType::f32) {
+      float* p = f32(t);
+      for (int64_t i = 0; i < n; ++i) p[i] = value;
+    } else if (t.dtype() == DType::bf16) {
+      const bf16 v(value);
+      bf16* p = t.data<bf16>();
+      for (int64_t i = 0; i < n; ++i) p[i] = v;
+    } else {
+      int32_t* p = t.data<int32_t>();
+      for (int64_t i = 0; i < n; ++i) p[i] = (int32_t)value;
+    }
+  }
+  void copy(Tensor& dst, const Tensor& src) const override {
+    if (dst.nbytes() && dst.raw_data() != src.raw_data())
+      std::memmove(dst.raw_data(), src.raw_data(), (size_t)dst.nbytes());
+  }
+  void convert(Tensor& out, const Tensor& in) const override {
+    if (out.dtype() == in.dtype()) return copy(out, in);
+    if (in.dtype() == DType::f32)
+      k::f32_to_bf16(reinterpret_cast<uint16_t*>(out.data<bf16>()), f32(in), in.numel());
+    else
+      k::bf16_to_f32(f32(out), reinterpret_cast<const uint16_t*>(in.data<bf16>()), in.numel());
+  }
+  void uniform_(Tensor& t, uint64_t key, uint64_t offset, float low, float high) const override {
+    generate(t, [&](int64_t i) { return low + (high - low) * philox_uniform_at(key, offset + i); });
+  }
+  void normal_(Tensor& t, uint64_t key, uint64_t offset, float mean, float std) const override {
+    generate(t, [&](int64_t i) { return mean + std * philox_normal_at(key, offset + i); });
+  }
+
+ private:
+  template <class F>
+  static void generate(Tensor& t, F&& value_at) {
+    const int64_t n = t.numel();
+    if (t.dtype() == DType::f32) {
+      float* p = f32(t);
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) p[i] = value_at(i);
+    } else {
+      bf16* p = t.data<bf16>();
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) p[i] = bf16(value_at(i));
+    }
+  }
+};
+
+}  // namespace
+
+const Backend& cpu_backend() {
+  static const CpuBackend backend;
+  return backend;
+}
+
+const Backend& device_backend(Device device) {
+  if (device.is_cpu()) return cpu_backend();
+#ifdef GPUMIX_CORE_CUDA
+  return cuda_backend();
+#else
+  GPUMIX_CHECK(false, "device ", device.str(), " needs CUDA, but this build of GPUMix has no CUDA "
+               "backend; rebuild with nvcc available (meson setup -Dcuda=enabled)");
+#endif
+}
+
+#ifndef GPUMIX_CORE_CUDA
+int cuda_device_count(std::string* why_not) {
+  if (why_not) *why_not = "this build has no CUDA backend in core/";
+  return 0;
+}
+#endif
+
+}  // namespace gpumix

@@ -1,0 +1,40 @@
+#include "core/error.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+namespace gpumix {
+
+std::string format_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = (double)bytes;
+  int unit = 0;
+  while (unit < 4 && (value >= 1024.0 || value <= -1024.0)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char buf[64];
+  if (unit == 0)
+    std::snprintf(buf, sizeof buf, "%" PRId64 " B", bytes);
+  else
+    std::snprintf(buf, sizeof buf, value < 10 && value > -10 ? "%.2f %s" : "%.1f %s", value, units[unit]);
+  return buf;
+}
+
+namespace detail {
+
+[[noreturn]] void throw_error(const char* file, int line, const std::string& message) {
+  // Keep the location short: the path below the source root.
+  const char* base = file;
+  for (const char* root : {"core/", "autograd/", "nn/", "dist/", "kernels/", "tools/"}) {
+    if (const char* p = std::strstr(file, root)) {
+      base = p;
+      break;
+    }
+  }
+  throw Error(str(message, " [", base, ":", line, "]"));
+}
+
+}  // namespace detail
+}  // namespace gpumix

@@ -1,0 +1,85 @@
+// The tensor op API. Every op checks its arguments here, once, for every device (shapes,
+// dtypes, devices: a mismatch names the op and the shapes), then dispatches on the device
+// in exactly one place (ops.cpp) to that device's Backend, which calls kernels/.
+//
+// Out-parameter style: the caller allocates outputs (the engine reuses buffers); backward
+// ops ACCUMULATE into gradients, and an undefined gradient tensor means "not needed".
+//
+// Glossary: B batch, T sequence, C channels, NH heads, V vocabulary, N rows, OC outputs.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace gpumix {
+
+struct AdamWConfig {
+  float lr = 3e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;
+};
+
+namespace ops {
+
+// out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); inp may be (B,T,C).
+void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias);
+void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight);
+// Batched general matrix product on the last two dimensions: c = alpha op(a) op(b) + beta c.
+void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+          float alpha = 1.0f, float beta = 0.0f);
+
+// LayerNorm over the last dimension; mean and rstd (N) saved for backward.
+void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                       const Tensor& weight, const Tensor& bias);
+void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                        const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd);
+
+void gelu_forward(Tensor& out, const Tensor& inp);
+void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);
+
+// Causal self-attention: qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T).
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int NH);
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, int NH);
+
+// Fused softmax + cross-entropy: logits (N,V) (or (B,T,V)), targets i32 (N) -> losses (N),
+// lse (N). Backward: dlogits += dloss * (softmax - onehot) on non-ignored rows.
+void crossentropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets,
+                          int32_t ignore_index = -1);
+void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
+                           const Tensor& targets, float dloss, int32_t ignore_index = -1);
+
+// tokens i32 (B,T); wte (V,C); wpe (Tmax,C), T <= Tmax -> out (B,T,C).
+void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
+void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
+
+// One AdamW step (step counts from 1) on fp32 param, grad, m, v of equal size.
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& cfg,
+                int step);
+
+// Elementwise (out may alias an input): out = a + b; out = s a; out += s a.
+void add(Tensor& out, const Tensor& a, const Tensor& b);
+void scale(Tensor& out, const Tensor& a, float s);
+void axpy(Tensor& out, const Tensor& a, float s);
+
+// Reductions over all elements, accumulated in double.
+double sum(const Tensor& a);
+double sum_squares(const Tensor& a);
+
+// Data movement.
+void fill(Tensor& t, float value);
+void copy(Tensor& dst, const Tensor& src);       // same numel and dtype, any devices
+void convert(Tensor& out, const Tensor& in);     // f32 <-> bf16, same device and numel
+
+// Random numbers: element i of `t` is element (offset + i) of the stream `key` (see
+// core/rng.h), whatever the device or how the tensor was split.
+void uniform_(Tensor& t, uint64_t key, uint64_t offset, float low, float high);
+void normal_(Tensor& t, uint64_t key, uint64_t offset, float mean, float std);
+
+}  // namespace ops
+}  // namespace gpumix
