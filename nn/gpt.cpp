@@ -1,0 +1,128 @@
+#include "nn/gpt.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "autograd/functions.h"
+#include "core/ops.h"
+#include "core/rng.h"
+
+namespace gpumix {
+
+std::vector<ParamInfo> gpt_param_layout(const GPTConfig& config) {
+  config.validate();
+  const int64_t C = config.C, V = config.V, T = config.T;
+  const float std_w = 0.02f;
+  const float std_residual = 0.02f / std::sqrt(2.0f * config.L);
+  std::vector<ParamInfo> layout;
+  int64_t offset = 0;
+  auto add = [&](std::string name, Shape shape, int unit, bool decay, float init_std) {
+    layout.push_back({std::move(name), shape, offset, unit, decay, init_std});
+    offset += shape.numel();
+  };
+  add("wte", {V, C}, 0, true, std_w);  // (V, C), also the LM head
+  add("wpe", {T, C}, 0, true, std_w);  // (T, C)
+  for (int l = 0; l < config.L; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    const int unit = l + 1;
+    add(h + "ln_1.weight", {C}, unit, false, -1);
+    add(h + "ln_1.bias", {C}, unit, false, 0);
+    add(h + "attn.c_attn.weight", {3 * C, C}, unit, true, std_w);
+    add(h + "attn.c_attn.bias", {3 * C}, unit, false, 0);
+    add(h + "attn.c_proj.weight", {C, C}, unit, true, std_residual);
+    add(h + "attn.c_proj.bias", {C}, unit, false, 0);
+    add(h + "ln_2.weight", {C}, unit, false, -1);
+    add(h + "ln_2.bias", {C}, unit, false, 0);
+    add(h + "mlp.c_fc.weight", {4 * C, C}, unit, true, std_w);
+    add(h + "mlp.c_fc.bias", {4 * C}, unit, false, 0);
+    add(h + "mlp.c_proj.weight", {C, 4 * C}, unit, true, std_residual);
+    add(h + "mlp.c_proj.bias", {C}, unit, false, 0);
+  }
+  add("ln_f.weight", {C}, config.L + 1, false, -1);
+  add("ln_f.bias", {C}, config.L + 1, false, 0);
+  GPUMIX_CHECK(offset == config.total_params(), "parameter layout has ", offset,
+               " elements but the config counts ", config.total_params());
+  return layout;
+}
+
+GPT::GPT(const GPTConfig& config, Device device, uint64_t seed)
+    : config_(config), device_(device), layout_(gpt_param_layout(config)) {
+  const int64_t P = config.total_params();
+  params_ = Tensor::empty({P}, DType::f32, device);
+  grads_ = Tensor::zeros({P}, DType::f32, device);
+  int unit = -1;
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    const ParamInfo& info = layout_[i];
+    if (info.unit != unit) {
+      unit = info.unit;
+      unit_first_.push_back((int)i);
+    }
+    Tensor value = params_.flat_slice(info.offset, info.shape.numel()).view(info.shape);
+    if (info.init_std > 0)
+      ops::normal_(value, rng_key(seed, info.name), 0, 0.0f, info.init_std);
+    else
+      value.fill_(info.init_std < 0 ? 1.0f : 0.0f);  // LayerNorm weight 1; biases 0
+    Var v(value, true, info.name);
+    v.impl()->grad = grads_.flat_slice(info.offset, info.shape.numel()).view(info.shape);
+    vars_.push_back(v);
+  }
+  unit_first_.push_back((int)layout_.size());
+}
+
+std::pair<int64_t, int64_t> GPT::unit_range(int unit) const {
+  GPUMIX_CHECK(unit >= 0 && unit < config_.num_units(), "unit ", unit, " outside 0..",
+               config_.num_units() - 1);
+  const ParamInfo& first = layout_[unit_first_[unit]];
+  return {first.offset, config_.unit_params(unit)};
+}
+
+const Var& GPT::p(int unit, const char* suffix) const {
+  for (int i = unit_first_[unit]; i < unit_first_[unit + 1]; ++i) {
+    const std::string& name = layout_[i].name;
+    const size_t n = std::strlen(suffix);
+    if (name.size() >= n && name.compare(name.size() - n, n, suffix) == 0) return vars_[i];
+  }
+  GPUMIX_CHECK(false, "no parameter ending in '", suffix, "' in unit ", unit);
+}
+
+Var GPT::embed(const Tensor& tokens) const { return embedding(tokens, vars_[0], vars_[1]); }
+
+Var GPT::block(int l, const Var& x) const {
+  const int u = l + 1;
+  // Pre-norm residual block: x + attn(ln_1(x)), then + mlp(ln_2(.)).
+  Var h = layernorm(x, p(u, "ln_1.weight"), p(u, "ln_1.bias"));
+  h = linear(h, p(u, "attn.c_attn.weight"), p(u, "attn.c_attn.bias"));  // (B, T, 3C)
+  h = attention(h, config_.NH);                                           // (B, T, C)
+  h = linear(h, p(u, "attn.c_proj.weight"), p(u, "attn.c_proj.bias"));
+  Var x1 = add(x, h);
+  h = layernorm(x1, p(u, "ln_2.weight"), p(u, "ln_2.bias"));
+  h = gelu(linear(h, p(u, "mlp.c_fc.weight"), p(u, "mlp.c_fc.bias")));  // (B, T, 4C)
+  h = linear(h, p(u, "mlp.c_proj.weight"), p(u, "mlp.c_proj.bias"));
+  return add(x1, h);
+}
+
+Var GPT::head(const Var& x) const {
+  const int u = config_.L + 1;
+  Var h = layernorm(x, p(u, "ln_f.weight"), p(u, "ln_f.bias"));
+  return linear(h, vars_[0], Var());  // tied: logits = h @ wte^T, (B, T, V)
+}
+
+Var GPT::loss(const Tensor& tokens, const Tensor& targets, float scale, bool use_recompute) const {
+  Var x = embed(tokens);
+  for (int l = 0; l < config_.L; ++l) {
+    if (use_recompute)
+      x = recompute([this, l](const std::vector<Var>& in) { return block(l, in[0]); }, {x});
+    else
+      x = block(l, x);
+  }
+  return cross_entropy(head(x), targets, scale);
+}
+
+Tensor GPT::logits(const Tensor& tokens) const {
+  NoGradGuard no_grad;
+  Var x = embed(tokens);
+  for (int l = 0; l < config_.L; ++l) x = block(l, x);
+  return head(x).value();
+}
+
+}  // namespace gpumix

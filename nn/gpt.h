@@ -1,0 +1,79 @@
+// GPT: a GPT-2-style decoder (pre-norm blocks, GELU MLP, tied LM head) on the autograd tape.
+//
+// Glossary: B batch, T sequence, C channels, L layers, NH heads, V vocabulary.
+//
+// All parameters live in ONE flat fp32 buffer (P elements) in a stable order, each
+// parameter a named view of it; the gradients likewise. The order defines the flat layout
+// that dist/ shards: units are the embedding (wte, wpe), then each block, then the head
+// (final layernorm; the LM head reuses wte).
+//
+// GPT exposes its stages (embed, block l, head + loss) so that an engine can run the model
+// layer by layer; forward() chains them for a single device.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autograd/tape.h"
+#include "core/tensor.h"
+#include "nn/gpt_config.h"
+
+namespace gpumix {
+
+struct ParamInfo {
+  std::string name;   // "wte", "h.3.attn.qkv.weight", "ln_f.bias"
+  Shape shape;
+  int64_t offset;     // into the flat buffer
+  int unit;           // 0 = embedding, 1..L = blocks, L+1 = head
+  bool decay;         // weight decay applies (matrices and embeddings, not biases or norms)
+  float init_std;     // 0 for zeros; LayerNorm weights are ones
+};
+
+// The parameter layout of a config, without allocating anything.
+std::vector<ParamInfo> gpt_param_layout(const GPTConfig& config);
+
+class GPT {
+ public:
+  // Allocates the flat parameters and gradients on `device` and initialises them as GPT-2
+  // does: N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm 1/0.
+  // Every parameter's numbers depend only on (seed, its name), never on the layout.
+  GPT(const GPTConfig& config, Device device, uint64_t seed);
+
+  const GPTConfig& config() const { return config_; }
+  Device device() const { return device_; }
+  const std::vector<ParamInfo>& layout() const { return layout_; }
+  Tensor& params() { return params_; }  // (P)
+  Tensor& grads() { return grads_; }    // (P)
+  const Var& param(int i) const { return vars_[i]; }
+  int64_t num_params() const { return params_.numel(); }
+  // [offset, offset + count) of unit u in the flat buffer.
+  std::pair<int64_t, int64_t> unit_range(int unit) const;
+
+  void zero_grad() { grads_.zero_(); }
+
+  // Stages. tokens i32 (B, T) -> (B, T, C); block l (0-based) (B, T, C) -> (B, T, C);
+  // head (B, T, C) -> logits (B, T, V).
+  Var embed(const Tensor& tokens) const;
+  Var block(int l, const Var& x) const;
+  Var head(const Var& x) const;
+
+  // scale * sum of per-token cross-entropy losses over the batch (targets -1 ignored).
+  // With recompute, each block's activations are recomputed during backward.
+  Var loss(const Tensor& tokens, const Tensor& targets, float scale, bool recompute = false) const;
+
+  // Logits for inference (no tape): (B, T, V).
+  Tensor logits(const Tensor& tokens) const;
+
+ private:
+  const Var& p(int unit, const char* suffix) const;  // parameter by name within a unit
+
+  GPTConfig config_;
+  Device device_;
+  std::vector<ParamInfo> layout_;
+  Tensor params_, grads_;
+  std::vector<Var> vars_;
+  std::vector<int> unit_first_;  // index in layout_ of each unit's first parameter
+};
+
+}  // namespace gpumix

@@ -1,0 +1,33 @@
+#include "tools/size_flag.h"
+
+#include <cctype>
+#include <cmath>
+#include <stdexcept>
+
+namespace gpumix::tools {
+
+int64_t parse_bytes(const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  for (char& c : unit) c = (char)std::tolower((unsigned char)c);
+  double scale = -1;
+  if (unit.empty() || unit == "b") scale = 1;
+  else if (unit == "kib" || unit == "k") scale = 1024.0;
+  else if (unit == "mib" || unit == "m") scale = 1024.0 * 1024;
+  else if (unit == "gib" || unit == "g") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "kb") scale = 1e3;
+  else if (unit == "mb") scale = 1e6;
+  else if (unit == "gb") scale = 1e9;
+  if (used == 0 || scale < 0 || !(value > 0) || !std::isfinite(value))
+    throw std::invalid_argument("cannot read '" + text + "' as a memory size; write e.g. 512MiB, "
+                                "2GiB, 1.5GB or a byte count");
+  return (int64_t)(value * scale);
+}
+
+}  // namespace gpumix::tools
