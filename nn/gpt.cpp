@@ -45,28 +45,58 @@ std::vector<ParamInfo> gpt_param_layout(const GPTConfig& config) {
   return layout;
 }
 
-GPT::GPT(const GPTConfig& config, Device device, uint64_t seed)
+void GPT::init_slice(const std::vector<ParamInfo>& layout, uint64_t seed, int64_t offset,
+                     Tensor& out) {
+  const int64_t end = offset + out.numel();
+  for (const ParamInfo& info : layout) {
+    const int64_t begin = std::max(info.offset, offset);
+    const int64_t stop = std::min(info.offset + info.shape.numel(), end);
+    if (begin >= stop) continue;
+    Tensor part = out.flat_slice(begin - offset, stop - begin);
+    if (info.init_std > 0)  // element i of a parameter is element i of its named stream
+      ops::normal_(part, rng_key(seed, info.name), (uint64_t)(begin - info.offset), 0.0f, info.init_std);
+    else
+      part.fill_(info.init_std < 0 ? 1.0f : 0.0f);  // LayerNorm weight 1; biases 0
+  }
+}
+
+GPT::GPT(const GPTConfig& config, Device device)
     : config_(config), device_(device), layout_(gpt_param_layout(config)) {
+  int unit = -1;
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    if (layout_[i].unit != unit) {
+      unit = layout_[i].unit;
+      unit_first_.push_back((int)i);
+    }
+    vars_.emplace_back(Tensor(), false, layout_[i].name);
+  }
+  unit_first_.push_back((int)layout_.size());
+}
+
+GPT::GPT(const GPTConfig& config, Device device, uint64_t seed) : GPT(config, device) {
   const int64_t P = config.total_params();
   params_ = Tensor::empty({P}, DType::f32, device);
   grads_ = Tensor::zeros({P}, DType::f32, device);
-  int unit = -1;
-  for (size_t i = 0; i < layout_.size(); ++i) {
-    const ParamInfo& info = layout_[i];
-    if (info.unit != unit) {
-      unit = info.unit;
-      unit_first_.push_back((int)i);
-    }
-    Tensor value = params_.flat_slice(info.offset, info.shape.numel()).view(info.shape);
-    if (info.init_std > 0)
-      ops::normal_(value, rng_key(seed, info.name), 0, 0.0f, info.init_std);
-    else
-      value.fill_(info.init_std < 0 ? 1.0f : 0.0f);  // LayerNorm weight 1; biases 0
-    Var v(value, true, info.name);
-    v.impl()->grad = grads_.flat_slice(info.offset, info.shape.numel()).view(info.shape);
-    vars_.push_back(v);
+  init_slice(layout_, seed, 0, params_);
+  for (int u = 0; u < config.num_units(); ++u) {
+    const auto [offset, count] = unit_range(u);
+    bind_unit(u, params_.flat_slice(offset, count), grads_.flat_slice(offset, count));
   }
-  unit_first_.push_back((int)layout_.size());
+}
+
+void GPT::bind_unit(int unit, const Tensor& params, const Tensor& grads) {
+  const auto [unit_offset, count] = unit_range(unit);
+  GPUMIX_CHECK(params.numel() == count && (!grads.defined() || grads.numel() == count), "bind_unit ",
+               unit, ": the unit has ", count, " parameters, got buffers of ", params.numel(), " and ",
+               grads.defined() ? grads.numel() : 0);
+  for (int i = unit_first_[unit]; i < unit_first_[unit + 1]; ++i) {
+    const ParamInfo& info = layout_[i];
+    VarImpl& v = *vars_[i].impl();
+    const int64_t at = info.offset - unit_offset, n = info.shape.numel();
+    v.value = params.flat_slice(at, n).view(info.shape);
+    v.grad = grads.defined() ? grads.flat_slice(at, n).view(info.shape) : Tensor();
+    v.requires_grad = grads.defined();
+  }
 }
 
 std::pair<int64_t, int64_t> GPT::unit_range(int unit) const {

@@ -40,6 +40,21 @@ class GPT {
   // Every parameter's numbers depend only on (seed, its name), never on the layout.
   GPT(const GPTConfig& config, Device device, uint64_t seed);
 
+  // A model with no storage of its own: every unit must be bound (bind_unit) to buffers
+  // before it runs. This is how a sharded engine runs a unit on its gathered parameters.
+  GPT(const GPTConfig& config, Device device);
+
+  // Points unit u's parameters at `params` (unit_params(u) elements) and their gradients at
+  // `grads` (same size, or undefined for no gradient: the unit's parameters then do not
+  // require one).
+  void bind_unit(int unit, const Tensor& params, const Tensor& grads);
+
+  // Writes the initial values of flat elements [offset, offset + out.numel()) into `out`:
+  // the same numbers, element for element, as the whole-model initialisation, so any
+  // shard can initialise itself without the rest.
+  static void init_slice(const std::vector<ParamInfo>& layout, uint64_t seed, int64_t offset,
+                         Tensor& out);
+
   const GPTConfig& config() const { return config_; }
   Device device() const { return device_; }
   const std::vector<ParamInfo>& layout() const { return layout_; }

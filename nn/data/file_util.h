@@ -1,0 +1,31 @@
+// Small file helpers shared by the data layer: whole-file reads and atomic writes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace gpumix::data {
+
+// The whole file, as bytes. Throws std::runtime_error naming the file and the OS error.
+std::string read_file(const std::string& path);
+
+// Writes to "<path>.tmp.<pid>", flushes it to disk, then renames it over `path`: a crash
+// mid-write leaves either the old file or the new one, never a half-written one.
+void write_file_atomic(const std::string& path, const void* data, size_t size);
+inline void write_file_atomic(const std::string& path, std::string_view bytes) {
+  write_file_atomic(path, bytes.data(), bytes.size());
+}
+
+// FNV-1a, 64 bits: a stable content hash (tokenizer identity), not a cryptographic one.
+inline uint64_t fnv1a64(const void* data, size_t size, uint64_t h = 0xcbf29ce484222325ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+}  // namespace gpumix::data

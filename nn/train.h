@@ -1,0 +1,64 @@
+// Training a GPT on one device: data preparation (corpus -> tokenizer -> tokens -> train
+// and validation splits), the step loop (AdamW, warmup + cosine schedule, global gradient
+// clipping), evaluation against the unigram baseline, logging and checkpoints with exact
+// resume. `gpumix train` is a thin front end to train().
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "nn/gpt_config.h"
+
+namespace gpumix {
+
+struct TrainOptions {
+  std::string data;             // text corpus (file, or folder of fortune files) or token file
+  std::string tokenizer;        // tokenizer file; default: <out>/tokenizer.bpe, trained if absent
+  std::string model = "gpt-nano";  // preset name
+  int layers = 0, heads = 0, channels = 0;  // explicit shape overrides (0 = the preset's)
+  std::string out = "runs/gpt";  // run folder: tokenizer, log.jsonl, checkpoints
+  std::string resume;           // run folder or checkpoint folder to continue from
+  int64_t batch = 8;            // sequences per step
+  int64_t seq = 0;              // sequence length T (0 = the model's context)
+  int steps = 200;
+  float lr = 1e-3f;
+  float min_lr_ratio = 0.1f;    // cosine decays to lr * min_lr_ratio
+  int warmup = -1;              // -1: min(100, steps / 10)
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;       // global norm; <= 0 disables
+  int eval_interval = 50;       // steps between validation passes (0: only at the end)
+  int eval_windows = 32;        // validation windows (of T tokens) per pass
+  int ckpt_interval = 0;        // steps between checkpoints (0: only at the end)
+  uint64_t seed = 1337;
+  int threads = 0;              // OpenMP threads (0: all cores)
+  bool recompute = false;       // activation checkpointing per block
+  double val_fraction = 0.05;
+  int64_t device_memory = 0;    // emulated device capacity in bytes (0: the machine's)
+  bool quiet = false;           // no per-step lines (the log file still gets them)
+};
+
+struct TrainResult {
+  int step = 0;                 // last completed step
+  double train_loss = 0;        // of the last step
+  double val_loss = 0;          // final validation loss, nats/token
+  double unigram_loss = 0;      // the unigram baseline on the same validation tokens
+  double tokens_per_s = 0;      // median over the run's steps
+  std::string checkpoint;       // the last checkpoint written
+};
+
+TrainResult train(const TrainOptions& options);
+
+struct GenerateOptions {
+  std::string ckpt;             // run folder (its latest checkpoint) or a checkpoint folder
+  std::string prompt;
+  int tokens = 100;
+  float temperature = 0.8f;
+  int top_k = 40;               // 0: the whole vocabulary
+  uint64_t seed = 42;
+  int threads = 0;
+};
+
+// Returns the prompt followed by the generated text.
+std::string generate(const GenerateOptions& options);
+
+}  // namespace gpumix

@@ -1,0 +1,27 @@
+// gpumix generate: sample text from a trained checkpoint.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "nn/train.h"
+#include "tools/command.h"
+
+namespace {
+
+int cmd_generate(int argc, char** argv) {
+  gpumix::GenerateOptions o;
+  CLI::App app{"Generate text from a checkpoint"};
+  app.add_option("--ckpt", o.ckpt, "run folder (its latest checkpoint) or checkpoint folder")->required();
+  app.add_option("--prompt", o.prompt, "text to continue");
+  app.add_option("--tokens", o.tokens, "tokens to generate");
+  app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)");
+  app.add_option("--top-k", o.top_k, "sample among the k most likely tokens (0: all)");
+  app.add_option("--seed", o.seed, "sampling seed");
+  app.add_option("--threads", o.threads, "CPU threads");
+  CLI11_PARSE(app, argc, argv);
+  std::printf("%s\n", gpumix::generate(o).c_str());
+  return 0;
+}
+
+}  // namespace
+
+GPUMIX_COMMAND("generate", "sample text from a trained checkpoint", cmd_generate);

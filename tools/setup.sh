@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs GPUMix's build dependencies from Debian 12 (idempotent, non-interactive) and
+# builds it into build/. Run as root on a fresh machine; later runs only rebuild.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(meson ninja-build pkg-config g++ python3
+          libopenblas-openmp-dev libopenmpi-dev openmpi-bin
+          nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
+          fortunes)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -f build/build.ninja ]; then
+  meson setup build
+fi
+ninja -C build
