@@ -43,7 +43,7 @@ Tensor& grad_buffer(VarImpl& v) {
 }
 
 void add_grad(VarImpl& v, const Tensor& g) {
-  GPUMIX_CHECK(g.numel() == v.value.numel(), "add_grad: gradient ", g.shape().str(),
+  GPUMIX_CHECK(g.shape() == v.value.shape(), "add_grad: gradient ", g.shape().str(),
                " does not match ", v.name.empty() ? "the variable" : v.name, " ",
                v.value.shape().str());
   Tensor& buffer = grad_buffer(v);

@@ -132,6 +132,7 @@ Tensor Tensor::view(const Shape& shape) const {
 }
 
 Tensor Tensor::slice(int64_t start, int64_t end) const {
+  GPUMIX_CHECK(defined(), "slice of an undefined tensor");
   GPUMIX_CHECK(dim() >= 1, "slice of a 0-d tensor");
   GPUMIX_CHECK(0 <= start && start <= end && end <= shape_[0], "slice [", start, ", ", end,
                ") out of range for first dimension ", shape_[0], " of ", shape_.str());
@@ -142,6 +143,7 @@ Tensor Tensor::slice(int64_t start, int64_t end) const {
 }
 
 Tensor Tensor::flat_slice(int64_t start, int64_t count) const {
+  GPUMIX_CHECK(defined(), "flat_slice of an undefined tensor");
   GPUMIX_CHECK(0 <= start && count >= 0 && start + count <= numel(), "flat_slice [", start, ", ",
                start + count, ") out of range for ", numel(), " elements");
   Tensor t = *this;

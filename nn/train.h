@@ -1,12 +1,19 @@
-// Training a GPT on one device: data preparation (corpus -> tokenizer -> tokens -> train
-// and validation splits), the step loop (AdamW, warmup + cosine schedule, global gradient
-// clipping), evaluation against the unigram baseline, logging and checkpoints with exact
-// resume. `gpumix train` is a thin front end to train().
+// What a training run needs before its step loop, shared by every trainer: the options,
+// data preparation (corpus -> tokenizer -> tokens), the model config, checkpoint lookup,
+// the settings table; and text generation from a checkpoint. The step loop itself, on one
+// or many ranks, is dist/trainer.h.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
+
+#include "nn/checkpoint.h"
+#include "nn/data/token_file.h"
 #include "nn/gpt_config.h"
 
 namespace gpumix {
@@ -46,7 +53,33 @@ struct TrainResult {
   std::string checkpoint;       // the last checkpoint written
 };
 
-TrainResult train(const TrainOptions& options);
+// The tokens of a run, either owned (encoded from text) or mapped from a token file.
+struct RunData {
+  std::vector<int32_t> owned;
+  std::unique_ptr<data::TokenFile> file;
+  data::TokenView tokens;
+  int64_t vocab = 0;
+  uint64_t tokenizer_hash = 0;
+  std::string tokenizer_path;
+};
+
+// Reads o.data. A text corpus is encoded with the run's tokenizer, which is trained (with
+// the model preset's vocabulary) and saved when absent and `may_train_tokenizer`; other
+// ranks pass false and load what rank 0 saved.
+RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer);
+
+// The preset with the flags' overrides, the data's vocabulary and sequence length `seq`.
+GPTConfig resolve_model(const TrainOptions& o, int64_t vocab, int64_t seq);
+nlohmann::json config_json(const GPTConfig& c);
+GPTConfig config_from_json(const nlohmann::json& j);
+
+// A checkpoint folder given directly, or the latest complete one of a run folder.
+CheckpointReader open_checkpoint(const std::string& where);
+
+// A boxed two-column table of resolved settings, on stdout.
+void print_settings(const std::vector<std::pair<std::string, std::string>>& rows);
+// 1234 -> "1.2k", 2.5e6 -> "2.50M".
+std::string human_count(double x);
 
 struct GenerateOptions {
   std::string ckpt;             // run folder (its latest checkpoint) or a checkpoint folder

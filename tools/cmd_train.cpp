@@ -1,16 +1,72 @@
-// gpumix train: train a GPT on a corpus or token file (see nn/train.h).
+// gpumix train: train a GPT on a corpus or token file, on one rank, on N ranks as threads
+// of this process (--ranks N, the local backend), or on the ranks of an MPI job
+// (mpirun -np N gpumix train ...). See dist/trainer.h.
 #include <CLI/CLI.hpp>
+#include <omp.h>
 
-#include "nn/train.h"
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <thread>
+
+#include "dist/trainer.h"
 #include "tools/command.h"
 #include "tools/size_flag.h"
 
 namespace {
 
+using gpumix::dist::RankWork;
+
+// "1,2,5" -> {1, 2, 5}.
+template <class T>
+std::vector<T> parse_list(const std::string& text, const char* flag) {
+  std::vector<T> values;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::stringstream one(item);
+    T v{};
+    if (!(one >> v) || !one.eof())
+      throw std::invalid_argument(std::string(flag) + ": cannot read '" + item + "' in '" + text +
+                                  "' (expected a comma-separated list, one value per rank)");
+    values.push_back(v);
+  }
+  return values;
+}
+
+std::vector<RankWork> build_work(int64_t global_batch, int ranks, const std::string& batches,
+                                 const std::string& micro, const std::string& shares) {
+  std::vector<RankWork> work = gpumix::dist::even_work(global_batch, ranks);
+  auto check_size = [&](size_t n, const char* flag) {
+    if ((int)n != ranks)
+      throw std::invalid_argument(std::string(flag) + " has " + std::to_string(n) + " values but " +
+                                  std::to_string(ranks) + " ranks are running; give one per rank");
+  };
+  if (!batches.empty()) {
+    const auto b = parse_list<int64_t>(batches, "--batches");
+    check_size(b.size(), "--batches");
+    for (int r = 0; r < ranks; ++r) work[r].batch = work[r].micro_batch = b[r];
+  }
+  if (!micro.empty()) {
+    const auto m = parse_list<int64_t>(micro, "--micro-batches");
+    check_size(m.size(), "--micro-batches");
+    for (int r = 0; r < ranks; ++r) work[r].micro_batch = m[r];
+  }
+  if (!shares.empty()) {
+    const auto s = parse_list<double>(shares, "--shares");
+    check_size(s.size(), "--shares");
+    for (int r = 0; r < ranks; ++r) work[r].share = s[r];
+  }
+  for (RankWork& w : work) w.micro_batch = std::max<int64_t>(w.micro_batch, w.batch ? 1 : 0);
+  return work;
+}
+
 int cmd_train(int argc, char** argv) {
   gpumix::TrainOptions o;
-  std::string device_memory;
-  CLI::App app{"Train a GPT on a text corpus or token file"};
+  std::string device_memory, batches, micro, shares;
+  int ranks = 1;
+  bool no_prefetch = false;
+  CLI::App app{"Train a GPT on a text corpus or token file, on one or several ranks"};
   app.add_option("--data", o.data, "text corpus, folder of fortune files, or token file")->required();
   app.add_option("--tokenizer", o.tokenizer, "tokenizer file (default: <out>/tokenizer.bpe, trained if absent)");
   app.add_option("--model", o.model, "model preset (gpt-nano, gpt-micro, gpt-mini, gpt2, ...)");
@@ -19,7 +75,7 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--channels", o.channels, "override the preset's channels");
   app.add_option("--out", o.out, "run folder (log.jsonl, tokenizer, checkpoints)");
   app.add_option("--resume", o.resume, "continue from a run folder or checkpoint folder");
-  app.add_option("--batch", o.batch, "sequences per step");
+  app.add_option("--batch,--global-batch", o.batch, "sequences per step, over all ranks");
   app.add_option("--seq", o.seq, "sequence length (default: the model's context)");
   app.add_option("--steps", o.steps, "total steps");
   app.add_option("--lr", o.lr, "peak learning rate");
@@ -30,17 +86,48 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--eval-windows", o.eval_windows, "validation windows per pass");
   app.add_option("--ckpt-interval", o.ckpt_interval, "steps between checkpoints (0: end only)");
   app.add_option("--seed", o.seed, "random seed (initialisation and batch order)");
-  app.add_option("--threads", o.threads, "CPU threads (default: all cores)");
-  app.add_flag("--recompute", o.recompute, "recompute block activations in backward");
+  app.add_option("--threads", o.threads, "CPU threads in all (default: all cores)");
+  app.add_flag("--recompute", o.recompute, "recompute block activations in backward (one rank)");
   app.add_option("--val-fraction", o.val_fraction, "fraction of tokens held out for validation");
-  app.add_option("--device-memory", device_memory, "emulated device memory capacity, e.g. 512MiB");
+  app.add_option("--device-memory", device_memory, "emulated device memory per rank, e.g. 512MiB");
   app.add_flag("--quiet", o.quiet, "no per-step lines (log.jsonl still gets them)");
+  app.add_option("--ranks", ranks, "ranks as threads of this process (local backend)");
+  app.add_option("--batches", batches, "per-rank batches, e.g. 1,2,5 (default: even)");
+  app.add_option("--micro-batches", micro, "per-rank micro-batch sizes, e.g. 1,1,2 (default: the batch)");
+  app.add_option("--shares", shares, "per-rank state shares, e.g. 0,0.3,0.7 (default: even)");
+  app.add_flag("--no-prefetch", no_prefetch, "do not overlap the next unit's gather with compute");
   CLI11_PARSE(app, argc, argv);
   if (!device_memory.empty()) o.device_memory = gpumix::tools::parse_bytes(device_memory);
-  gpumix::train(o);
+  if (ranks < 1) throw std::invalid_argument("--ranks must be at least 1, got " + std::to_string(ranks));
+  gpumix::dist::EngineOptions engine;
+  engine.prefetch = !no_prefetch;
+  const int cores = o.threads > 0 ? o.threads : (int)std::max(1u, std::thread::hardware_concurrency());
+
+  if (gpumix::dist::launched_by_mpi()) {
+    if (ranks != 1) throw std::invalid_argument("--ranks is for the local backend; under mpirun use -np");
+    gpumix::dist::MpiSession mpi(nullptr, nullptr);
+    auto comm = gpumix::dist::make_mpi_comm();
+    const auto work = build_work(o.batch, comm->size(), batches, micro, shares);
+    // Processes on one node share its cores.
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int per_node = local ? std::max(1, std::atoi(local)) : 1;
+    omp_set_num_threads(o.threads > 0 ? o.threads : std::max(1, cores / per_node));
+    try {
+      gpumix::dist::train(o, work, *comm, engine);
+    } catch (const std::exception& e) {
+      comm->abort(std::string("rank ") + std::to_string(comm->rank()) + ": " + e.what());
+    }
+    return 0;
+  }
+  const auto work = build_work(o.batch, ranks, batches, micro, shares);
+  gpumix::dist::validate_work(work, o.batch, ranks);
+  gpumix::dist::run_local(ranks, [&](gpumix::dist::Comm& comm) {
+    omp_set_num_threads(std::max(1, cores / ranks));  // this rank's share of the cores
+    gpumix::dist::train(o, work, comm, engine);
+  });
   return 0;
 }
 
 }  // namespace
 
-GPUMIX_COMMAND("train", "train a GPT on a corpus or token file", cmd_train);
+GPUMIX_COMMAND("train", "train a GPT on one or several ranks", cmd_train);

@@ -1,0 +1,450 @@
+// CPU kernel benchmarks: every fast kernel next to its reference twin (BM_<op>/fast and
+// BM_<op>/ref), reporting GFLOP/s for compute kernels and GB/s for memory-bound ones
+// (bytes = what the kernel must read + write once). Plus gemm vs a direct cblas_sgemm
+// at 1024^3: the wrapper must cost nothing. Wall-clock time: the fast kernels run on
+// every core.
+//
+// Shapes: B 4, T 256 / 1024, C 256 / 768, V 50257 (GPT-2 small-ish). Reference GEMMs
+// run at smaller sizes (a naive 1024^3 triple loop takes seconds); rates stay comparable.
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/ref.h"
+
+namespace cpu = gpumix::kernels::cpu;
+namespace ref = gpumix::kernels::cpu::ref;
+
+namespace {
+
+// Picks the fast kernel or its reference twin: both have the same signature.
+#define KERNEL(name) (Fast ? cpu::name : ref::name)
+
+std::vector<float> randn(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(gen);
+  return v;
+}
+
+void set_flops(benchmark::State& st, double flops_per_iter) {
+  st.counters["GFLOP/s"] = benchmark::Counter(flops_per_iter * 1e-9 * st.iterations(),
+                                              benchmark::Counter::kIsRate);
+}
+
+void set_bytes(benchmark::State& st, double bytes_per_iter) {
+  st.counters["GB/s"] = benchmark::Counter(bytes_per_iter * 1e-9 * st.iterations(),
+                                           benchmark::Counter::kIsRate);
+}
+
+// ---- matmul -------------------------------------------------------------------------
+
+template <bool Fast>
+void bm_gemm(benchmark::State& st) {
+  const int n = Fast ? 1024 : 256;
+  const auto a = randn((size_t)n * n, 1), b = randn((size_t)n * n, 2);
+  std::vector<float> c((size_t)n * n);
+  for (auto _ : st) {
+    KERNEL(gemm)(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, 1, 0, 0, 0);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(st, 2.0 * n * n * n);
+  st.SetLabel(std::to_string(n) + "^3");
+}
+
+void bm_cblas_sgemm(benchmark::State& st) {
+  const int n = 1024;
+  const auto a = randn((size_t)n * n, 1), b = randn((size_t)n * n, 2);
+  std::vector<float> c((size_t)n * n);
+  for (auto _ : st) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
+                n, 0.0f, c.data(), n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(st, 2.0 * n * n * n);
+  st.SetLabel("1024^3");
+}
+
+// Many small matrices (attention-sized): gemm spreads the batch over threads.
+template <bool Fast>
+void bm_gemm_batched(benchmark::State& st) {
+  const int n = 64, batch = 64;
+  const int64_t s = (int64_t)n * n;
+  const auto a = randn(s * batch, 1), b = randn(s * batch, 2);
+  std::vector<float> c(s * batch);
+  for (auto _ : st) {
+    KERNEL(gemm)(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, batch, s, s, s);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(st, 2.0 * n * n * n * batch);
+  st.SetLabel("64 x 64^3");
+}
+
+// The alternative the batched gemm's heuristic rejects: one (threaded) BLAS call after another.
+void bm_gemm_batched_blas_loop(benchmark::State& st) {
+  const int n = 64, batch = 64;
+  const int64_t s = (int64_t)n * n;
+  const auto a = randn(s * batch, 1), b = randn(s * batch, 2);
+  std::vector<float> c(s * batch);
+  for (auto _ : st) {
+    for (int p = 0; p < batch; p++)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data() + p * s, n,
+                  b.data() + p * s, n, 0.0f, c.data() + p * s, n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(st, 2.0 * n * n * n * batch);
+  st.SetLabel("64 x 64^3");
+}
+
+template <bool Fast>
+void bm_matmul_fwd(benchmark::State& st) {
+  const int N = Fast ? 1024 : 256, C = 768, OC = 768;
+  const auto inp = randn((size_t)N * C, 1), w = randn((size_t)OC * C, 2), b = randn(OC, 3);
+  std::vector<float> out((size_t)N * OC);
+  for (auto _ : st) {
+    KERNEL(matmul_forward)(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_flops(st, 2.0 * N * C * OC);
+  st.SetLabel("N=" + std::to_string(N) + " C=768 OC=768");
+}
+
+template <bool Fast>
+void bm_matmul_bwd(benchmark::State& st) {
+  const int N = Fast ? 1024 : 256, C = 768, OC = 768;
+  const auto inp = randn((size_t)N * C, 1), w = randn((size_t)OC * C, 2), dout = randn((size_t)N * OC, 3);
+  std::vector<float> dinp((size_t)N * C), dw((size_t)OC * C), db(OC);
+  for (auto _ : st) {
+    KERNEL(matmul_backward)(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+    benchmark::DoNotOptimize(dinp.data());
+  }
+  set_flops(st, 4.0 * N * C * OC);
+  st.SetLabel("N=" + std::to_string(N) + " C=768 OC=768");
+}
+
+template <bool Fast>
+void bm_bias_add(benchmark::State& st) {
+  const int N = 4096, C = 768;
+  const auto inp = randn((size_t)N * C, 1), b = randn(C, 2);
+  std::vector<float> out((size_t)N * C);
+  for (auto _ : st) {
+    KERNEL(bias_add)(out.data(), inp.data(), b.data(), N, C);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_bytes(st, 2.0 * 4 * N * C);
+}
+
+template <bool Fast>
+void bm_bias_bwd(benchmark::State& st) {
+  const int N = 4096, C = 768;
+  const auto dout = randn((size_t)N * C, 1);
+  std::vector<float> db(C);
+  for (auto _ : st) {
+    KERNEL(bias_backward)(db.data(), dout.data(), N, C);
+    benchmark::DoNotOptimize(db.data());
+  }
+  set_bytes(st, 4.0 * N * C);
+}
+
+// ---- layernorm, gelu ----------------------------------------------------------------
+
+template <bool Fast>
+void bm_layernorm_fwd(benchmark::State& st) {
+  const int N = 4096, C = 768;
+  const auto inp = randn((size_t)N * C, 1), w = randn(C, 2), b = randn(C, 3);
+  std::vector<float> out((size_t)N * C), mean(N), rstd(N);
+  for (auto _ : st) {
+    KERNEL(layernorm_forward)(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_bytes(st, 2.0 * 4 * N * C);
+}
+
+template <bool Fast>
+void bm_layernorm_bwd(benchmark::State& st) {
+  const int N = 4096, C = 768;
+  const auto inp = randn((size_t)N * C, 1), w = randn(C, 2), b = randn(C, 3), dout = randn((size_t)N * C, 4);
+  std::vector<float> out((size_t)N * C), mean(N), rstd(N), dinp((size_t)N * C), dw(C), db(C);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+  for (auto _ : st) {
+    KERNEL(layernorm_backward)(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
+                               mean.data(), rstd.data(), N, C);
+    benchmark::DoNotOptimize(dinp.data());
+  }
+  set_bytes(st, 4.0 * 4 * N * C);  // read inp, dout, dinp; write dinp
+}
+
+template <bool Fast>
+void bm_gelu_fwd(benchmark::State& st) {
+  const int64_t n = 4096 * 768;
+  const auto inp = randn(n, 1);
+  std::vector<float> out(n);
+  for (auto _ : st) {
+    KERNEL(gelu_forward)(out.data(), inp.data(), n);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_bytes(st, 2.0 * 4 * n);
+}
+
+template <bool Fast>
+void bm_gelu_bwd(benchmark::State& st) {
+  const int64_t n = 4096 * 768;
+  const auto inp = randn(n, 1), dout = randn(n, 2);
+  std::vector<float> dinp(n);
+  for (auto _ : st) {
+    KERNEL(gelu_backward)(dinp.data(), inp.data(), dout.data(), n);
+    benchmark::DoNotOptimize(dinp.data());
+  }
+  set_bytes(st, 4.0 * 4 * n);
+}
+
+// ---- attention: B 4, T 256, C 256, NH 4 ---------------------------------------------
+
+constexpr int k_ab = 4, k_at = 256, k_ac = 256, k_anh = 4;
+// Causal flops of one forward: q k^T and p v over the T(T+1)/2 visible pairs, 2 per MAC.
+constexpr double k_attn_fwd_flops = 2.0 * 2.0 * k_ab * k_ac * (k_at * (k_at + 1) / 2.0);
+
+struct AttnData {
+  std::vector<float> qkv = randn((size_t)k_ab * k_at * 3 * k_ac, 1);
+  std::vector<float> dout = randn((size_t)k_ab * k_at * k_ac, 2);
+  std::vector<float> out = std::vector<float>((size_t)k_ab * k_at * k_ac);
+  std::vector<float> lse = std::vector<float>((size_t)k_ab * k_anh * k_at);
+  std::vector<float> dqkv = std::vector<float>(qkv.size());
+};
+
+template <bool Fast>
+void bm_attention_fwd(benchmark::State& st) {
+  AttnData d;
+  for (auto _ : st) {
+    KERNEL(attention_forward)(d.out.data(), d.lse.data(), d.qkv.data(), k_ab, k_at, k_ac, k_anh);
+    benchmark::DoNotOptimize(d.out.data());
+  }
+  set_flops(st, k_attn_fwd_flops);
+  st.SetLabel("B=4 T=256 C=256 NH=4");
+}
+
+template <bool Fast>
+void bm_attention_bwd(benchmark::State& st) {
+  AttnData d;
+  cpu::attention_forward(d.out.data(), d.lse.data(), d.qkv.data(), k_ab, k_at, k_ac, k_anh);
+  for (auto _ : st) {
+    KERNEL(attention_backward)(d.dqkv.data(), d.dout.data(), d.qkv.data(), d.out.data(), d.lse.data(),
+                               k_ab, k_at, k_ac, k_anh);
+    benchmark::DoNotOptimize(d.dqkv.data());
+  }
+  set_flops(st, 2.0 * k_attn_fwd_flops);  // dv, dp, dq, dk: four products (recompute not counted)
+  st.SetLabel("B=4 T=256 C=256 NH=4");
+}
+
+template <bool Fast>
+void bm_attention_fwd_bwd(benchmark::State& st) {
+  AttnData d;
+  for (auto _ : st) {
+    KERNEL(attention_forward)(d.out.data(), d.lse.data(), d.qkv.data(), k_ab, k_at, k_ac, k_anh);
+    KERNEL(attention_backward)(d.dqkv.data(), d.dout.data(), d.qkv.data(), d.out.data(), d.lse.data(),
+                               k_ab, k_at, k_ac, k_anh);
+    benchmark::DoNotOptimize(d.dqkv.data());
+  }
+  set_flops(st, 3.0 * k_attn_fwd_flops);
+  st.SetLabel("B=4 T=256 C=256 NH=4");
+}
+
+// ---- cross-entropy, embedding -------------------------------------------------------
+
+constexpr int k_cn = 256, k_cv = 50257;
+
+template <bool Fast>
+void bm_crossentropy_fwd(benchmark::State& st) {
+  const auto logits = randn((size_t)k_cn * k_cv, 1);
+  std::vector<int32_t> targets(k_cn);
+  for (int i = 0; i < k_cn; i++) targets[i] = (i * 7919) % k_cv;
+  std::vector<float> losses(k_cn), lse(k_cn);
+  for (auto _ : st) {
+    KERNEL(crossentropy_forward)(losses.data(), lse.data(), logits.data(), targets.data(), k_cn, k_cv, -100);
+    benchmark::DoNotOptimize(losses.data());
+  }
+  set_bytes(st, 4.0 * k_cn * k_cv);
+  st.SetLabel("N=256 V=50257");
+}
+
+template <bool Fast>
+void bm_crossentropy_bwd(benchmark::State& st) {
+  const auto logits = randn((size_t)k_cn * k_cv, 1);
+  std::vector<int32_t> targets(k_cn);
+  for (int i = 0; i < k_cn; i++) targets[i] = (i * 7919) % k_cv;
+  std::vector<float> losses(k_cn), lse(k_cn), dlogits((size_t)k_cn * k_cv);
+  cpu::crossentropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), k_cn, k_cv, -100);
+  for (auto _ : st) {
+    KERNEL(crossentropy_backward)(dlogits.data(), logits.data(), lse.data(), targets.data(), 1.0f / k_cn,
+                                  k_cn, k_cv, -100);
+    benchmark::DoNotOptimize(dlogits.data());
+  }
+  set_bytes(st, 3.0 * 4 * k_cn * k_cv);
+  st.SetLabel("N=256 V=50257");
+}
+
+constexpr int k_eb = 4, k_et = 1024, k_ec = 768, k_ev = 50257;
+
+template <bool Fast>
+void bm_embedding_fwd(benchmark::State& st) {
+  const auto wte = randn((size_t)k_ev * k_ec, 1), wpe = randn((size_t)k_et * k_ec, 2);
+  std::vector<int32_t> tokens(k_eb * k_et);
+  for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (int32_t)((i * 7919) % k_ev);
+  std::vector<float> out((size_t)k_eb * k_et * k_ec);
+  for (auto _ : st) {
+    KERNEL(embedding_forward)(out.data(), tokens.data(), wte.data(), wpe.data(), k_eb, k_et, k_ec);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_bytes(st, 3.0 * 4 * k_eb * k_et * k_ec);
+}
+
+template <bool Fast>
+void bm_embedding_bwd(benchmark::State& st) {
+  std::vector<float> dwte((size_t)k_ev * k_ec), dwpe((size_t)k_et * k_ec);
+  std::vector<int32_t> tokens(k_eb * k_et);
+  for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (int32_t)((i * 7919) % k_ev);
+  const auto dout = randn((size_t)k_eb * k_et * k_ec, 3);
+  for (auto _ : st) {
+    KERNEL(embedding_backward)(dwte.data(), dwpe.data(), dout.data(), tokens.data(), k_eb, k_et, k_ec);
+    benchmark::DoNotOptimize(dwte.data());
+  }
+  set_bytes(st, 5.0 * 4 * k_eb * k_et * k_ec);  // read dout, read+write dwte and dwpe rows
+}
+
+// ---- optimizer, elementwise, reductions, bf16 ---------------------------------------
+
+constexpr int64_t k_n = 1 << 23;  // 8M floats, 32 MiB: beyond the caches
+
+template <bool Fast>
+void bm_adamw(benchmark::State& st) {
+  auto p = randn(k_n, 1);
+  const auto g = randn(k_n, 2);
+  std::vector<float> m(k_n, 0.0f), v(k_n, 0.0f);
+  int step = 0;
+  for (auto _ : st) {
+    KERNEL(adamw_step)(p.data(), g.data(), m.data(), v.data(), k_n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step);
+    benchmark::DoNotOptimize(p.data());
+  }
+  set_bytes(st, 7.0 * 4 * k_n);
+}
+
+template <bool Fast>
+void bm_add(benchmark::State& st) {
+  const auto a = randn(k_n, 1), b = randn(k_n, 2);
+  std::vector<float> out(k_n);
+  for (auto _ : st) {
+    KERNEL(add)(out.data(), a.data(), b.data(), k_n);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_bytes(st, 3.0 * 4 * k_n);
+}
+
+template <bool Fast>
+void bm_scale(benchmark::State& st) {
+  const auto a = randn(k_n, 1);
+  std::vector<float> out(k_n);
+  for (auto _ : st) {
+    KERNEL(scale)(out.data(), a.data(), 0.5f, k_n);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_bytes(st, 2.0 * 4 * k_n);
+}
+
+template <bool Fast>
+void bm_axpy(benchmark::State& st) {
+  const auto a = randn(k_n, 1);
+  std::vector<float> out(k_n);
+  for (auto _ : st) {
+    KERNEL(axpy)(out.data(), a.data(), 1e-3f, k_n);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_bytes(st, 3.0 * 4 * k_n);
+}
+
+template <bool Fast>
+void bm_sum(benchmark::State& st) {
+  const auto a = randn(k_n, 1);
+  for (auto _ : st) benchmark::DoNotOptimize(KERNEL(sum)(a.data(), k_n));
+  set_bytes(st, 4.0 * k_n);
+}
+
+template <bool Fast>
+void bm_sum_squares(benchmark::State& st) {
+  const auto a = randn(k_n, 1);
+  for (auto _ : st) benchmark::DoNotOptimize(KERNEL(sum_squares)(a.data(), k_n));
+  set_bytes(st, 4.0 * k_n);
+}
+
+template <bool Fast>
+void bm_f32_to_bf16(benchmark::State& st) {
+  const auto a = randn(k_n, 1);
+  std::vector<uint16_t> h(k_n);
+  for (auto _ : st) {
+    KERNEL(f32_to_bf16)(h.data(), a.data(), k_n);
+    benchmark::DoNotOptimize(h.data());
+  }
+  set_bytes(st, 6.0 * k_n);
+}
+
+template <bool Fast>
+void bm_bf16_to_f32(benchmark::State& st) {
+  std::vector<uint16_t> h(k_n, 0x3f80);
+  std::vector<float> a(k_n);
+  for (auto _ : st) {
+    KERNEL(bf16_to_f32)(a.data(), h.data(), k_n);
+    benchmark::DoNotOptimize(a.data());
+  }
+  set_bytes(st, 6.0 * k_n);
+}
+
+#undef KERNEL
+
+void add_pair(const std::string& op, void (*fast)(benchmark::State&), void (*reference)(benchmark::State&)) {
+  benchmark::RegisterBenchmark(("BM_" + op + "/fast").c_str(), fast)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark(("BM_" + op + "/ref").c_str(), reference)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+#define PAIR(op) add_pair(#op, bm_##op<true>, bm_##op<false>)
+  PAIR(gemm);
+  benchmark::RegisterBenchmark("BM_gemm/cblas_sgemm", bm_cblas_sgemm)->UseRealTime()->Unit(benchmark::kMillisecond);
+  PAIR(gemm_batched);
+  benchmark::RegisterBenchmark("BM_gemm_batched/blas_loop", bm_gemm_batched_blas_loop)->UseRealTime()->Unit(benchmark::kMillisecond);
+  PAIR(matmul_fwd);
+  PAIR(matmul_bwd);
+  PAIR(bias_add);
+  PAIR(bias_bwd);
+  PAIR(layernorm_fwd);
+  PAIR(layernorm_bwd);
+  PAIR(gelu_fwd);
+  PAIR(gelu_bwd);
+  PAIR(attention_fwd);
+  PAIR(attention_bwd);
+  PAIR(attention_fwd_bwd);
+  PAIR(crossentropy_fwd);
+  PAIR(crossentropy_bwd);
+  PAIR(embedding_fwd);
+  PAIR(embedding_bwd);
+  PAIR(adamw);
+  PAIR(add);
+  PAIR(scale);
+  PAIR(axpy);
+  PAIR(sum);
+  PAIR(sum_squares);
+  PAIR(f32_to_bf16);
+  PAIR(bf16_to_f32);
+#undef PAIR
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
