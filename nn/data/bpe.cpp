@@ -23,6 +23,7 @@ namespace {
 
 constexpr int format_version = 1;
 constexpr const char* format_magic = "gpumix-bpe-tokenizer";
+constexpr const char* hash_tag = "gpumix-bpe";
 constexpr size_t parallel_min_bytes = 1 << 20;  // below this, threads cost more than they save
 constexpr size_t cache_max_piece = 64;          // longer pre-tokens are rare: not cached
 
@@ -501,12 +502,12 @@ std::string Tokenizer::decode(const int32_t* ids, size_t n) const {
 // ---- identity and files -------------------------------------------------------------------
 
 uint64_t Tokenizer::hash() const {
-  uint64_t h = fnv1a64(format_magic, std::strlen(format_magic));
-  const uint32_t version = format_version;
-  h = fnv1a64(&version, sizeof version, h);  // little-endian hosts only, as the token files
+  // Identity is the merges and the special token only, not the file format: a new file
+  // version that stores the same tokenizer keeps its hash.
+  uint64_t h = fnv1a64(hash_tag, std::strlen(hash_tag));
   for (const auto& [a, b] : merges_) {
     const uint32_t ab[2] = {static_cast<uint32_t>(a), static_cast<uint32_t>(b)};
-    h = fnv1a64(ab, sizeof ab, h);
+    h = fnv1a64(ab, sizeof ab, h);  // little-endian hosts only, as the token files
   }
   const uint32_t eot = static_cast<uint32_t>(eot_id());
   h = fnv1a64(eot_text.data(), eot_text.size(), h);

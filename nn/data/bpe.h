@@ -70,8 +70,8 @@ class Tokenizer {
   const std::vector<Pair>& merges() const { return merges_; }
   const std::string& token_bytes(int32_t id) const { return vocab_.at(id); }
 
-  // FNV-1a 64 of the format version, the merges and the special token: identifies the
-  // tokenizer in token files and checkpoints. Stable across machines and releases.
+  // FNV-1a 64 of the merges and the special token: identifies the tokenizer in token
+  // files and checkpoints. Stable across machines, releases and file-format versions.
   uint64_t hash() const;
 
   // Text format, version 1 (see bpe.cpp for the grammar); written atomically.

@@ -1,0 +1,307 @@
+// The BPE tokenizer: pre-tokenizer, training (incremental vs naive), round trips on any
+// bytes, the special token, save/load and the content hash.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nn/data/bpe.h"
+#include "nn/data/corpus.h"
+#include "nn/data/file_util.h"
+#include "test_util.h"
+
+namespace gpumix::data {
+namespace {
+
+using test::tiny_corpus;
+
+std::vector<std::string> pieces_of(std::string_view text) {
+  std::vector<std::string> out;
+  for (const auto& p : pretokenize(text)) out.emplace_back(text.substr(p.begin, p.end - p.begin));
+  return out;
+}
+
+std::string random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(gen() & 0xff);
+  return s;
+}
+
+const Tokenizer& tiny_tokenizer() {
+  static const Tokenizer tok = Tokenizer::train(tiny_corpus(), 512);
+  return tok;
+}
+
+using V = std::vector<std::string>;
+
+TEST(Pretokenize, WordsTakeOneLeadingSpace) {
+  EXPECT_EQ(pieces_of("Hello world"), (V{"Hello", " world"}));
+  EXPECT_EQ(pieces_of("abc123def"), (V{"abc", "123", "def"}));
+  EXPECT_EQ(pieces_of("x = 3.14!"), (V{"x", " =", " 3", ".", "14", "!"}));
+  EXPECT_EQ(pieces_of("(about 49%)"), (V{"(", "about", " 49", "%)"}));
+}
+
+TEST(Pretokenize, Contractions) {
+  EXPECT_EQ(pieces_of("don't"), (V{"don", "'t"}));
+  EXPECT_EQ(pieces_of("we'll they've you're I'm he'd it's"),
+            (V{"we", "'ll", " they", "'ve", " you", "'re", " I", "'m", " he", "'d", " it", "'s"}));
+  EXPECT_EQ(pieces_of("rock'n'roll"), (V{"rock", "'", "n", "'", "roll"}));
+  EXPECT_EQ(pieces_of("DON'T"), (V{"DON", "'", "T"}));  // case-sensitive, as GPT-2
+}
+
+TEST(Pretokenize, WhitespaceRunsLeaveTheirLastSpace) {
+  EXPECT_EQ(pieces_of("a  b"), (V{"a", " ", " b"}));
+  EXPECT_EQ(pieces_of("a    b"), (V{"a", "   ", " b"}));
+  EXPECT_EQ(pieces_of("a\n\nb"), (V{"a", "\n", "\n", "b"}));
+  EXPECT_EQ(pieces_of("a \n b"), (V{"a", " \n", " b"}));
+  EXPECT_EQ(pieces_of("end  "), (V{"end", "  "}));
+  EXPECT_EQ(pieces_of("  hi"), (V{" ", " hi"}));
+  EXPECT_EQ(pieces_of("\tx"), (V{"\t", "x"}));
+}
+
+TEST(Pretokenize, HighBytesAreLetters) {
+  EXPECT_EQ(pieces_of("caf\xc3\xa9 na\xc3\xafve"), (V{"caf\xc3\xa9", " na\xc3\xafve"}));
+  EXPECT_EQ(pieces_of("\xff\xfe!"), (V{"\xff\xfe", "!"}));
+}
+
+TEST(Pretokenize, PiecesCoverAnyBytes) {
+  for (uint32_t seed = 0; seed < 20; ++seed) {
+    const std::string s = random_bytes(1000 + seed, seed);
+    std::string joined;
+    for (const auto& p : pieces_of(s)) {
+      EXPECT_FALSE(p.empty());
+      joined += p;
+    }
+    EXPECT_EQ(joined, s);
+  }
+}
+
+TEST(Pretokenize, ChunkCutsDoNotChangePieces) {
+  const std::string text = tiny_corpus() + random_bytes(3000, 7) + "  \n  x y\n\n z";
+  const auto whole = pieces_of(text);
+  for (int n : {2, 3, 8, 64}) {
+    std::vector<std::string> joined;
+    size_t begin = 0;
+    auto cuts = chunk_cuts(text, n);
+    EXPECT_LE(cuts.size(), static_cast<size_t>(n - 1));
+    cuts.push_back(text.size());
+    for (size_t cut : cuts) {
+      ASSERT_GT(cut, begin);
+      for (auto& p : pieces_of(std::string_view(text).substr(begin, cut - begin))) joined.push_back(p);
+      begin = cut;
+    }
+    EXPECT_EQ(joined, whole) << "n = " << n;
+  }
+}
+
+TEST(Train, IncrementalEqualsNaive) {
+  for (int vocab : {300, 600, 1024}) {
+    const Tokenizer fast = Tokenizer::train(tiny_corpus(), vocab);
+    const Tokenizer naive = Tokenizer::train_naive(tiny_corpus(), vocab);
+    EXPECT_EQ(fast.merges(), naive.merges()) << "vocab " << vocab;
+    // 40 KB of text runs out of pairs a little before 1024.
+    EXPECT_LE(fast.vocab_size(), vocab);
+    EXPECT_GE(fast.vocab_size(), std::min(vocab, 1000));
+  }
+}
+
+TEST(Train, IncrementalEqualsNaiveOnOddText) {
+  // Repeated bytes exercise overlapping pairs ("aaaa"), and random bytes ties everywhere.
+  const std::string text = "aaaa aaa aa a bbbbbbbb abababab aaabbb " + random_bytes(4000, 3) +
+                           "<|endoftext|>aaaa" + std::string(300, '-');
+  const Tokenizer fast = Tokenizer::train(text, 700);
+  const Tokenizer naive = Tokenizer::train_naive(text, 700);
+  EXPECT_EQ(fast.merges(), naive.merges());
+}
+
+TEST(Train, FirstMergesAreCommonPairs) {
+  // The most frequent pair of the tiny corpus wins the first merge.
+  const auto& m = tiny_tokenizer().merges();
+  ASSERT_GE(m.size(), 2u);
+  EXPECT_EQ(tiny_tokenizer().token_bytes(256), "he");
+  EXPECT_EQ(tiny_tokenizer().token_bytes(257), " t");
+}
+
+TEST(Train, IsDeterministic) {
+  const Tokenizer a = Tokenizer::train(tiny_corpus(), 512);
+  const Tokenizer b = Tokenizer::train(tiny_corpus(), 512);
+  EXPECT_EQ(a.merges(), b.merges());
+  EXPECT_EQ(a.hash(), b.hash());
+  const Tokenizer c = Tokenizer::train(tiny_corpus(), 511);
+  EXPECT_NE(a.hash(), c.hash());
+}
+
+TEST(Train, StopsEarlyWhenNothingIsLeftToMerge) {
+  const Tokenizer t = Tokenizer::train("ab ab ab", 1000);
+  // "ab" (x3), then " ab" + nothing else: ' ' + "ab" merges once more.
+  EXPECT_EQ(t.num_merges(), 2);
+  EXPECT_EQ(t.vocab_size(), 256 + 2 + 1);
+}
+
+TEST(Train, NeverMergesAcrossPreTokensOrTheSpecialToken) {
+  const Tokenizer t = Tokenizer::train("abc.abc.<|endoftext|>abc.abc.", 400);
+  for (int id = 256; id < t.eot_id(); ++id) {
+    const std::string& s = t.token_bytes(id);
+    EXPECT_FALSE(s.find('.') != std::string::npos && s.find('c') != std::string::npos) << s;
+    EXPECT_EQ(s.find('<'), std::string::npos) << s;
+  }
+}
+
+TEST(Train, RejectsTooSmallVocabulary) {
+  EXPECT_ERROR_HAS(Tokenizer::train("hello", 100), "100", "257");
+}
+
+TEST(Encode, RoundTripsTheCorpus) {
+  const auto& tok = tiny_tokenizer();
+  const auto ids = tok.encode(tiny_corpus());
+  EXPECT_EQ(tok.decode(ids), tiny_corpus());
+  const double bytes_per_token = static_cast<double>(tiny_corpus().size()) / ids.size();
+  EXPECT_GT(bytes_per_token, 2.4);  // 255 merges on 40 KB of repetitive English
+}
+
+TEST(Encode, RoundTripsAnyBytes) {
+  const auto& tok = tiny_tokenizer();
+  const std::vector<std::string> cases = {
+      "",
+      " ",
+      "\n",
+      "a",
+      std::string(1, '\0'),
+      "\xff\xfe\xfd invalid \xc3 UTF-8 \x80\x80",
+      "caf\xc3\xa9 na\xc3\xafve Zo\xc3\xab",
+      std::string(20000, '-'),  // one long pre-token: the heap merge path
+      std::string(5000, ' ') + "x",
+      random_bytes(5000, 11),
+  };
+  for (const auto& s : cases) {
+    EXPECT_EQ(tok.decode(tok.encode(s)), s) << "length " << s.size();
+    EXPECT_EQ(tok.decode(tok.encode(s, false)), s);
+  }
+}
+
+TEST(Encode, RoundTripsLargeRandomTextInParallelChunks) {
+  // Over 1 MB: encoded in parallel chunks; must equal the piece-by-piece result.
+  const auto& tok = tiny_tokenizer();
+  std::string text;
+  while (text.size() < (3u << 19)) text += tiny_corpus() + random_bytes(997, static_cast<uint32_t>(text.size()));
+  const auto ids = tok.encode(text);
+  EXPECT_EQ(tok.decode(ids), text);
+  std::vector<int32_t> serial;
+  for (const auto& p : pretokenize(text)) tok.encode_piece(std::string_view(text).substr(p.begin, p.end - p.begin), serial);
+  EXPECT_EQ(ids, serial);
+}
+
+TEST(Encode, EmptyGivesNoTokens) { EXPECT_TRUE(tiny_tokenizer().encode("").empty()); }
+
+TEST(Encode, SpecialTokenInsideText) {
+  const auto& tok = tiny_tokenizer();
+  const std::string text = "first<|endoftext|>second <|endoftext|><|endoftext|> third<|endoftext";
+  const auto ids = tok.encode(text);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tok.eot_id()), 3);
+  EXPECT_EQ(tok.decode(ids), text);
+  EXPECT_EQ(ids.front(), tok.encode("first").front());
+  // Without allow_special the same text is plain bytes.
+  const auto plain = tok.encode(text, false);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), tok.eot_id()), 0);
+  EXPECT_EQ(tok.decode(plain), text);
+  const std::vector<int32_t> only = {tok.eot_id()};
+  EXPECT_EQ(tok.encode("<|endoftext|>"), only);
+}
+
+TEST(Encode, TrainingWordsUseTheirMerges) {
+  // A frequent word of the corpus becomes one token.
+  const auto& tok = tiny_tokenizer();
+  EXPECT_EQ(tok.encode(" the").size(), 1u);
+  EXPECT_EQ(tok.encode(" the the the").size(), 3u);
+}
+
+TEST(Encode, ByteTokenizerIsIdentity) {
+  const Tokenizer bytes;
+  EXPECT_EQ(bytes.vocab_size(), 257);
+  EXPECT_EQ(bytes.eot_id(), 256);
+  const auto ids = bytes.encode("hi!");
+  EXPECT_EQ(ids, (std::vector<int32_t>{'h', 'i', '!'}));
+}
+
+TEST(Decode, RejectsUnknownIds) {
+  const auto& tok = tiny_tokenizer();
+  const std::vector<int32_t> ids = {1, 2, 512};
+  EXPECT_ERROR_HAS(tok.decode(ids), "512", "position 2", "512 ids");
+  const std::vector<int32_t> neg = {-1};
+  EXPECT_ERROR_HAS(tok.decode(neg), "-1");
+}
+
+TEST(SaveLoad, RoundTripsAndKeepsTheHash) {
+  test::TempDir dir;
+  const auto& tok = tiny_tokenizer();
+  const std::string path = dir.file("tok.bpe");
+  tok.save(path);
+  const Tokenizer back = Tokenizer::load(path);
+  EXPECT_EQ(back.merges(), tok.merges());
+  EXPECT_EQ(back.hash(), tok.hash());
+  EXPECT_EQ(back.encode(tiny_corpus()), tok.encode(tiny_corpus()));
+  back.save(dir.file("again.bpe"));
+  EXPECT_EQ(read_file(dir.file("again.bpe")), read_file(path));  // byte-identical
+}
+
+TEST(SaveLoad, HashIsStable) {
+  // Pinned values: a change means every saved tokenizer and checkpoint changes identity.
+  EXPECT_EQ(Tokenizer().hash(), 0xff9a7f62adbbf381ull);
+  const Tokenizer small({{'a', 'b'}, {256, 'c'}, {' ', 257}});
+  EXPECT_EQ(small.hash(), 0x9501da1534add26dull);
+}
+
+TEST(SaveLoad, BadFilesNameTheFileAndTheProblem) {
+  test::TempDir dir;
+  Tokenizer({{'a', 'b'}, {256, 'c'}}).save(dir.file("good.bpe"));
+  const std::string good = read_file(dir.file("good.bpe"));
+
+  EXPECT_ERROR_HAS(Tokenizer::load(dir.file("missing.bpe")), "missing.bpe");
+
+  write_file_atomic(dir.file("magic.bpe"), "hello world\n");
+  EXPECT_ERROR_HAS(Tokenizer::load(dir.file("magic.bpe")), "magic.bpe", "not a GPUMix tokenizer",
+                   "gpumix tokenizer train");
+
+  std::string v2 = good;
+  v2.replace(v2.find(" 1\n"), 3, " 9\n");
+  write_file_atomic(dir.file("v9.bpe"), v2);
+  EXPECT_ERROR_HAS(Tokenizer::load(dir.file("v9.bpe")), "v9.bpe", "version 9");
+
+  write_file_atomic(dir.file("short.bpe"), good.substr(0, good.rfind("256 99")));
+  EXPECT_ERROR_HAS(Tokenizer::load(dir.file("short.bpe")), "short.bpe", "ends early");
+
+  std::string edited = good;
+  edited.replace(edited.rfind("256 99"), 6, "256 98");
+  write_file_atomic(dir.file("edited.bpe"), edited);
+  EXPECT_ERROR_HAS(Tokenizer::load(dir.file("edited.bpe")), "edited.bpe", "hash");
+
+  std::string forward = good;
+  forward.replace(forward.rfind("256 99"), 6, "300 99");
+  write_file_atomic(dir.file("forward.bpe"), forward);
+  EXPECT_ERROR_HAS(Tokenizer::load(dir.file("forward.bpe")), "forward.bpe", "line 7", "300");
+}
+
+TEST(Timing, FortunesIfInstalled) {
+  // Not an assertion (timings live in bench/): prints the training time and compression
+  // on the fortunes corpus when the package is installed.
+  const char* dir = "/usr/share/games/fortunes";
+  if (!std::filesystem::is_directory(dir)) GTEST_SKIP() << "fortunes not installed";
+  const std::string text = read_corpus(dir);
+  for (int vocab : {4096, 8192}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Tokenizer tok = Tokenizer::train(text, vocab);
+    const auto t1 = std::chrono::steady_clock::now();
+    const auto ids = tok.encode(text);
+    const auto t2 = std::chrono::steady_clock::now();
+    const auto s = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+    std::printf("fortunes: %zu bytes, vocab %d: train %.3f s, encode %.3f s, %.3f bytes/token\n", text.size(),
+                vocab, s(t0, t1), s(t1, t2), static_cast<double>(text.size()) / ids.size());
+    EXPECT_EQ(tok.decode(ids), text);
+  }
+}
+
+}  // namespace
+}  // namespace gpumix::data

@@ -1,0 +1,164 @@
+// gpumix tokenizer: train a byte-level BPE tokenizer on a corpus, encode a corpus into a
+// token file, or decode a token file back to text.
+//
+//   gpumix tokenizer train  --data CORPUS --vocab N --out TOKENIZER
+//   gpumix tokenizer encode --tokenizer TOKENIZER --data CORPUS --out TOKENS
+//   gpumix tokenizer decode --tokenizer TOKENIZER --tokens TOKENS [--out TEXT]
+//
+// CORPUS is a text file, a fortunes file, or a folder of them (see nn/data/corpus.h).
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "nn/data/bpe.h"
+#include "nn/data/corpus.h"
+#include "nn/data/file_util.h"
+#include "nn/data/progress.h"
+#include "nn/data/token_file.h"
+#include "tools/command.h"
+
+namespace {
+
+using namespace gpumix::data;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string read_text_corpus(const std::string& path, size_t* num_docs) {
+  if (is_token_file(path)) {
+    throw std::runtime_error("'" + path + "' is already a token file; pass the text corpus it was made from");
+  }
+  const auto docs = read_documents(path);
+  *num_docs = docs.size();
+  return join_documents(docs);
+}
+
+// Encodes in blocks of a few MB cut where pre-tokens cannot straddle (chunk_cuts), so
+// the result equals one encode() call and a progress bar can follow it.
+std::vector<int32_t> encode_with_progress(const Tokenizer& tok, std::string_view text) {
+  constexpr size_t block_bytes = 8 << 20;
+  const int blocks = static_cast<int>(text.size() / block_bytes) + 1;
+  std::vector<size_t> cuts = chunk_cuts(text, blocks);
+  cuts.push_back(text.size());
+  Progress progress("encoding", static_cast<double>(text.size()) / 1e6, "MB");
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3);
+  size_t begin = 0;
+  for (size_t cut : cuts) {
+    const auto part = tok.encode(text.substr(begin, cut - begin));
+    ids.insert(ids.end(), part.begin(), part.end());
+    begin = cut;
+    progress.update(static_cast<double>(begin) / 1e6);
+  }
+  progress.finish();
+  return ids;
+}
+
+int run_train(const std::string& data, int vocab, const std::string& out) {
+  auto t0 = std::chrono::steady_clock::now();
+  size_t docs = 0;
+  const std::string text = read_text_corpus(data, &docs);
+  std::printf("corpus     %s: %zu documents, %.2f MB\n", data.c_str(), docs, text.size() / 1e6);
+  t0 = std::chrono::steady_clock::now();
+  TrainOptions options;
+  options.show_progress = true;
+  const Tokenizer tok = Tokenizer::train(text, vocab, options);
+  const double train_s = seconds_since(t0);
+  tok.save(out);
+  std::printf("trained    %d merges in %.2f s: vocabulary %d (256 bytes, the merges, <|endoftext|> = id %d)\n",
+              tok.num_merges(), train_s, tok.vocab_size(), tok.eot_id());
+  if (tok.vocab_size() < vocab) {
+    std::printf("note       the corpus ran out of pairs to merge before vocabulary %d\n", vocab);
+  }
+  t0 = std::chrono::steady_clock::now();
+  const auto ids = encode_with_progress(tok, text);
+  std::printf("encoded    %zu tokens in %.2f s: %.3f bytes/token on the corpus\n", ids.size(), seconds_since(t0),
+              static_cast<double>(text.size()) / ids.size());
+  std::printf("wrote      %s (hash %016" PRIx64 ")\n", out.c_str(), tok.hash());
+  return 0;
+}
+
+int run_encode(const std::string& tokenizer, const std::string& data, const std::string& out) {
+  const Tokenizer tok = Tokenizer::load(tokenizer);
+  size_t docs = 0;
+  const std::string text = read_text_corpus(data, &docs);
+  std::printf("corpus     %s: %zu documents, %.2f MB\n", data.c_str(), docs, text.size() / 1e6);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto ids = encode_with_progress(tok, text);
+  const double s = seconds_since(t0);
+  write_token_file(out, TokenView(ids), static_cast<uint64_t>(tok.vocab_size()), tok.hash());
+  std::printf("encoded    %zu tokens in %.2f s (%.2f MB/s): %.3f bytes/token\n", ids.size(), s,
+              text.size() / 1e6 / std::max(s, 1e-9), static_cast<double>(text.size()) / ids.size());
+  std::printf("wrote      %s (vocabulary %d, %d-byte tokens, tokenizer hash %016" PRIx64 ")\n", out.c_str(),
+              tok.vocab_size(), tok.vocab_size() <= 65536 ? 2 : 4, tok.hash());
+  return 0;
+}
+
+int run_decode(const std::string& tokenizer, const std::string& tokens, const std::string& out) {
+  const Tokenizer tok = Tokenizer::load(tokenizer);
+  const TokenFile file(tokens);
+  if (file.tokenizer_hash() != 0 && file.tokenizer_hash() != tok.hash()) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "token file '%s' was made by the tokenizer with hash %016" PRIx64 ", but '%s' has hash %016" PRIx64
+                  " — pass the tokenizer that encoded it",
+                  tokens.c_str(), file.tokenizer_hash(), tokenizer.c_str(), tok.hash());
+    throw std::runtime_error(buf);
+  }
+  const auto ids = file.tokens().to_vector();
+  const std::string text = tok.decode(ids);
+  if (out.empty() || out == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  } else {
+    write_file_atomic(out, text);
+    std::fprintf(stderr, "decoded %zu tokens into %zu bytes: %s\n", ids.size(), text.size(), out.c_str());
+  }
+  return 0;
+}
+
+int cmd_tokenizer(int argc, char** argv) {
+  CLI::App app{"Train a byte-level BPE tokenizer, encode a corpus into a token file, or decode one.\n"
+               "CORPUS: a text file, a fortunes file (records between '%' lines), or a folder of them.",
+               "gpumix tokenizer"};
+  app.require_subcommand(1);
+
+  std::string data, out, tokenizer, tokens;
+  int vocab = 8192;
+
+  auto* train = app.add_subcommand("train", "learn BPE merges from a corpus and write the tokenizer file");
+  train->add_option("--data", data, "corpus: text file, fortunes file or folder")->required();
+  train->add_option("--vocab", vocab, "vocabulary size: 256 bytes + merges + <|endoftext|>")
+      ->check(CLI::Range(257, 1 << 24))
+      ->capture_default_str();
+  train->add_option("--out", out, "tokenizer file to write")->required();
+
+  auto* encode = app.add_subcommand("encode", "encode a corpus into a token file");
+  encode->add_option("--tokenizer", tokenizer, "tokenizer file (from `tokenizer train`)")->required();
+  encode->add_option("--data", data, "corpus: text file, fortunes file or folder")->required();
+  encode->add_option("--out", out, "token file to write")->required();
+
+  auto* decode = app.add_subcommand("decode", "decode a token file back to text");
+  decode->add_option("--tokenizer", tokenizer, "tokenizer file")->required();
+  decode->add_option("--tokens", tokens, "token file (from `tokenizer encode`)")->required();
+  decode->add_option("--out", out, "text file to write (default: standard output)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 prints the problem (or the help); a usage error exits 2, as in main.cpp.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (train->parsed()) return run_train(data, vocab, out);
+  if (encode->parsed()) return run_encode(tokenizer, data, out);
+  return run_decode(tokenizer, tokens, out);
+}
+
+}  // namespace
+
+GPUMIX_COMMAND("tokenizer", "train a BPE tokenizer or encode a corpus", cmd_tokenizer);
