@@ -1,0 +1,134 @@
+// Fused softmax + cross-entropy over bf16 logits (N,V), one block per row.
+// Forward: one pass; each thread keeps an online (max, sum of exp) over its elements,
+// merged across the block; writes lse and the loss. Backward: one pass; recomputes each
+// probability from the saved lse (the probabilities are never stored).
+#include <cfloat>
+
+#include "kernels/cuda/common.cuh"
+
+namespace gpumix::kernels::cuda {
+
+namespace {
+
+using detail::Bf16x8;
+using detail::ld_bf16;
+using detail::to_bf16;
+
+constexpr int kThreads = 512;
+
+struct MaxSum {
+  float m, s;
+};
+
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return MaxSum{m, 0.0f};
+  return MaxSum{m, a.s * __expf(a.m - m) + b.s * __expf(b.m - m)};
+}
+
+__device__ __forceinline__ void online_add(MaxSum& a, float x) {
+  if (x > a.m) {
+    a.s = a.s * __expf(a.m - x) + 1.0f;  // exp(-inf) = 0 on the first element
+    a.m = x;
+  } else {
+    a.s += __expf(x - a.m);
+  }
+}
+
+template <bool VEC>
+__global__ void __launch_bounds__(kThreads) crossentropy_forward_kernel(
+    float* __restrict__ losses, float* __restrict__ lse, const bf16* __restrict__ logits,
+    const int32_t* __restrict__ targets, int V, int32_t ignore_index) {
+  const int row = blockIdx.x;
+  const bf16* x = logits + (int64_t)row * V;
+  MaxSum a{-INFINITY, 0.0f};
+  if (VEC) {
+    for (int i = threadIdx.x * 8; i < V; i += blockDim.x * 8) {
+      float f[8];
+      detail::unpack8(*(const Bf16x8*)(x + i), f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) online_add(a, f[j]);
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += blockDim.x) online_add(a, ld_bf16(x[i]));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    MaxSum b{__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o)};
+    a = merge(a, b);
+  }
+  __shared__ MaxSum sh[kThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) sh[warp] = a;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    MaxSum t = sh[0];
+    for (int w = 1; w < (int)(blockDim.x / 32); ++w) t = merge(t, sh[w]);
+    const float l = t.m + logf(t.s);
+    lse[row] = l;
+    const int32_t target = targets[row];
+    losses[row] = target == ignore_index ? 0.0f : l - ld_bf16(x[target]);
+  }
+}
+
+template <bool VEC>
+__global__ void __launch_bounds__(kThreads) crossentropy_backward_kernel(
+    bf16* dlogits, const bf16* logits, const float* __restrict__ lse,
+    const int32_t* __restrict__ targets, float dloss, int V, int32_t ignore_index,
+    bool accumulate) {
+  const int row = blockIdx.x;
+  const int32_t target = targets[row];
+  const bool ignored = target == ignore_index;
+  if (ignored && accumulate) return;  // adds nothing
+  const float l = lse[row];
+  const float scale = ignored ? 0.0f : dloss;
+  const bf16* x = logits + (int64_t)row * V;
+  bf16* d = dlogits + (int64_t)row * V;
+  if (VEC) {
+    for (int i = threadIdx.x * 8; i < V; i += blockDim.x * 8) {
+      float f[8], o[8];
+      detail::unpack8(*(const Bf16x8*)(x + i), f);
+      if (accumulate) detail::unpack8(*(const Bf16x8*)(d + i), o);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float g = scale * (__expf(f[j] - l) - (i + j == target ? 1.0f : 0.0f));
+        o[j] = accumulate ? o[j] + g : g;
+      }
+      *(Bf16x8*)(d + i) = detail::pack8(o);
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+      const float g = scale * (__expf(ld_bf16(x[i]) - l) - (i == target ? 1.0f : 0.0f));
+      d[i] = to_bf16(accumulate ? ld_bf16(d[i]) + g : g);
+    }
+  }
+}
+
+}  // namespace
+
+void crossentropy_forward(float* losses, float* lse, const bf16* logits, const int32_t* targets,
+                          int N, int V, int32_t ignore_index, cudaStream_t stream) {
+  if (N <= 0) return;
+  if (V % 8 == 0 && detail::aligned16(logits))
+    crossentropy_forward_kernel<true><<<N, kThreads, 0, stream>>>(losses, lse, logits, targets, V,
+                                                                  ignore_index);
+  else
+    crossentropy_forward_kernel<false><<<N, kThreads, 0, stream>>>(losses, lse, logits, targets, V,
+                                                                   ignore_index);
+  CUDA_CHECK_LAST();
+}
+
+void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
+                           const int32_t* targets, float dloss, int N, int V,
+                           int32_t ignore_index, bool accumulate, cudaStream_t stream) {
+  if (N <= 0) return;
+  if (V % 8 == 0 && detail::aligned16(logits) && detail::aligned16(dlogits))
+    crossentropy_backward_kernel<true><<<N, kThreads, 0, stream>>>(
+        dlogits, logits, lse, targets, dloss, V, ignore_index, accumulate);
+  else
+    crossentropy_backward_kernel<false><<<N, kThreads, 0, stream>>>(
+        dlogits, logits, lse, targets, dloss, V, ignore_index, accumulate);
+  CUDA_CHECK_LAST();
+}
+
+}  // namespace gpumix::kernels::cuda

@@ -1,0 +1,68 @@
+// Elementwise ops, fp32 and bf16 (map.cuh: 16-byte accesses, fp32 arithmetic).
+#include "kernels/cuda/map.cuh"
+
+namespace gpumix::kernels::cuda {
+
+namespace {
+struct AddOp {
+  static constexpr bool kReadsOut = false;
+  __device__ float operator()(float x, float y, float) const { return x + y; }
+};
+struct ScaleOp {
+  static constexpr bool kReadsOut = false;
+  float s;
+  __device__ float operator()(float x, float, float) const { return x * s; }
+};
+struct AxpyOp {
+  static constexpr bool kReadsOut = true;
+  float s;
+  __device__ float operator()(float x, float, float o) const { return o + s * x; }
+};
+struct CopyOp {
+  static constexpr bool kReadsOut = false;
+  __device__ float operator()(float x, float, float) const { return x; }
+};
+struct FillOp {
+  static constexpr bool kReadsOut = false;
+  float value;
+  __device__ float operator()(float, float, float) const { return value; }
+};
+const float* kNoF32 = nullptr;
+const bf16* kNoBf16 = nullptr;
+}  // namespace
+
+void add(float* out, const float* a, const float* b, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, a, b, AddOp{}, n, stream);
+}
+void add(bf16* out, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, a, b, AddOp{}, n, stream);
+}
+void scale(float* out, const float* a, float s, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, a, kNoF32, ScaleOp{s}, n, stream);
+}
+void scale(bf16* out, const bf16* a, float s, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, a, kNoBf16, ScaleOp{s}, n, stream);
+}
+void axpy(float* out, const float* a, float s, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, a, kNoF32, AxpyOp{s}, n, stream);
+}
+void axpy(bf16* out, const bf16* a, float s, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, a, kNoBf16, AxpyOp{s}, n, stream);
+}
+void axpy(float* out, const bf16* a, float s, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, a, kNoBf16, AxpyOp{s}, n, stream);
+}
+void f32_to_bf16(bf16* out, const float* in, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, in, kNoF32, CopyOp{}, n, stream);
+}
+void bf16_to_f32(float* out, const bf16* in, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, in, kNoBf16, CopyOp{}, n, stream);
+}
+void fill(float* out, float value, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, kNoF32, kNoF32, FillOp{value}, n, stream);
+}
+void fill(bf16* out, float value, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, kNoBf16, kNoBf16, FillOp{value}, n, stream);
+}
+
+}  // namespace gpumix::kernels::cuda

@@ -1,0 +1,121 @@
+// Token + position embedding, bf16 tables and output, fp32 gradients.
+// Forward: one thread per 8 channels (16-byte accesses when C % 8 == 0 and aligned).
+// Backward, deterministic and without atomics: dwpe by one thread per (t, c) summing over
+// the batch in order; dwte by sorting the (token, row) pairs with CUB's radix sort, then
+// one block per run of equal tokens summing its rows in sorted (= row) order.
+#include <cub/device/device_radix_sort.cuh>
+
+#include "kernels/cuda/map.cuh"
+
+namespace gpumix::kernels::cuda {
+
+namespace {
+
+using detail::ld_bf16;
+using detail::to_bf16;
+
+template <bool VEC>
+__global__ void embedding_forward_kernel(bf16* __restrict__ out, const int32_t* __restrict__ tokens,
+                                         const bf16* __restrict__ wte,
+                                         const bf16* __restrict__ wpe, int64_t N, int T, int C) {
+  const int W = VEC ? 8 : 1;
+  const int64_t per_row = C / W;
+  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < N * per_row;
+       idx += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t row = idx / per_row;
+    const int c = (int)(idx % per_row) * W;
+    const int t = (int)(row % T);
+    const bf16* e = wte + (int64_t)tokens[row] * C + c;
+    const bf16* p = wpe + (int64_t)t * C + c;
+    bf16* o = out + row * C + c;
+    if (VEC) {
+      float a[8], b[8];
+      detail::loadv(e, a);
+      detail::loadv(p, b);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) a[j] += b[j];
+      detail::storev(o, a);
+    } else {
+      *o = to_bf16(ld_bf16(*e) + ld_bf16(*p));
+    }
+  }
+}
+
+__global__ void dwpe_kernel(float* __restrict__ dwpe, const bf16* __restrict__ dout, int B, int T,
+                            int C) {
+  const int64_t n = (int64_t)T * C;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    float s = 0.0f;
+    for (int b = 0; b < B; ++b) s += ld_bf16(dout[b * n + i]);
+    dwpe[i] += s;
+  }
+}
+
+__global__ void iota_kernel(int32_t* v, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) v[i] = i;
+}
+
+// Block i handles the run of equal tokens starting at sorted position i (other blocks
+// return at once).
+__global__ void dwte_kernel(float* __restrict__ dwte, const bf16* __restrict__ dout,
+                            const int32_t* __restrict__ keys, const int32_t* __restrict__ rows,
+                            int N, int C) {
+  const int i = blockIdx.x;
+  const int32_t token = keys[i];
+  if (i > 0 && keys[i - 1] == token) return;
+  int end = i + 1;
+  while (end < N && keys[end] == token) ++end;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float s = 0.0f;
+    for (int r = i; r < end; ++r) s += ld_bf16(dout[(int64_t)rows[r] * C + c]);
+    dwte[(int64_t)token * C + c] += s;
+  }
+}
+
+}  // namespace
+
+void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
+                       int T, int C, cudaStream_t stream) {
+  const int64_t N = (int64_t)B * T;
+  if (N <= 0 || C <= 0) return;
+  const bool vec = C % 8 == 0 && detail::aligned16(out) && detail::aligned16(wte) &&
+                   detail::aligned16(wpe);
+  const int64_t work = N * (vec ? C / 8 : C);
+  if (vec)
+    embedding_forward_kernel<true><<<detail::grid_for(work, 256), 256, 0, stream>>>(
+        out, tokens, wte, wpe, N, T, C);
+  else
+    embedding_forward_kernel<false><<<detail::grid_for(work, 256), 256, 0, stream>>>(
+        out, tokens, wte, wpe, N, T, C);
+  CUDA_CHECK_LAST();
+}
+
+void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B,
+                        int T, int C, cudaStream_t stream) {
+  const int N = B * T;
+  if (N <= 0 || C <= 0) return;
+  if (dwpe) {
+    dwpe_kernel<<<detail::grid_for((int64_t)T * C, 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
+    CUDA_CHECK_LAST();
+  }
+  if (!dwte) return;
+  int32_t* buf = (int32_t*)detail::scratch_alloc(sizeof(int32_t) * 3 * (size_t)N, stream);
+  int32_t* rows_in = buf;
+  int32_t* keys_out = buf + N;
+  int32_t* rows_out = buf + 2 * (size_t)N;
+  iota_kernel<<<detail::grid_for(N, 256), 256, 0, stream>>>(rows_in, N);
+  CUDA_CHECK_LAST();
+  size_t temp_bytes = 0;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, tokens, keys_out, rows_in,
+                                             rows_out, N, 0, 32, stream));
+  void* temp = detail::scratch_alloc(temp_bytes, stream);
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, keys_out, rows_in, rows_out,
+                                             N, 0, 32, stream));
+  dwte_kernel<<<N, 128, 0, stream>>>(dwte, dout, keys_out, rows_out, N, C);
+  CUDA_CHECK_LAST();
+  detail::scratch_free(temp, stream);
+  detail::scratch_free(buf, stream);
+}
+
+}  // namespace gpumix::kernels::cuda
