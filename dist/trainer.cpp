@@ -12,6 +12,9 @@
 
 #include "autograd/functions.h"
 #include "core/ops.h"
+#include "dist/planner.h"
+#include "dist/simulator.h"
+#include "dist/fault.h"
 #include "dist/shard_layout.h"
 #include "nn/data/loader.h"
 #include "nn/gpt.h"
@@ -53,6 +56,8 @@ class Engine {
   // Forward only: the sum of per-token losses over the rows.
   virtual double loss_sum(const Tensor& inputs, const Tensor& targets, int64_t micro) = 0;
   virtual double grad_sum_squares() = 0;  // of this rank's gradient slices
+  // This rank's reduced gradient slice of each unit (unit order; empty where it owns none).
+  virtual std::vector<Tensor> unit_grads() = 0;
   virtual void scale_grads(float factor) = 0;
   virtual void optimizer_step(float lr, int step) = 0;
   virtual std::vector<OwnedSlice> slices() = 0;
@@ -89,6 +94,14 @@ class WholeModelEngine final : public Engine {
     return sum;
   }
   double grad_sum_squares() override { return ops::sum_squares(model_.grads()); }
+  std::vector<Tensor> unit_grads() override {
+    std::vector<Tensor> out;
+    for (int u = 0; u < model_.config().num_units(); ++u) {
+      const auto [offset, count] = model_.unit_range(u);
+      out.push_back(model_.grads().flat_slice(offset, count));
+    }
+    return out;
+  }
   void scale_grads(float f) override { ops::scale(model_.grads(), model_.grads(), f); }
   void optimizer_step(float lr, int step) override {
     opt_.step(model_.params(), model_.grads(), lr, step);
@@ -126,6 +139,7 @@ class ShardedEngine final : public Engine {
     const int L = config_.L, head = L + 1;
     const int64_t rows = inputs.size(0);
     std::vector<std::vector<Tensor>> saved = forward_blocks(inputs, micro);  // [l][j]
+    fault_point(comm_.rank(), "forward");
     // Head and loss, then backward into the last block's output. The LM head is tied to
     // wte, so unit 0 is gathered here too and its gradient buffer lives until the end.
     Tensor g0 = Tensor::zeros({layout_.unit_size(0)}, DType::f32, device_);
@@ -154,6 +168,7 @@ class ShardedEngine final : public Engine {
         dx[j] = x.grad();
       }
       saved[l + 1].clear();
+      if (l == L - 1) fault_point(comm_.rank(), "backward");
       reduce(l + 1, g);
     }
     // Embedding backward needs only the tokens and the incoming gradient.
@@ -181,6 +196,11 @@ class ShardedEngine final : public Engine {
   }
 
   double grad_sum_squares() override { return ops::sum_squares(grads_); }
+  std::vector<Tensor> unit_grads() override {
+    std::vector<Tensor> out;
+    for (int u = 0; u < layout_.num_units(); ++u) out.push_back(grad_slice(u));
+    return out;
+  }
   void scale_grads(float f) override { ops::scale(grads_, grads_, f); }
   void optimizer_step(float lr, int step) override {
     for (int u = 0; u < layout_.num_units(); ++u) {
@@ -248,6 +268,7 @@ class ShardedEngine final : public Engine {
   }
 
   void reduce(int unit, const Tensor& full_grad) {
+    fault_point(comm_.rank(), "collective");
     const double t0 = now_s();
     Tensor mine = grad_slice(unit);
     comm_.reduce_scatter_v(full_grad, mine, layout_.counts(unit));
@@ -294,6 +315,7 @@ std::string save(const TrainOptions& o, const GPTConfig& config, const std::vect
       CheckpointWriter::write_slice(tmp, "adam_v", s.flat_offset, s.opt->v().data<float>(), n);
     }
   });
+  fault_point(comm.rank(), "checkpoint");
   comm.agree("checkpoint: writing slices of step " + std::to_string(step), {}, error);
   std::string dir;
   if (comm.rank() == 0) {
@@ -338,6 +360,64 @@ int load(const std::string& where, const GPTConfig& config, Engine& engine, Comm
   return (int)step;
 }
 
+// GPUMIX_FAULT injections of non-finite values (dist/fault.h): tests of the guard below.
+void inject_faults(Engine& engine, int rank, double* local_loss) {
+  if (fault_inject(rank, "nan_loss")) *local_loss = NAN;
+  int unit = -1;
+  for (const char* point : {"nan_grad", "inf_grad"}) {
+    if (!fault_inject(rank, point, &unit)) continue;
+    const std::vector<Tensor> grads = engine.unit_grads();
+    if (unit < 0)
+      for (size_t u = 0; u < grads.size() && unit < 0; ++u)
+        if (grads[u].numel() > 0) unit = (int)u;
+    GPUMIX_CHECK(unit >= 0 && unit < (int)grads.size() && grads[unit].numel() > 0, "GPUMIX_FAULT: rank ",
+                 rank, " owns no gradient of unit ", unit);
+    grads[unit].data<float>()[grads[unit].numel() / 2] = point[0] == 'n' ? NAN : INFINITY;
+  }
+}
+
+// The non-finite guard. Each rank checks its own loss and the sum of squares of each
+// unit's reduced gradient slice (the squares it needs for the norm anyway); one small
+// all-gather then tells every rank what every rank found, so that all of them agree on the
+// verdict and print the same message. Returns this rank's sum of squares.
+const char* unit_name(int unit, int L, std::string* buf) {
+  *buf = unit == 0 ? "embedding" : unit <= L ? "block " + std::to_string(unit - 1) : "head";
+  return buf->c_str();
+}
+
+double check_finite(Engine& engine, Comm& comm, double local_loss, int step, int L, Device device,
+                    std::string* error) {
+  double sum = 0;
+  int bad_unit = -1;
+  const std::vector<Tensor> grads = engine.unit_grads();
+  for (size_t u = 0; u < grads.size(); ++u) {
+    const double s = grads[u].numel() > 0 ? ops::sum_squares(grads[u]) : 0.0;
+    if (!std::isfinite(s) && bad_unit < 0) bad_unit = (int)u;
+    sum += s;
+  }
+  const int ranks = comm.size();
+  Tensor mine = Tensor::empty({2}, DType::i32, device);
+  mine.data<int32_t>()[0] = std::isfinite(local_loss) ? 0 : 1;
+  mine.data<int32_t>()[1] = bad_unit;
+  Tensor all = Tensor::empty({2 * (int64_t)ranks}, DType::i32, device);
+  comm.all_gather_v(mine, all, std::vector<int64_t>(ranks, 2));
+  const int32_t* found = all.data<int32_t>();
+  std::string loss_ranks, grad_text, name;
+  for (int r = 0; r < ranks; ++r) {
+    if (found[2 * r]) loss_ranks += str(loss_ranks.empty() ? "" : ", ", r);
+    if (found[2 * r + 1] >= 0)
+      grad_text += str(grad_text.empty() ? "" : "; ", "unit ", found[2 * r + 1], " (",
+                       unit_name(found[2 * r + 1], L, &name), ") on rank ", r);
+  }
+  error->clear();
+  if (!loss_ranks.empty())
+    *error = str("step ", step, ": the loss is not finite on rank ", loss_ranks, " (unit ", L + 1, ", head)");
+  if (!grad_text.empty())
+    *error += str(error->empty() ? str("step ", step, ": ") : std::string("; "),
+                  "non-finite gradient in ", grad_text, " (the first such unit of each rank's reduced slices)");
+  return sum;
+}
+
 // Rows [begin, end) of `total` for each rank, proportional to the plan's batches.
 std::pair<int64_t, int64_t> proportional_rows(const std::vector<RankWork>& work, int64_t global_batch,
                                               int rank, int64_t total) {
@@ -380,7 +460,7 @@ std::vector<RankWork> even_work(int64_t global_batch, int ranks) {
   return work;
 }
 
-TrainResult train(const TrainOptions& o, const std::vector<RankWork>& work, Comm& comm,
+TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work, Comm& comm,
                   const EngineOptions& engine_options) {
   const int rank = comm.rank(), ranks = comm.size();
   const bool lead = rank == 0;
@@ -388,7 +468,7 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& work, Comm
   GPUMIX_CHECK(o.batch >= 1, "--batch must be at least 1, got ", o.batch);
   GPUMIX_CHECK(o.seq >= 0, "--seq must be positive, got ", o.seq);
   GPUMIX_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
-  validate_work(work, o.batch, ranks);
+  if (engine_options.planner.empty()) validate_work(given_work, o.batch, ranks);
   const GPTConfig preset = gpt_preset(o.model);  // fail fast on an unknown name
 
   const fs::path log_path = fs::path(o.out) / "log.jsonl";
@@ -423,11 +503,28 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& work, Comm
   const data::BatchLoader loader(split.train, seq, o.batch, o.seed);
   const data::BatchLoader val_loader(split.val, seq, o.batch, o.seed);
 
-  const Device device = Device::cpu(ranks > 1 && comm.backend() == "local" ? rank : 0);
+  const Device device = engine_options.device_set
+                            ? engine_options.device
+                            : Device::cpu(ranks > 1 && comm.backend() == "local" ? rank : 0);
   if (o.device_memory > 0) {
     DeviceProps props = device_props(device);
     props.capacity = o.device_memory;
     configure_device(device, props);
+  }
+  std::vector<RankWork> work = given_work;
+  std::string plan_table;
+  if (!engine_options.planner.empty()) {
+    const Profile profile = profile_cluster(config, (int)seq, engine_options.device_label, device, comm,
+                                            engine_options.profiler);
+    const std::string name = engine_options.planner == "auto" ? "gpumix" : engine_options.planner;
+    const Plan plan = run_planner(name, profile, o.batch);
+    work.clear();
+    for (const RankPlan& r : plan.ranks) work.push_back({r.batch, r.micro_batch, r.share});
+    validate_work(work, o.batch, ranks);
+    plan_table = dist::plan_table(plan);
+    if (lead && !plan.fits())
+      std::printf("warning: the %s plan does not fit its memory model: %s\n", name.c_str(),
+                  plan.oom_message().c_str());
   }
   AdamWConfig adam;
   adam.weight_decay = o.weight_decay;
@@ -484,6 +581,7 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& work, Comm
         {"seed", std::to_string(o.seed)},
         {"out", o.out},
     });
+    if (!plan_table.empty()) std::printf("%s", plan_table.c_str());
   }
 
   std::ofstream log;
@@ -533,16 +631,25 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& work, Comm
     const double t0 = now_s();
     engine->wait_s = 0;
     loader.get(step - 1, row0, row0 + mine.batch, inputs.data<int32_t>(), targets.data<int32_t>());
-    const double local_loss = engine->forward_backward(inputs, targets, std::max<int64_t>(1, mine.micro_batch), scale);
+    fault_set_step(step);
+    double local_loss = engine->forward_backward(inputs, targets, std::max<int64_t>(1, mine.micro_batch), scale);
+    if (faults_enabled()) inject_faults(*engine, rank, &local_loss);
     const double loss = comm.all_reduce_sum(local_loss);
-    const double norm = std::sqrt(comm.all_reduce_sum(engine->grad_sum_squares()));
-    GPUMIX_CHECK(std::isfinite(loss) && std::isfinite(norm), "step ", step, ": the loss (", loss,
-                 ") or gradient norm (", norm, ") is not finite; lower --lr or resume from the last "
-                 "checkpoint");
-    const float clip = clip_factor(norm, o.grad_clip);
-    if (clip < 1) engine->scale_grads(clip);
+    std::string nonfinite;
+    const double norm = std::sqrt(comm.all_reduce_sum(check_finite(*engine, comm, local_loss, step, config.L,
+                                                                   device, &nonfinite)));
+    if (!nonfinite.empty() && !o.skip_nonfinite)
+      throw Error(nonfinite + "; the optimizer step was not applied. Lower --lr, resume from the last "
+                  "checkpoint, or pass --skip-nonfinite to skip such steps");
     const float lr = schedule.at(step);
-    engine->optimizer_step(lr, step);
+    if (nonfinite.empty()) {
+      const float clip = clip_factor(norm, o.grad_clip);
+      if (clip < 1) engine->scale_grads(clip);
+      fault_point(rank, "optimizer");
+      engine->optimizer_step(lr, step);
+    } else {
+      if (lead) std::printf("skipping %s (the optimizer step was not applied)\n", nonfinite.c_str());
+    }
     const double local_s = now_s() - t0;
     const double step_s = comm.all_reduce_max(local_s);
     // Busy share of each rank: its time not spent waiting for collectives.
@@ -554,6 +661,11 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& work, Comm
     rates.push_back(rate);
     result.train_loss = loss;
     json line = {{"step", step}, {"loss", loss}, {"norm", norm}, {"lr", lr}, {"ms", ms}, {"tokens_per_s", rate}};
+    if (!nonfinite.empty()) {  // JSON has no NaN: the numbers become null, with the reason
+      line["loss"] = std::isfinite(loss) ? json(loss) : json(nullptr);
+      line["norm"] = std::isfinite(norm) ? json(norm) : json(nullptr);
+      line["skipped"] = nonfinite;
+    }
     std::string busy_text;
     if (ranks > 1) {
       const std::vector<float> b = busy.to_vector();

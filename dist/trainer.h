@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dist/comm.h"
+#include "dist/profiler.h"
 #include "nn/train.h"
 
 namespace gpumix::dist {
@@ -39,10 +40,21 @@ std::vector<RankWork> even_work(int64_t global_batch, int ranks);
 
 struct EngineOptions {
   bool prefetch = true;  // overlap the next unit's gather with the current unit's compute
+  // This rank's device, already configured (capacity, slowdown); by default cpu:<rank> on
+  // the local backend (each thread rank its own allocator) and cpu:0 otherwise.
+  Device device;
+  bool device_set = false;
+  std::string device_label = "cpu";  // the device's type in profiles and plans
+  // "" : run `work` as given. Otherwise profile the ranks (or load the cache) and plan with
+  // this planner: "gpumix" (alias "auto"), "even", "proportional" or "cephalo". Baseline
+  // plans run even when the memory model says they do not fit: the allocator decides.
+  std::string planner;
+  ProfilerOptions profiler;
 };
 
 // Runs the whole training on this rank (o.batch is the global batch). Rank 0 prints and
-// writes the log; every rank writes its slices of each checkpoint.
+// writes the log; every rank writes its slices of each checkpoint. `work` is ignored when
+// engine.planner is set.
 TrainResult train(const TrainOptions& o, const std::vector<RankWork>& work, Comm& comm,
                   const EngineOptions& engine = {});
 

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dist/cluster.h"
 #include "dist/trainer.h"
 #include "tools/command.h"
 #include "tools/size_flag.h"
@@ -57,14 +58,45 @@ std::vector<RankWork> build_work(int64_t global_batch, int ranks, const std::str
     check_size(s.size(), "--shares");
     for (int r = 0; r < ranks; ++r) work[r].share = s[r];
   }
-  for (RankWork& w : work) w.micro_batch = std::max<int64_t>(w.micro_batch, w.batch ? 1 : 0);
+  // No clamping of micro-batches: an explicit 0 for a positive batch is a bad plan that
+  // validate_work reports (the defaults above are already at least 1 for positive batches).
   return work;
+}
+
+// The devices of --devices, one per rank: "cpu:mem=2GiB:slow=3,cpu:mem=512MiB".
+std::vector<gpumix::dist::ClusterDevice> parse_devices(const std::string& text) {
+  std::vector<gpumix::dist::ClusterDevice> devices;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto d = gpumix::dist::parse_device_spec(item, "--devices");
+    if (d.kind != "cpu")
+      throw std::invalid_argument("--devices: '" + item + "' is not an emulated CPU device; this "
+                                  "build runs cpu devices (e.g. cpu:mem=2GiB:slow=3)");
+    for (int i = 0; i < d.count; ++i) devices.push_back(d);
+  }
+  if (devices.empty()) throw std::invalid_argument("--devices is empty; e.g. --devices cpu,cpu:slow=2");
+  return devices;
+}
+
+// Gives this rank its device: capacity and slowdown of its --devices entry.
+void configure_rank_device(gpumix::dist::EngineOptions& engine, gpumix::Device device,
+                           const gpumix::dist::ClusterDevice& spec) {
+  gpumix::DeviceProps props = gpumix::device_props(device);
+  if (spec.memory_bytes > 0) props.capacity = (int64_t)spec.memory_bytes;
+  props.slowdown = spec.slowdown;
+  props.emulated = spec.memory_bytes > 0 || spec.slowdown != 1.0;
+  if (props.emulated) props.name = "cpu (emulated " + spec.label() + ")";
+  gpumix::configure_device(device, props);
+  engine.device = device;
+  engine.device_set = true;
+  engine.device_label = spec.label();
 }
 
 int cmd_train(int argc, char** argv) {
   gpumix::TrainOptions o;
-  std::string device_memory, batches, micro, shares;
-  int ranks = 1;
+  std::string device_memory, batches, micro, shares, devices_text, plan = "";
+  int ranks = 0;
   bool no_prefetch = false;
   CLI::App app{"Train a GPT on a text corpus or token file, on one or several ranks"};
   app.add_option("--data", o.data, "text corpus, folder of fortune files, or token file")->required();
@@ -91,22 +123,51 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--val-fraction", o.val_fraction, "fraction of tokens held out for validation");
   app.add_option("--device-memory", device_memory, "emulated device memory per rank, e.g. 512MiB");
   app.add_flag("--quiet", o.quiet, "no per-step lines (log.jsonl still gets them)");
+  app.add_flag("--skip-nonfinite", o.skip_nonfinite,
+               "skip a step whose loss or gradient is NaN/Inf (default: stop with an error naming the unit and rank)");
   app.add_option("--ranks", ranks, "ranks as threads of this process (local backend)");
+  app.add_option("--devices", devices_text,
+                 "one device per rank, e.g. cpu:mem=2GiB,cpu:mem=512MiB:slow=3 (emulated: memory "
+                 "capacity enforced by the allocator, every kernel slowed down by the factor)");
+  app.add_option("--plan", plan,
+                 "auto (profile the devices, then plan: the default with --devices), even, "
+                 "proportional, cephalo, or given (the --batches/--micro-batches/--shares)");
   app.add_option("--batches", batches, "per-rank batches, e.g. 1,2,5 (default: even)");
   app.add_option("--micro-batches", micro, "per-rank micro-batch sizes, e.g. 1,1,2 (default: the batch)");
   app.add_option("--shares", shares, "per-rank state shares, e.g. 0,0.3,0.7 (default: even)");
   app.add_flag("--no-prefetch", no_prefetch, "do not overlap the next unit's gather with compute");
   CLI11_PARSE(app, argc, argv);
   if (!device_memory.empty()) o.device_memory = gpumix::tools::parse_bytes(device_memory);
+  std::vector<gpumix::dist::ClusterDevice> devices;
+  if (!devices_text.empty()) {
+    devices = parse_devices(devices_text);
+    if (ranks && ranks != (int)devices.size())
+      throw std::invalid_argument("--ranks " + std::to_string(ranks) + " but --devices lists " +
+                                  std::to_string(devices.size()) + " devices; give one device per rank");
+    ranks = (int)devices.size();
+  }
+  if (ranks == 0) ranks = 1;
   if (ranks < 1) throw std::invalid_argument("--ranks must be at least 1, got " + std::to_string(ranks));
+  const bool explicit_plan = !batches.empty() || !micro.empty() || !shares.empty();
+  if (plan.empty()) plan = explicit_plan ? "given" : !devices.empty() ? "auto" : "even";
+  if (explicit_plan && plan != "given")
+    throw std::invalid_argument("--plan " + plan + " contradicts --batches/--micro-batches/--shares; "
+                                "drop one of them (or say --plan given)");
   gpumix::dist::EngineOptions engine;
   engine.prefetch = !no_prefetch;
+  if (plan != "given" && !(plan == "even" && devices.empty())) engine.planner = plan;
   const int cores = o.threads > 0 ? o.threads : (int)std::max(1u, std::thread::hardware_concurrency());
 
   if (gpumix::dist::launched_by_mpi()) {
     if (ranks != 1) throw std::invalid_argument("--ranks is for the local backend; under mpirun use -np");
     gpumix::dist::MpiSession mpi(nullptr, nullptr);
     auto comm = gpumix::dist::make_mpi_comm();
+    if (!devices.empty()) {
+      if ((int)devices.size() != comm->size())
+        throw std::invalid_argument("--devices lists " + std::to_string(devices.size()) + " devices but mpirun started " +
+                                    std::to_string(comm->size()) + " ranks");
+      configure_rank_device(engine, gpumix::Device::cpu(), devices[comm->rank()]);
+    }
     const auto work = build_work(o.batch, comm->size(), batches, micro, shares);
     // Processes on one node share its cores.
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -120,10 +181,12 @@ int cmd_train(int argc, char** argv) {
     return 0;
   }
   const auto work = build_work(o.batch, ranks, batches, micro, shares);
-  gpumix::dist::validate_work(work, o.batch, ranks);
+  if (engine.planner.empty()) gpumix::dist::validate_work(work, o.batch, ranks);
   gpumix::dist::run_local(ranks, [&](gpumix::dist::Comm& comm) {
     omp_set_num_threads(std::max(1, cores / ranks));  // this rank's share of the cores
-    gpumix::dist::train(o, work, comm, engine);
+    gpumix::dist::EngineOptions mine = engine;
+    if (!devices.empty()) configure_rank_device(mine, gpumix::Device::cpu(comm.rank()), devices[comm.rank()]);
+    gpumix::dist::train(o, work, comm, mine);
   });
   return 0;
 }

@@ -1,0 +1,279 @@
+#include "dist/profiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "autograd/functions.h"
+#include "core/ops.h"
+#include "core/rng.h"
+#include "nn/data/progress.h"
+#include "nn/gpt.h"
+#include "nn/optim.h"
+
+namespace gpumix::dist {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Median time of fn over `repeats` runs after one warm-up.
+template <class F>
+double median_time(int repeats, F&& fn) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    const double t0 = now_s();
+    fn();
+    t.push_back(now_s() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+Tensor random_tensor(const Shape& shape, Device device, const char* name) {
+  Tensor t = Tensor::empty(shape, DType::f32, device);
+  ops::normal_(t, rng_key(0, name), 0, 0.0f, 1.0f);
+  return t;
+}
+
+Tensor random_tokens(int64_t m, int64_t T, int V, Device device) {
+  std::vector<int32_t> v(m * T);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = (int32_t)(mix64(i) % (uint64_t)V);
+  return Tensor::from_vector(v, {m, T}, device);
+}
+
+std::string cache_folder(const ProfilerOptions& o) {
+  if (o.cache_dir == "-") return "";
+  if (!o.cache_dir.empty()) return o.cache_dir;
+  if (const char* c = std::getenv("GPUMIX_CACHE")) return c;
+  if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/gpumix";
+  return "";
+}
+
+std::string cache_path(const ProfilerOptions& o, const std::string& label, const GPTConfig& model,
+                       int seq, int threads) {
+  const std::string folder = cache_folder(o);
+  if (folder.empty()) return "";
+  const std::string key = str(label, "|", model_to_json(model).dump(), "|T=", seq, "|f32|m<=",
+                              o.max_micro_batch, "|threads=", threads);
+  return folder + "/device-" + str(std::hex, rng_key(0, key)) + ".json";
+}
+
+// Measures this rank's device. Returns the DeviceProfile as JSON (the profile file's form).
+DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string& label, Device device,
+                             const ProfilerOptions& o, data::Progress* progress) {
+  DeviceProfile d;
+  d.name = label;
+  d.kind = "cpu";
+  d.dtype_bytes = 4;
+  d.memory_bytes = (double)device_props(device).capacity;
+  Allocator& alloc = allocator(device);
+
+  // One block, the embedding and the head, bound to buffers of their own.
+  GPT gpt(model, device);
+  auto bind = [&](int unit) {
+    const int64_t n = model.unit_params(unit);
+    Tensor p = Tensor::empty({n}, DType::f32, device);
+    GPT::init_slice(gpt.layout(), 0, gpt.unit_range(unit).first, p);
+    gpt.bind_unit(unit, p, Tensor::zeros({n}, DType::f32, device));
+  };
+  bind(0);
+  bind(1);
+  bind(model.L + 1);
+
+  const int64_t T = seq, C = model.C;
+  for (int m = 1; m <= o.max_micro_batch; m *= 2) {
+    MicroBatchSample s;
+    s.m = m;
+    try {
+      const Tensor x = random_tensor({m, T, C}, device, "profile.x");
+      const Tensor dy = random_tensor({m, T, C}, device, "profile.dy");
+      s.block_fwd_s = median_time(o.repeats, [&] {
+        NoGradGuard no_grad;
+        gpt.block(0, Var(x));
+      });
+      const int64_t base = alloc.stats().in_use;
+      alloc.reset_peak();
+      s.block_bwd_s = median_time(o.repeats, [&] {
+        Var in(x, true);
+        backward(gpt.block(0, in), dy);
+      });
+      s.block_act_bytes = (double)(alloc.stats().peak - base);
+      const Tensor tokens = random_tokens(m, T, model.V, device);
+      alloc.reset_peak();
+      s.head_s = median_time(o.repeats, [&] {
+        Var h;
+        {
+          NoGradGuard no_grad;
+          h = Var(gpt.embed(tokens).value(), true);
+        }
+        backward(cross_entropy(gpt.head(h), tokens, 1.0f / (float)(m * T)));
+        Tensor dwte = Tensor::zeros({model.V, C}, DType::f32, device), dwpe = Tensor::zeros({model.T, C}, DType::f32, device);
+        ops::embedding_backward(dwte, dwpe, h.grad(), tokens);
+      });
+      s.head_bytes = (double)(alloc.stats().peak - base);
+    } catch (const OutOfMemory&) {
+      clear_tape();
+      break;  // this micro-batch does not fit: the largest measured is the limit
+    }
+    d.samples.push_back(s);
+    if (progress) progress->update(m);
+  }
+  GPUMIX_CHECK(!d.samples.empty(), "profiling ", label, ": not even a micro-batch of 1 sequence (T = ", seq,
+               ") fits its ", format_bytes((int64_t)d.memory_bytes), "; give the device more memory or "
+               "use a smaller model or --seq");
+
+  // AdamW per parameter, on a buffer of up to 1M parameters.
+  const int64_t n = std::min<int64_t>(model.total_params(), 1 << 20);
+  Tensor p = random_tensor({n}, device, "profile.p"), g = random_tensor({n}, device, "profile.g");
+  AdamW opt(gpt.layout(), 0, n, device, AdamWConfig{});
+  int step = 0;
+  d.optimizer_s_per_param = median_time(o.repeats, [&] { opt.step(p, g, 1e-3f, ++step); }) / (double)n;
+
+  // Fixed working memory: the optimizer's moments of this buffer stand in for scratch;
+  // what the engine keeps besides the modelled terms is a few sequence buffers.
+  d.work_bytes = (double)(4 * 2 * T * (int64_t)sizeof(int32_t) * o.max_micro_batch) + (1 << 20);
+
+  // Dense peak for MFU: a square GEMM.
+  const int64_t k = 512;
+  Tensor a = random_tensor({k, k}, device, "profile.a"), b = random_tensor({k, k}, device, "profile.b"),
+         c = Tensor::empty({k, k}, DType::f32, device);
+  d.peak_flops = 2.0 * k * k * k / median_time(o.repeats, [&] { ops::gemm(c, a, b, false, false); });
+  return d;
+}
+
+// Times of all_gather_v and reduce_scatter_v at a few sizes, even and uneven; fits the ring
+// model's latency and bandwidth.
+CommProfile measure_comm(Comm& comm, Device device, int repeats) {
+  const int n = comm.size();
+  CommProfile result;
+  if (n == 1) {
+    result.all_gather.intra_node = {0, 1e12};
+    result.reduce_scatter.intra_node = {0, 1e12};
+    return result;
+  }
+  auto counts_for = [&](int64_t total, bool even) {
+    std::vector<int64_t> c(n);
+    int64_t used = 0;
+    for (int r = 0; r < n; ++r) {
+      c[r] = even ? total / n : total * (r + 1) * 2 / (int64_t)(n * (n + 1));
+      used += c[r];
+    }
+    c[n - 1] += total - used;
+    return c;
+  };
+  auto time_op = [&](int64_t total, bool even, bool gather) {
+    const std::vector<int64_t> counts = counts_for(total, even);
+    Tensor full = Tensor::zeros({total}, DType::f32, device);
+    Tensor mine = Tensor::zeros({counts[comm.rank()]}, DType::f32, device);
+    const double t = median_time(repeats, [&] {
+      comm.barrier();
+      if (gather)
+        comm.all_gather_v(mine, full, counts);
+      else
+        comm.reduce_scatter_v(full, mine, counts);
+    });
+    return comm.all_reduce_max(t);
+  };
+  const int64_t small = 1 << 10, large = 1 << 20;  // elements (fp32)
+  for (bool gather : {true, false}) {
+    const double t_small = time_op(small, true, gather), t_large = time_op(large, true, gather);
+    const double t_uneven = time_op(large, false, gather);
+    // (n-1) lat + (n-1)/n bytes / bw at two sizes.
+    const double per_byte = std::max(1e-15, (t_large - t_small) / (4.0 * (large - small)) * n / (n - 1));
+    CollectiveProfile& c = gather ? result.all_gather : result.reduce_scatter;
+    c.intra_node.bandwidth_Bps = 1.0 / per_byte;
+    c.intra_node.latency_s = std::max(0.0, (t_small - (n - 1.0) / n * 4.0 * small * per_byte) / (n - 1));
+    c.uneven_factor = std::max(1.0, t_uneven / t_large);
+  }
+  return result;
+}
+
+// Every rank's JSON text, gathered to every rank.
+std::vector<std::string> all_gather_strings(Comm& comm, const std::string& mine, Device device) {
+  const int n = comm.size();
+  Tensor len_one = Tensor::full({1}, (float)mine.size(), DType::f32, device);
+  Tensor lens = Tensor::empty({n}, DType::f32, device);
+  comm.all_gather_v(len_one, lens, std::vector<int64_t>(n, 1));
+  std::vector<int64_t> counts;
+  for (float l : lens.to_vector()) counts.push_back((int64_t)l);
+  std::vector<int32_t> chars(mine.begin(), mine.end());
+  Tensor in = Tensor::from_vector(chars, {(int64_t)chars.size()}, device);
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  Tensor out = Tensor::empty({total}, DType::i32, device);
+  comm.all_gather_v(in, out, counts);
+  const std::vector<int32_t> all = out.to_int_vector();
+  std::vector<std::string> result;
+  int64_t at = 0;
+  for (int64_t c : counts) {
+    result.emplace_back(all.begin() + at, all.begin() + at + c);
+    at += c;
+  }
+  return result;
+}
+
+}  // namespace
+
+Profile profile_cluster(const GPTConfig& model, int seq_len, const std::string& device_label,
+                        Device device, Comm& comm, const ProfilerOptions& o) {
+  const int threads = 1;  // the cache key must not depend on the machine's load
+  const std::string cache = cache_path(o, device_label, model, seq_len, threads);
+  std::string error;
+  json mine;
+  try {
+    if (!cache.empty() && fs::exists(cache)) {
+      std::ifstream in(cache);
+      mine = json::parse(in);
+    } else {
+      std::unique_ptr<data::Progress> progress;
+      if (comm.rank() == 0 && o.show_progress)
+        progress = std::make_unique<data::Progress>("profiling " + device_label, o.max_micro_batch, "m", true);
+      Profile one;
+      one.model = model;
+      one.seq_len = seq_len;
+      one.devices.push_back(measure_device(model, seq_len, device_label, device, o, progress.get()));
+      one.ranks.push_back({device_label, 0});
+      mine = profile_to_json(one).at("devices").at(0);
+      if (progress) progress->finish();
+      if (!cache.empty()) {
+        fs::create_directories(fs::path(cache).parent_path());
+        const std::string tmp = cache + ".tmp" + std::to_string(comm.rank());
+        std::ofstream(tmp) << mine.dump(1);
+        fs::rename(tmp, cache);
+      }
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  comm.agree("profiling", {}, error);
+
+  const std::vector<std::string> texts = all_gather_strings(comm, mine.dump(), device);
+  Profile p;
+  p.model = model;
+  p.seq_len = seq_len;
+  for (int r = 0; r < comm.size(); ++r) {
+    // Each rank's entry is validated as the one device of a one-rank profile.
+    const json d = json::parse(texts[r]);
+    const json one = {{"model", model_to_json(model)}, {"seq_len", seq_len},
+                      {"devices", json::array({d})}, {"ranks", json::array({d.at("name")})}};
+    const DeviceProfile device_profile = profile_from_json(one).devices[0];
+    bool known = false;
+    for (const DeviceProfile& e : p.devices) known = known || e.name == device_profile.name;
+    if (!known) p.devices.push_back(device_profile);
+    p.ranks.push_back({device_profile.name, 0});
+  }
+  p.comm = measure_comm(comm, device, o.repeats);
+  p.validate();
+  return p;
+}
+
+}  // namespace gpumix::dist
