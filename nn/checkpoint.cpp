@@ -916,8 +916,9 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(strip_slashes(
   if (!meta_.contains("step") || !meta_["step"].is_number_integer() || meta_["step"].get<int64_t>() < 0)
     field_error("step", "a non-negative integer");
   if (!meta_.contains("block_bytes") || !meta_["block_bytes"].is_number_integer() ||
-      meta_["block_bytes"].get<int64_t>() <= 0 || meta_["block_bytes"].get<int64_t>() % 4 != 0)
-    field_error("block_bytes", "a positive multiple of 4");
+      meta_["block_bytes"].get<int64_t>() <= 0 || meta_["block_bytes"].get<int64_t>() % 4 != 0 ||
+      meta_["block_bytes"].get<int64_t>() > (int64_t(1) << 40))  // bounded: no overflow in num_blocks
+    field_error("block_bytes", "a positive multiple of 4, at most 2^40");
   block_bytes_ = meta_["block_bytes"].get<int64_t>();
   if (meta_.contains("tokenizer_hash")) {
     uint64_t h;
@@ -944,8 +945,9 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(strip_slashes(
     if (e["dtype"] != "f32")
       throw CheckpointError(meta_path + ": array '" + a.name + "' has dtype " + e["dtype"].dump() +
                             "; this build reads only \"f32\"");
-    if (!e.contains("count") || !e["count"].is_number_integer() || e["count"].get<int64_t>() < 0)
-      field_error(f + "count", "a non-negative integer");
+    if (!e.contains("count") || !e["count"].is_number_integer() || e["count"].get<int64_t>() < 0 ||
+        e["count"].get<int64_t>() > (int64_t(1) << 60))  // bounded: count * 4 must not overflow
+      field_error(f + "count", "a non-negative integer, at most 2^60");
     a.count = e["count"].get<int64_t>();
     if (!e.contains("xxh64") || !e["xxh64"].is_string() || !parse_hex16(e["xxh64"].get<std::string>(), &a.xxh64))
       field_error(f + "xxh64", "16 hex digits");

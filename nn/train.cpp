@@ -33,6 +33,15 @@ namespace {
 
 const char* kTokenizerFile = "tokenizer.bpe";
 
+// True when the first bytes of a file hold a NUL byte: binary data (a token file whose
+// header is damaged, a checkpoint array...), never a text corpus.
+bool looks_binary(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[64] = {};
+  in.read(head, sizeof head);
+  return std::find(head, head + in.gcount(), '\0') != head + in.gcount();
+}
+
 }  // namespace
 
 // ---- data ----------------------------------------------------------------------------------
@@ -58,6 +67,10 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
     }
     return d;
   }
+  GPUMIX_CHECK(!fs::is_regular_file(o.data) || !looks_binary(o.data), "training data '", o.data,
+               "' is neither a token file (it does not start with the magic \"GPMXTOK\") nor text (it "
+               "holds NUL bytes); pass a token file written by `gpumix tokenizer encode` (re-encode a "
+               "damaged one) or a text corpus");
   const std::string text = data::read_corpus(o.data);
   GPUMIX_CHECK(!text.empty(), "training corpus '", o.data, "' is empty; pass a corpus with text in it");
   data::Tokenizer tok;

@@ -42,6 +42,7 @@ struct TrainOptions {
   double val_fraction = 0.05;
   int64_t device_memory = 0;    // emulated device capacity in bytes (0: the machine's)
   bool quiet = false;           // no per-step lines (the log file still gets them)
+  bool skip_nonfinite = false;  // a NaN/Inf loss or gradient skips the step instead of stopping
 };
 
 struct TrainResult {

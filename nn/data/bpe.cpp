@@ -576,7 +576,9 @@ Tokenizer Tokenizer::load(const std::string& path) {
   };
   const int64_t vocab = read_field("vocab_size");
   const int64_t m = read_field("merges");
-  if (m < 0 || vocab != 256 + m + 1) {
+  // Ids are int32: bound m before any arithmetic on it (256 + m + 1 could overflow) and
+  // before reserving room for m merges taken from the file.
+  if (m < 0 || m > INT32_MAX - 257 || vocab != 256 + m + 1) {
     throw fail("vocab_size " + std::to_string(vocab) + " does not equal 256 + merges (" + std::to_string(m) + ") + 1");
   }
   {

@@ -305,3 +305,26 @@ TEST(Timing, FortunesIfInstalled) {
 
 }  // namespace
 }  // namespace gpumix::data
+
+// ---- regressions found by tests/fuzz/fuzz_tokenizer ---------------------------------------
+namespace gpumix::data {
+namespace {
+
+// A merge count near INT64_MAX overflowed 256 + m + 1 (undefined behaviour), and a huge one
+// that matched its vocab_size line reserved room for m merges before reading any: both are
+// now a line-numbered format error.
+TEST(TokenizerFuzzRegression, HugeMergeCountsAreRejected) {
+  test::TempDir t;
+  const std::string path = t.file("tok.bpe");
+  for (const char* counts : {"vocab_size -9223372036854775808\nmerges 9223372036854775807\n",
+                             "vocab_size 1000000000257\nmerges 1000000000000\n"}) {
+    write_file_atomic(path, std::string("gpumix-bpe-tokenizer 1\n") + counts +
+                                "special <|endoftext|> 256\nhash 0000000000000000\n");
+    const std::string e = test::error_of([&] { Tokenizer::load(path); });
+    EXPECT_NE(e.find("line 3"), std::string::npos) << e;
+    EXPECT_NE(e.find("does not equal 256 + merges"), std::string::npos) << e;
+  }
+}
+
+}  // namespace
+}  // namespace gpumix::data

@@ -601,3 +601,37 @@ TEST(Checkpoint, BadArgumentsAreRefused) {
 
 }  // namespace
 }  // namespace gpumix
+
+// ---- regressions found by tests/fuzz/fuzz_checkpoint_meta ---------------------------------
+namespace gpumix {
+namespace {
+
+// A count or block size so large that count * 4 or the block arithmetic overflowed int64
+// (undefined behaviour) must be rejected as a corrupted field, naming it.
+TEST(CheckpointFuzzRegression, HugeCountAndBlockBytesAreRejected) {
+  TempDir t;
+  const std::vector<float> x(16, 1.5f);
+  const std::string dir = save_checkpoint(t.path(), 1, CheckpointMeta{}, {{"master", x.data(), 16}}, 16);
+  const json good = json::parse(read_text(dir + "/meta.json"));
+  json j = good;
+  j["arrays"][0]["count"] = int64_t(4611686018427387904);  // 2^62: * 4 overflows
+  write_text(dir + "/meta.json", j.dump());
+  try {
+    CheckpointReader r(dir);
+    FAIL() << "a count of 2^62 was accepted";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("count"), std::string::npos) << e.what();
+  }
+  j = good;
+  j["block_bytes"] = int64_t(9223372036854775804);  // INT64_MAX rounded to a multiple of 4
+  write_text(dir + "/meta.json", j.dump());
+  try {
+    CheckpointReader r(dir);
+    FAIL() << "block_bytes near INT64_MAX was accepted";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("block_bytes"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace gpumix

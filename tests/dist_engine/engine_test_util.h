@@ -1,0 +1,192 @@
+// Helpers shared by the engine's tests (local backend and MPI): a tiny run's data, the
+// options of a tiny GPT, reading a run's log and checkpoint, and the tolerance formulas.
+//
+// Data: a 512-token BPE trained once on tests/data/tiny_corpus.txt and the corpus encoded
+// with it into a token file, both in a temporary folder; every run reads them, so no run
+// trains a tokenizer.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dist/trainer.h"
+#include "nn/checkpoint.h"
+#include "nn/data/bpe.h"
+#include "nn/data/corpus.h"
+#include "nn/data/token_file.h"
+#include "nn/train.h"
+
+namespace gpumix::dist::test {
+
+namespace fs = std::filesystem;
+
+inline std::string tiny_corpus_path() { return std::string(GPUMIX_TESTS_DATA_DIR) + "/tiny_corpus.txt"; }
+
+// A fresh folder under the system temp folder; removed by the destructor unless `keep`.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag = "engine") {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() /
+            ("gpumix_test_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+constexpr int kTinyVocab = 512;
+
+// Writes <dir>/tokenizer.bpe (kTinyVocab) and <dir>/tokens.bin (the tiny corpus encoded).
+inline void make_tiny_data(const std::string& dir) {
+  const std::string text = data::read_corpus(tiny_corpus_path());
+  const data::Tokenizer tok = data::Tokenizer::train(text, kTinyVocab);
+  tok.save(dir + "/tokenizer.bpe");
+  const std::vector<int32_t> ids = tok.encode(text);
+  data::write_token_file(dir + "/tokens.bin", data::TokenView(ids), (uint64_t)tok.vocab_size(), tok.hash());
+}
+
+// A tiny GPT (L=2, NH=4, C=32, T=16, V=512) on the tiny data: 8 sequences per step, 5
+// steps, no warmup (so that every step moves the weights at full rate), no evaluation but
+// the final one. Its log and checkpoints go to `out`.
+inline TrainOptions tiny_options(const std::string& data_dir, const std::string& out) {
+  TrainOptions o;
+  o.data = data_dir + "/tokens.bin";
+  o.tokenizer = data_dir + "/tokenizer.bpe";
+  o.model = "gpt-nano";
+  o.layers = 2;
+  o.heads = 4;
+  o.channels = 32;
+  o.seq = 16;
+  o.batch = 8;
+  o.steps = 5;
+  o.lr = 3e-3f;
+  o.warmup = 0;
+  o.eval_interval = 0;
+  o.eval_windows = 4;
+  o.ckpt_interval = 0;
+  o.seed = 7;
+  o.quiet = true;
+  o.out = out;
+  return o;
+}
+
+inline std::vector<RankWork> make_work(const std::vector<int64_t>& batches, const std::vector<int64_t>& micro,
+                                       const std::vector<double>& shares) {
+  std::vector<RankWork> work(batches.size());
+  for (size_t r = 0; r < batches.size(); ++r) work[r] = {batches[r], micro[r], shares[r]};
+  return work;
+}
+
+// One line of a run's log.jsonl.
+struct LogStep {
+  int step = 0;
+  double loss = 0;
+  double norm = 0;
+};
+
+// The per-step lines of <out>/log.jsonl (not the final summary), in file order.
+inline std::vector<LogStep> read_log(const std::string& out) {
+  std::ifstream in(out + "/log.jsonl");
+  std::vector<LogStep> steps;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("final")) continue;
+    steps.push_back({j.at("step").get<int>(), j.at("loss").get<double>(), j.at("norm").get<double>()});
+  }
+  return steps;
+}
+
+// The whole array `name` ("master", "adam_m", "adam_v") of a checkpoint folder.
+inline std::vector<float> read_array(const std::string& ckpt, const std::string& name = "master") {
+  const CheckpointReader reader(ckpt);
+  std::vector<float> values((size_t)reader.array_count(name));
+  reader.read_slice(name, 0, values.data(), (int64_t)values.size());
+  return values;
+}
+
+// ---- tolerances --------------------------------------------------------------------------
+//
+// Two plans compute the same gradient with the additions in another order (micro-batches,
+// ranks), so results differ by fp32 rounding. The allowance is the fp32 formula of
+// DESIGN.md, |x - ref| <= atol + rtol * |ref|:
+//   losses (a mean over the batch of per-token cross-entropies, ~6 nats):
+//       rtol = 1e-5, atol = 0
+//   parameters after k AdamW steps at peak rate lr:
+//       rtol = 1e-5, atol = 1e-3 * k * lr
+//   AdamW normalises each update by the gradient's own running magnitude, so an element
+//   whose gradient is pure rounding noise (a sum that cancels) may move by up to lr per
+//   step in either plan; 1e-3 * k * lr allows such an element a relative disagreement of
+//   1e-3 in its k updates, while a wrong gradient (a missing micro-batch, a double-counted
+//   rank, a wrong scale) moves most elements by ~lr per step and fails by orders of
+//   magnitude.
+constexpr double kLossRtol = 1e-5;
+constexpr double kParamRtol = 1e-5;
+inline double param_atol(int steps, double lr) { return 1e-3 * steps * lr; }
+
+struct Mismatch {
+  size_t worst = 0;         // index of the element furthest over its allowance
+  double excess = -1;       // |x - ref| / allowance at that element (<= 1 passes)
+  double value = 0, ref = 0;
+  size_t count = 0;         // elements over their allowance
+};
+
+inline Mismatch compare(const std::vector<double>& x, const std::vector<double>& ref, double rtol, double atol) {
+  Mismatch m;
+  for (size_t i = 0; i < std::min(x.size(), ref.size()); ++i) {
+    const double allowance = atol + rtol * std::fabs(ref[i]);
+    const double diff = std::fabs(x[i] - ref[i]);
+    const double excess = allowance > 0 ? diff / allowance
+                                        : (diff == 0 ? 0 : std::numeric_limits<double>::infinity());
+    if (!(excess <= 1)) ++m.count;
+    if (!(excess <= m.excess)) {
+      m.excess = excess;
+      m.worst = i;
+      m.value = x[i];
+      m.ref = ref[i];
+    }
+  }
+  return m;
+}
+
+inline std::string describe(const Mismatch& m, const char* what) {
+  std::ostringstream s;
+  s.precision(9);
+  s << what << ": " << m.count << " element(s) over the allowance; worst [" << m.worst << "] = " << m.value
+    << " vs reference " << m.ref << " (|diff| " << std::fabs(m.value - m.ref) << ", " << m.excess
+    << "x the allowance)";
+  return s.str();
+}
+
+inline std::vector<double> losses_of(const std::vector<LogStep>& log) {
+  std::vector<double> v;
+  for (const LogStep& s : log) v.push_back(s.loss);
+  return v;
+}
+
+inline std::vector<double> to_double(const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); }
+
+}  // namespace gpumix::dist::test

@@ -1,0 +1,429 @@
+// The uneven sharded engine on the local backend (ranks as threads): a plan gives the same
+// training as one rank on the whole batch; checkpoints move between layouts; parameter
+// communication does not grow with the number of micro-batches; prefetch changes nothing;
+// bad plans and a failing rank end every rank with a clear error, without a hang, and
+// leave the last checkpoint intact. Tolerances: engine_test_util.h.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <mutex>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "dist/comm.h"
+#include "dist/shard_layout.h"
+#include "dist/trainer.h"
+#include "engine_test_util.h"
+#include "nn/data/token_file.h"
+
+namespace gpumix::dist::test {
+namespace {
+
+// The tiny data, made once per process.
+const std::string& data_dir() {
+  static TempDir dir("engine_data");
+  static const std::string path = (make_tiny_data(dir.path().string()), dir.path().string());
+  return path;
+}
+
+// What a run on the local backend left: rank 0's result, every rank's error ("" when it
+// finished), every rank's communication counters, the time it took.
+struct Outcome {
+  TrainResult result;
+  std::vector<std::string> errors;
+  std::vector<CommStats> stats;
+  std::string error;  // what run_local rethrew ("" when every rank finished)
+  double seconds = 0;
+};
+
+// Runs dist::train on work.size() thread ranks (or `ranks` when given, for plans of the
+// wrong length), one OpenMP thread each. `tweak` may change one rank's options or plan.
+Outcome run_ranks(const TrainOptions& o, const std::vector<RankWork>& work, const EngineOptions& engine = {},
+                  int ranks = 0,
+                  const std::function<void(int, TrainOptions&, std::vector<RankWork>&)>& tweak = {}) {
+  const int n = ranks > 0 ? ranks : (int)work.size();
+  Outcome out;
+  out.errors.assign(n, "");
+  out.stats.assign(n, CommStats{});
+  std::mutex mu;
+  LocalOptions local;
+  local.timeout_s = 60;  // a hang fails the test well inside meson's timeout
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    run_local(
+        n,
+        [&](Comm& comm) {
+          omp_set_num_threads(1);
+          TrainOptions mine = o;
+          std::vector<RankWork> my_work = work;
+          if (tweak) tweak(comm.rank(), mine, my_work);
+          try {
+            TrainResult r = train(mine, my_work, comm, engine);
+            std::lock_guard<std::mutex> lock(mu);
+            if (comm.rank() == 0) out.result = r;
+            out.stats[comm.rank()] = comm.stats();
+          } catch (const std::exception& e) {
+            std::lock_guard<std::mutex> lock(mu);
+            out.errors[comm.rank()] = e.what();
+            out.stats[comm.rank()] = comm.stats();
+            throw;
+          }
+        },
+        local);
+  } catch (const std::exception& e) {
+    out.error = e.what();
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+// One rank on the whole batch, in micro-batches of `micro` rows.
+Outcome run_one(const TrainOptions& o, int64_t micro = 0) {
+  return run_ranks(o, make_work({o.batch}, {micro > 0 ? micro : o.batch}, {1.0}));
+}
+
+// Expects the run at `out` to match the reference run at `ref_out`: the per-step losses
+// of steps [first_step, last] and the final master weights and AdamW moments, within the
+// tolerances of engine_test_util.h.
+void expect_same_training(const std::string& out, const std::string& ckpt, const std::string& ref_out,
+                          const std::string& ref_ckpt, int steps, double lr, int first_step = 1) {
+  const std::vector<LogStep> log = read_log(out), ref_log = read_log(ref_out);
+  std::vector<double> ref_losses;
+  for (const LogStep& s : ref_log)
+    if (s.step >= first_step) ref_losses.push_back(s.loss);
+  ASSERT_EQ(log.size(), ref_losses.size()) << out;
+  for (size_t i = 0; i < log.size(); ++i) EXPECT_EQ(log[i].step, first_step + (int)i);
+  const Mismatch losses = compare(losses_of(log), ref_losses, kLossRtol, 0);
+  std::printf("[ compared ] %s vs %s: losses worst %.3g x allowance", out.c_str(), ref_out.c_str(), losses.excess);
+  EXPECT_LE(losses.excess, 1) << describe(losses, "losses");
+  const std::vector<float> p = read_array(ckpt), p_ref = read_array(ref_ckpt);
+  ASSERT_EQ(p.size(), p_ref.size());
+  const Mismatch params = compare(to_double(p), to_double(p_ref), kParamRtol, param_atol(steps, lr));
+  EXPECT_LE(params.excess, 1) << describe(params, "master weights");
+  std::printf(", master weights worst %.3g x allowance (%zu over; [%zu] %.9g vs %.9g)", params.excess, params.count, params.worst, params.value, params.ref);
+  // The first moment is a running mean of gradients: the gradient's tolerance (rtol) plus
+  // an absolute term for gradients that are rounding noise (1e-3 of the largest moment).
+  const std::vector<float> m = read_array(ckpt, "adam_m"), m_ref = read_array(ref_ckpt, "adam_m");
+  float m_max = 0;
+  for (float x : m_ref) m_max = std::max(m_max, std::fabs(x));
+  const Mismatch moments = compare(to_double(m), to_double(m_ref), kParamRtol, 1e-3 * m_max);
+  EXPECT_LE(moments.excess, 1) << describe(moments, "AdamW first moments");
+  std::printf(", first moments worst %.3g x allowance\n", moments.excess);
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override { data_dir(); }
+  TempDir tmp_;
+  std::string out(const std::string& name) const { return tmp_.file(name); }
+};
+
+// ---- the shard layout -----------------------------------------------------------------------
+
+TEST(ShardLayout, SlicesCoverEveryUnitOnceAlignedWithZeroShares) {
+  const std::vector<int64_t> units = {16896, 12704, 12704, 64, 7};
+  const ShardLayout layout(units, {0, 0.3, 0.7});
+  for (int u = 0; u < layout.num_units(); ++u) {
+    int64_t next = 0;
+    for (int r = 0; r < 3; ++r) {
+      const Slice& s = layout.slice(u, r);
+      EXPECT_EQ(s.offset, next) << "unit " << u << " rank " << r;
+      if (r < 2) {
+        EXPECT_EQ(s.offset % 16, 0) << "unit " << u << " rank " << r;
+      }
+      next += s.count;
+    }
+    EXPECT_EQ(next, units[u]) << "unit " << u;
+    EXPECT_EQ(layout.slice(u, 0).count, 0);
+  }
+  EXPECT_EQ(layout.rank_total(0), 0);
+  EXPECT_EQ(layout.rank_total(1) + layout.rank_total(2), layout.total());
+  // Rank 1 owns about 30% of each large unit (to within one alignment step).
+  EXPECT_NEAR((double)layout.slice(0, 1).count, 0.3 * 16896, 16);
+  EXPECT_NE(layout.fingerprint(), ShardLayout(units, {0.3, 0, 0.7}).fingerprint());
+  try {
+    ShardLayout bad(units, {0.5, 0.6});
+    FAIL() << "shares summing to 1.1 were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sum to 1.1"), std::string::npos) << e.what();
+  }
+}
+
+// ---- equivalence ------------------------------------------------------------------------------
+
+struct PlanCase {
+  const char* name;
+  std::vector<int64_t> batches, micro;
+  std::vector<double> shares;
+};
+
+TEST_F(EngineTest, UnevenPlansTrainLikeOneRankOnTheWholeBatch) {
+  const TrainOptions ref_o = tiny_options(data_dir(), out("ref"));
+  const Outcome ref = run_one(ref_o);
+  ASSERT_EQ(ref.error, "");
+  ASSERT_EQ(read_log(ref_o.out).size(), 5u);
+  // The loss must move, or matching losses would prove nothing about the updates.
+  EXPECT_LT(read_log(ref_o.out).back().loss, read_log(ref_o.out).front().loss - 0.05);
+
+  const PlanCase plans[] = {
+      {"b1.2.5_m1.1.2_r0.0.3.0.7", {1, 2, 5}, {1, 1, 2}, {0, 0.3, 0.7}},
+      {"b0.3.5_m0.2.3_r0.5.0.25.0.25", {0, 3, 5}, {0, 2, 3}, {0.5, 0.25, 0.25}},
+      {"b2.1.4.1_m1.1.3.1_r0.1.0.4.0.25.0.25", {2, 1, 4, 1}, {1, 1, 3, 1}, {0.1, 0.4, 0.25, 0.25}},
+      {"one_rank_m3", {8}, {3}, {1.0}},
+  };
+  for (const PlanCase& plan : plans) {
+    SCOPED_TRACE(plan.name);
+    TrainOptions o = ref_o;
+    o.out = out(plan.name);
+    const Outcome run = run_ranks(o, make_work(plan.batches, plan.micro, plan.shares));
+    ASSERT_EQ(run.error, "");
+    EXPECT_EQ(run.result.step, 5);
+    expect_same_training(o.out, run.result.checkpoint, ref_o.out, ref.result.checkpoint, o.steps, o.lr);
+    EXPECT_NEAR(run.result.val_loss, ref.result.val_loss, kLossRtol * std::fabs(ref.result.val_loss));
+  }
+}
+
+// ---- checkpoints across layouts ---------------------------------------------------------------
+
+TEST_F(EngineTest, CheckpointOfThreeRanksResumesOnTwoRanksAndOnOne) {
+  TrainOptions o = tiny_options(data_dir(), out("three"));
+  o.steps = 8;  // the same total everywhere, so that the LR schedule is the same
+  o.ckpt_interval = 5;
+  o.warmup = 2;
+  const Outcome full = run_ranks(o, make_work({2, 3, 3}, {1, 2, 3}, {0.2, 0.5, 0.3}));
+  ASSERT_EQ(full.error, "");
+  const std::string ckpt5 = o.out + "/ckpt-000005";
+  ASSERT_TRUE(fs::exists(ckpt5 + "/meta.json"));
+  CheckpointReader(ckpt5).verify();
+
+  struct Resume {
+    const char* name;
+    std::vector<RankWork> work;
+  };
+  const Resume resumes[] = {
+      {"two", make_work({5, 3}, {2, 3}, {0.7, 0.3})},
+      {"one", make_work({8}, {4}, {1.0})},
+  };
+  for (const Resume& r : resumes) {
+    SCOPED_TRACE(r.name);
+    TrainOptions ro = o;
+    ro.out = out(r.name);
+    ro.resume = ckpt5;
+    const Outcome run = run_ranks(ro, r.work);
+    ASSERT_EQ(run.error, "");
+    EXPECT_EQ(run.result.step, 8);
+    EXPECT_EQ(fs::path(run.result.checkpoint).filename(), "ckpt-000008");
+    expect_same_training(ro.out, run.result.checkpoint, o.out, full.result.checkpoint, o.steps, o.lr, 6);
+  }
+}
+
+// ---- communication ----------------------------------------------------------------------------
+
+TEST_F(EngineTest, ParameterCommunicationDoesNotGrowWithMicroBatches) {
+  // 3 ranks of 4 rows each, in micro-batches of 1 (4 per rank) or 4 (1 per rank), for 2 and
+  // 4 steps: the difference of the counters is exactly two steps' traffic.
+  TrainOptions o = tiny_options(data_dir(), "");
+  o.batch = 12;
+  const std::vector<double> shares = {0.2, 0.5, 0.3};
+  std::map<std::pair<int, int>, std::vector<CommStats>> stats;  // (micro, steps) -> per rank
+  for (int micro : {1, 4}) {
+    for (int steps : {2, 4}) {
+      o.steps = steps;
+      o.out = out(str("m", micro, "_s", steps));
+      const Outcome run = run_ranks(o, make_work({4, 4, 4}, {micro, micro, micro}, shares));
+      ASSERT_EQ(run.error, "");
+      stats[{micro, steps}] = run.stats;
+    }
+  }
+  // The expected traffic of one step on rank r, from the layout (fp32, E = 4 bytes):
+  // one reduce-scatter per unit; one gather per unit per pass (embedding, blocks: forward
+  // and backward; the head once, with the tied embedding gathered again for it).
+  const int64_t vocab = (int64_t)data::TokenFile(o.data).vocab_size();
+  const GPTConfig config = resolve_model(o, vocab, o.seq);
+  std::vector<int64_t> units;
+  for (int u = 0; u < config.num_units(); ++u) units.push_back(config.unit_params(u));
+  const ShardLayout layout(units, shares);
+  const int L = config.L, head = L + 1;
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(str("rank ", r));
+    int64_t rs_sent = 0, ag_received = 0;
+    for (int u = 0; u < config.num_units(); ++u) {
+      const int64_t others = layout.unit_size(u) - layout.slice(u, r).count;
+      rs_sent += others * 4;
+      ag_received += (u == head ? 1 : 2) * others * 4;
+    }
+    for (int micro : {1, 4}) {
+      const CommStats& a = stats[{micro, 2}][r];
+      const CommStats& b = stats[{micro, 4}][r];
+      const CommOpStats& rs2 = a[CommOp::reduce_scatter_v];
+      const CommOpStats& rs4 = b[CommOp::reduce_scatter_v];
+      EXPECT_EQ(rs4.calls - rs2.calls, 2 * (L + 2)) << "micro " << micro;
+      EXPECT_EQ(rs4.bytes_sent - rs2.bytes_sent, 2 * rs_sent) << "micro " << micro;
+      // The parameters' gathers, plus a few bytes of per-step bookkeeping (busy shares,
+      // the non-finite verdicts): a handful of scalars per rank, whatever the micro-batches.
+      const CommOpStats& ag2 = a[CommOp::all_gather_v];
+      const CommOpStats& ag4 = b[CommOp::all_gather_v];
+      EXPECT_GE(ag4.calls - ag2.calls, 2 * (2 * L + 3)) << "micro " << micro;
+      EXPECT_LE(ag4.calls - ag2.calls, 2 * (2 * L + 3 + 4)) << "micro " << micro;
+      const int64_t bookkeeping = (ag4.bytes_received - ag2.bytes_received) / 2 - ag_received;
+      EXPECT_GE(bookkeeping, 0) << "micro " << micro;
+      EXPECT_LE(bookkeeping, 16 * 4 * 2) << "micro " << micro << ": more than 16 scalars per rank per step";
+    }
+    // Whole runs, micro-batches of 1 vs 4: the same bytes for every collective.
+    for (int steps : {2, 4}) {
+      for (int op = 0; op < kCommOpCount; ++op) {
+        const CommOpStats& m1 = stats[{1, steps}][r].ops[op];
+        const CommOpStats& m4 = stats[{4, steps}][r].ops[op];
+        EXPECT_EQ(m1.calls, m4.calls) << comm_op_name((CommOp)op) << " steps " << steps;
+        EXPECT_EQ(m1.bytes_sent, m4.bytes_sent) << comm_op_name((CommOp)op) << " steps " << steps;
+        EXPECT_EQ(m1.bytes_received, m4.bytes_received) << comm_op_name((CommOp)op) << " steps " << steps;
+      }
+    }
+  }
+}
+
+TEST_F(EngineTest, PrefetchOnAndOffGiveIdenticalResults) {
+  const std::vector<RankWork> work = make_work({1, 2, 5}, {1, 1, 2}, {0, 0.3, 0.7});
+  TrainOptions o = tiny_options(data_dir(), out("prefetch"));
+  EngineOptions prefetch, no_prefetch;
+  prefetch.prefetch = true;
+  no_prefetch.prefetch = false;
+  const Outcome on = run_ranks(o, work, prefetch);
+  ASSERT_EQ(on.error, "");
+  o.out = out("no_prefetch");
+  const Outcome off = run_ranks(o, work, no_prefetch);
+  ASSERT_EQ(off.error, "");
+  const std::vector<LogStep> a = read_log(out("prefetch")), b = read_log(out("no_prefetch"));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].loss, b[i].loss) << "step " << a[i].step;
+    EXPECT_EQ(a[i].norm, b[i].norm) << "step " << a[i].step;
+  }
+  for (const char* name : {"master", "adam_m", "adam_v"}) {
+    const std::vector<float> x = read_array(on.result.checkpoint, name), y = read_array(off.result.checkpoint, name);
+    ASSERT_EQ(x.size(), y.size());
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0) << name << " differs";
+  }
+  // Overlap issues the same collectives: the counters agree too.
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(on.stats[r][CommOp::all_gather_v].bytes_received, off.stats[r][CommOp::all_gather_v].bytes_received);
+    EXPECT_EQ(on.stats[r][CommOp::reduce_scatter_v].bytes_sent, off.stats[r][CommOp::reduce_scatter_v].bytes_sent);
+  }
+}
+
+// ---- bad plans and faults ---------------------------------------------------------------------
+
+void expect_every_rank_says(const Outcome& run, const std::vector<std::string>& parts) {
+  EXPECT_NE(run.error, "") << "the run succeeded";
+  for (size_t r = 0; r < run.errors.size(); ++r)
+    for (const std::string& part : parts)
+      EXPECT_NE(run.errors[r].find(part), std::string::npos)
+          << "rank " << r << "'s error lacks '" << part << "': " << run.errors[r];
+  EXPECT_LT(run.seconds, 10) << "the ranks took too long to stop";
+}
+
+TEST_F(EngineTest, BadPlansFailOnEveryRankWithTheNumbers) {
+  TrainOptions o = tiny_options(data_dir(), out("bad"));
+  struct Bad {
+    const char* name;
+    std::vector<RankWork> work;
+    int ranks;
+    std::vector<std::string> says;
+  };
+  const Bad cases[] = {
+      {"wrong rank count", make_work({4, 4}, {1, 1}, {0.5, 0.5}), 3,
+       {"the plan has 2 ranks but 3 are running", "one batch, micro-batch and share per rank"}},
+      {"shares not summing to 1", make_work({1, 2, 5}, {1, 1, 2}, {0.2, 0.3, 0.4}), 3,
+       {"shares sum to 0.9", "not 1"}},
+      {"batches not summing to the global batch", make_work({1, 2, 4}, {1, 1, 2}, {0, 0.3, 0.7}), 3,
+       {"batches sum to 7 but the global batch is 8", "--batch"}},
+      {"zero micro-batch with a positive batch", make_work({1, 2, 5}, {1, 0, 2}, {0, 0.3, 0.7}), 3,
+       {"rank 1", "micro-batch 0 must be at least 1 for its batch of 2"}},
+      {"negative batch", make_work({-1, 4, 5}, {1, 1, 2}, {0, 0.3, 0.7}), 3, {"rank 0", "batch -1 is negative"}},
+  };
+  for (const Bad& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Outcome run = run_ranks(o, c.work, {}, c.ranks);
+    expect_every_rank_says(run, c.says);
+    EXPECT_FALSE(fs::exists(o.out + "/log.jsonl")) << "a bad plan wrote a log";
+  }
+}
+
+TEST_F(EngineTest, RanksThatDisagreeAboutTheLayoutFailTogether) {
+  const TrainOptions o = tiny_options(data_dir(), out("disagree"));
+  const std::vector<RankWork> work = make_work({1, 2, 5}, {1, 1, 2}, {0.2, 0.3, 0.5});
+  // Rank 1 was given other shares (still a valid plan on its own).
+  const Outcome shares = run_ranks(o, work, {}, 0, [](int rank, TrainOptions&, std::vector<RankWork>& w) {
+    if (rank == 1) {
+      w[0].share = 0.5;
+      w[2].share = 0.2;
+    }
+  });
+  expect_every_rank_says(shares, {"shard layout"});
+  // Rank 2 was given another model shape.
+  const Outcome shape = run_ranks(o, work, {}, 0, [](int rank, TrainOptions& mine, std::vector<RankWork>&) {
+    if (rank == 2) mine.layers = 3;
+  });
+  expect_every_rank_says(shape, {"shard layout"});
+  EXPECT_TRUE(scan_checkpoints(o.out).complete.empty());
+}
+
+TEST_F(EngineTest, ARankThatRunsOutOfMemoryMidStepStopsEveryRankAndKeepsTheCheckpoint) {
+  TrainOptions o = tiny_options(data_dir(), out("fault"));
+  const std::vector<RankWork> work = make_work({1, 2, 5}, {1, 1, 2}, {0.2, 0.3, 0.5});
+  o.steps = 3;
+  const Outcome first = run_ranks(o, work);
+  ASSERT_EQ(first.error, "");
+  const std::string ckpt3 = o.out + "/ckpt-000003";
+  const std::vector<float> before = read_array(ckpt3);
+
+  // Resume towards step 6; rank 2's device holds its share of the state (master, gradient,
+  // two moments: 16 bytes per parameter) and its batch of token ids, but not the gathered
+  // embedding (V*C + T*C floats) that the first forward of step 4 needs.
+  o.steps = 6;
+  o.resume = o.out;
+  const int64_t vocab = (int64_t)data::TokenFile(o.data).vocab_size();
+  const GPTConfig config = resolve_model(o, vocab, o.seq);
+  std::vector<int64_t> units;
+  for (int u = 0; u < config.num_units(); ++u) units.push_back(config.unit_params(u));
+  const ShardLayout layout(units, {0.2, 0.3, 0.5});
+  const int64_t state = 16 * layout.rank_total(2) * 17 / 16 + 64 * 4 * config.num_units();
+  const int64_t capacity = state + 2 * 5 * o.seq * 4 + 8192;
+  ASSERT_LT(capacity - state, 4 * layout.unit_size(0)) << "the capacity would hold the gathered embedding";
+  const Device dev2 = Device::cpu(2);
+  const DeviceProps saved = device_props(dev2);
+  const Outcome fault = run_ranks(o, work, {}, 0, [&](int rank, TrainOptions& mine, std::vector<RankWork>&) {
+    if (rank == 2) mine.device_memory = capacity;
+  });
+  configure_device(dev2, saved);
+  ASSERT_NE(fault.error, "") << "rank 2 did not run out of memory";
+  EXPECT_NE(fault.errors[2].find("out of memory on"), std::string::npos) << fault.errors[2];
+  EXPECT_NE(fault.errors[2].find("smaller batch or micro-batch"), std::string::npos) << fault.errors[2];
+  for (int r : {0, 1})
+    EXPECT_NE(fault.errors[r].find("rank 2 failed"), std::string::npos) << "rank " << r << ": " << fault.errors[r];
+  EXPECT_NE(fault.error.find("out of memory"), std::string::npos) << "run_local rethrew: " << fault.error;
+  EXPECT_LT(fault.seconds, 10);
+  // It failed in step 4, after resuming: the log has steps 1..3 only.
+  EXPECT_EQ(read_log(o.out).size(), 3u);
+
+  // The last good checkpoint is intact and still the one to resume from; nothing else.
+  const CheckpointScan scan = scan_checkpoints(o.out);
+  ASSERT_EQ(scan.complete.size(), 1u);
+  EXPECT_EQ(scan.steps[0], 3);
+  EXPECT_TRUE(scan.leftovers.empty()) << scan.leftovers[0];
+  EXPECT_EQ(scan.latest_name, "ckpt-000003");
+  CheckpointReader(ckpt3).verify();
+  const std::vector<float> after = read_array(ckpt3);
+  EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)), 0);
+
+  // And the run continues from it once the device is large enough.
+  const Outcome again = run_ranks(o, work);
+  ASSERT_EQ(again.error, "");
+  EXPECT_EQ(again.result.step, 6);
+}
+
+}  // namespace
+}  // namespace gpumix::dist::test

@@ -1,0 +1,154 @@
+// The uneven sharded engine on the MPI backend, under `mpirun -np 3`: the ranks train the
+// tiny GPT for 5 steps under uneven plans, then rank 0 trains it alone on the whole batch
+// (one rank, the local backend) and compares the losses of the logs and the final
+// checkpoints' master weights and AdamW moments (tolerances: engine_test_util.h). Bad plans
+// and ranks that disagree about the layout must throw on every rank (no hang, no abort).
+//
+// Its own main: MPI_Init, the checks, MPI_Finalize. Only rank 0 prints the comparison;
+// every rank exits with the worst rank's status (0 pass, 1 fail, 77 skip without 3 ranks).
+#include <omp.h>
+
+#include <cstdio>
+#include <functional>
+
+#include "core/error.h"
+#include "dist/comm.h"
+#include "dist/trainer.h"
+#include "engine_test_util.h"
+
+namespace {
+
+using namespace gpumix;
+using namespace gpumix::dist;
+using namespace gpumix::dist::test;
+
+int failures = 0;
+
+void check(bool ok, const std::string& what) {
+  if (ok) return;
+  std::fprintf(stderr, "FAILED: %s\n", what.c_str());
+  ++failures;
+}
+
+// Expects fn to throw an error containing every part (on this rank).
+void expect_error(const std::string& name, const std::function<void()>& fn, const std::vector<std::string>& parts,
+                  int rank) {
+  std::string message;
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  check(!message.empty(), str("rank ", rank, ", ", name, ": no error"));
+  for (const std::string& part : parts)
+    check(message.find(part) != std::string::npos,
+          str("rank ", rank, ", ", name, ": the error lacks '", part, "': ", message));
+}
+
+// Compares a run at `out` (checkpoint `ckpt`) with the reference; counts what differs.
+void compare_runs(const std::string& name, const std::string& out, const std::string& ckpt,
+                  const std::string& ref_out, const std::string& ref_ckpt, int steps, double lr) {
+  const std::vector<LogStep> log = read_log(out), ref = read_log(ref_out);
+  check(log.size() == (size_t)steps && ref.size() == (size_t)steps,
+        str(name, ": expected ", steps, " log lines, got ", log.size(), " and ", ref.size(), " (reference)"));
+  const Mismatch losses = compare(losses_of(log), losses_of(ref), kLossRtol, 0);
+  check(losses.excess <= 1, name + ": " + describe(losses, "losses"));
+  const Mismatch params = compare(to_double(read_array(ckpt)), to_double(read_array(ref_ckpt)), kParamRtol,
+                                  param_atol(steps, lr));
+  check(params.excess <= 1, name + ": " + describe(params, "master weights"));
+  if (failures == 0)
+    std::printf("[       OK ] %s: %zu losses within %.0e relative (worst %.2fx the allowance), master weights "
+                "worst %.2fx the allowance\n",
+                name.c_str(), log.size(), kLossRtol, losses.excess, params.excess);
+}
+
+int run(Comm& comm) {
+  const int rank = comm.rank();
+  if (comm.size() != 3) {
+    if (rank == 0) std::fprintf(stderr, "test_engine_mpi: run under mpirun -np 3 (got %d ranks); skipped\n", comm.size());
+    return 77;
+  }
+  // Rank 0 makes the data in a folder named after its pid; the others learn the pid.
+  Tensor pid = Tensor::from_vector(std::vector<int32_t>{(int32_t)::getpid()}, {1});
+  comm.broadcast(pid, 0);
+  const std::string dir = (fs::temp_directory_path() / str("gpumix_test_engine_mpi_", pid.data<int32_t>()[0])).string();
+  std::string error;
+  if (rank == 0) {
+    try {
+      fs::remove_all(dir);
+      fs::create_directories(dir);
+      make_tiny_data(dir);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  comm.agree("test data", {}, error);
+
+  struct Plan {
+    const char* name;
+    std::vector<RankWork> work;
+  };
+  const Plan plans[] = {
+      {"mpi b1.2.5 m1.1.2 r0.0.3.0.7", make_work({1, 2, 5}, {1, 1, 2}, {0, 0.3, 0.7})},
+      {"mpi b0.3.5 m0.2.3 r0.5.0.25.0.25", make_work({0, 3, 5}, {0, 2, 3}, {0.5, 0.25, 0.25})},
+  };
+  std::vector<std::pair<std::string, std::string>> runs;  // out, checkpoint
+  for (size_t i = 0; i < sizeof plans / sizeof plans[0]; ++i) {
+    const TrainOptions o = tiny_options(dir, dir + "/plan" + std::to_string(i));
+    try {
+      const TrainResult r = train(o, plans[i].work, comm);
+      runs.push_back({o.out, r.checkpoint});
+    } catch (const std::exception& e) {
+      // A failure inside training may leave the others in a collective: end the job.
+      comm.abort(str("rank ", rank, ": ", plans[i].name, ": ", e.what()));
+    }
+  }
+
+  // Bad plans (every rank sees the same) and a rank with other shares: every rank throws.
+  {
+    const TrainOptions o = tiny_options(dir, dir + "/bad");
+    expect_error("shares not summing to 1", [&] { train(o, make_work({1, 2, 5}, {1, 1, 2}, {0.2, 0.3, 0.4}), comm); },
+                 {"shares sum to 0.9"}, rank);
+    expect_error("batches not summing to the global batch",
+                 [&] { train(o, make_work({1, 2, 4}, {1, 1, 2}, {0, 0.3, 0.7}), comm); },
+                 {"batches sum to 7 but the global batch is 8"}, rank);
+    expect_error("wrong rank count", [&] { train(o, make_work({4, 4}, {1, 1}, {0.5, 0.5}), comm); },
+                 {"the plan has 2 ranks but 3 are running"}, rank);
+    std::vector<RankWork> mine = make_work({1, 2, 5}, {1, 1, 2}, {0.2, 0.3, 0.5});
+    if (rank == 1) mine = make_work({1, 2, 5}, {1, 1, 2}, {0.5, 0.3, 0.2});
+    expect_error("ranks disagree about the layout", [&] { train(o, mine, comm); }, {"shard layout"}, rank);
+  }
+
+  if (rank == 0) {
+    // The reference: one rank, the whole batch.
+    const TrainOptions o = tiny_options(dir, dir + "/ref");
+    TrainResult ref;
+    run_local(1, [&](Comm& one) {
+      omp_set_num_threads(1);
+      ref = train(o, make_work({o.batch}, {o.batch}, {1.0}), one);
+    });
+    for (size_t i = 0; i < runs.size(); ++i)
+      compare_runs(plans[i].name, runs[i].first, runs[i].second, o.out, ref.checkpoint, o.steps, o.lr);
+  }
+  comm.barrier();
+  if (rank == 0) fs::remove_all(dir);
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MpiSession mpi(&argc, &argv);
+  int status = 0;
+  std::unique_ptr<Comm> comm = make_mpi_comm();
+  try {
+    status = run(*comm);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", comm->rank(), e.what());
+    comm->abort(e.what());
+  }
+  const int worst = (int)comm->all_reduce_max((double)status);
+  if (comm->rank() == 0) std::printf("%s\n", worst == 0 ? "engine_mpi: PASSED" : "engine_mpi: FAILED");
+  comm.reset();
+  return worst;
+}

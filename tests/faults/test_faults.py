@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Fault tests of the multi-rank engine, one case per run (see meson.build):
+
+  local_<point>           3 thread ranks; rank 1 throws at <point> of step 3 (step 4 for
+                          checkpoint): the run ends non-zero within seconds naming the rank,
+                          the last complete checkpoint (step 2) verifies, and resuming from
+                          it reproduces the uninterrupted run's losses bit for bit.
+  mpi_kill                mpirun -np 3; rank 1 SIGKILLs itself in the gradient collective of
+                          step 3: mpirun ends non-zero within seconds; checkpoint 2 verifies
+                          and resumes under mpirun to the uninterrupted losses.
+  mpi_exit_in_checkpoint  the same with rank 1 calling _exit while the step-4 checkpoint is
+                          being written (a leftover temporary folder; `latest` is step 2).
+  disk_full               the step-4 checkpoint hits RLIMIT_FSIZE (EFBIG, as a full disk):
+                          a clear error, checkpoint 2 survives and is still `latest`.
+  nonfinite_stop          a NaN / Inf injected in a gradient slice or the loss stops the run
+                          with the step, unit and rank; the optimizer is not applied.
+  nonfinite_skip          --skip-nonfinite: the step is skipped and logged, the state is
+                          bitwise unchanged (checkpoints before and after the step are equal).
+"""
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+p = argparse.ArgumentParser()
+p.add_argument("--gpumix", required=True)
+p.add_argument("--ckpt-tool", required=True)
+p.add_argument("--corpus", required=True)
+p.add_argument("--mpirun", default="")
+p.add_argument("case")
+args = p.parse_args()
+
+TIMEOUT = 60       # a run that takes longer hangs
+FAIL_WITHIN = 20   # a failed run must end this soon (includes start-up and steps 1-2)
+work = tempfile.mkdtemp(prefix="gpumix-faults-")
+tokenizer = os.path.join(work, "tokenizer.bpe")
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAILED:", what, flush=True)
+    return cond
+
+
+def run(cmd, env_extra=None, preexec=None):
+    env = dict(os.environ)
+    env.pop("GPUMIX_FAULT", None)
+    env.update(env_extra or {})
+    t0 = time.time()
+    try:
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT,
+                           preexec_fn=preexec)
+        rc, out = r.returncode, r.stdout + r.stderr
+    except subprocess.TimeoutExpired as e:
+        def text(b):
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        rc, out = "timeout", text(e.stdout) + text(e.stderr)
+    dt = time.time() - t0
+    print(f"$ {' '.join(cmd)}  [{(env_extra or {}).get('GPUMIX_FAULT', '')}] -> {rc} in {dt:.1f}s", flush=True)
+    return rc, out, dt
+
+
+def train_cmd(out, steps, ranks=3, mpi=False, extra=()):
+    cmd = [args.gpumix, "train", "--data", args.corpus, "--tokenizer", tokenizer, "--out", out,
+           "--model", "gpt-nano", "--layers", "2", "--heads", "2", "--channels", "32", "--seq", "16",
+           "--batch", "6", "--steps", str(steps), "--ckpt-interval", "2", "--eval-interval", "0",
+           "--eval-windows", "2", "--warmup", "1", "--lr", "3e-3", "--quiet", *extra]
+    if mpi:
+        return [args.mpirun, "-np", str(ranks), "--bind-to", "none"] + cmd + ["--threads", "1"]
+    return cmd + ["--ranks", str(ranks), "--threads", str(ranks)]
+
+
+def losses(out):
+    with open(os.path.join(out, "log.jsonl")) as f:
+        lines = [json.loads(x) for x in f if x.strip()]
+    return {l["step"]: l["loss"] for l in lines if "step" in l and "loss" in l and not l.get("final")}
+
+
+def latest(out):
+    r = subprocess.run([args.ckpt_tool, "latest", out], capture_output=True, text=True)
+    return os.path.basename(r.stdout.strip()) if r.returncode == 0 else "verify failed: " + r.stderr.strip()
+
+
+def baseline(mpi=False):
+    out = os.path.join(work, "base-mpi" if mpi else "base")
+    rc, text, _ = run(train_cmd(out, 4, mpi=mpi))
+    if not check(rc == 0, f"the uninterrupted run failed:\n{text[-2000:]}"):
+        sys.exit(1)
+    return losses(out)
+
+
+def fault_then_resume(name, fault, expect_in_output, mpi=False, fail_step=3):
+    base = baseline(mpi)
+    out = os.path.join(work, name)
+    rc, text, dt = run(train_cmd(out, 4, mpi=mpi), {"GPUMIX_FAULT": fault})
+    check(rc not in (0, "timeout"), f"{name}: the run with a fault ended with {rc}")
+    check(dt < FAIL_WITHIN, f"{name}: the failed run took {dt:.1f}s (> {FAIL_WITHIN}s): ranks waited")
+    for s in expect_in_output:
+        check(s in text, f"{name}: the error does not say '{s}':\n{text[-2000:]}")
+    check(latest(out) == "ckpt-000002", f"{name}: the last complete checkpoint is {latest(out)}, not ckpt-000002")
+    got = losses(out)
+    check(all(got.get(s) == base[s] for s in range(1, fail_step)), f"{name}: steps before the fault differ")
+    rc, text, _ = run(train_cmd(out, 4, mpi=mpi, extra=["--resume", out]))
+    check(rc == 0, f"{name}: resuming failed:\n{text[-2000:]}")
+    got = losses(out)
+    for s in (3, 4):
+        check(got.get(s) == base[s], f"{name}: step {s} after resuming has loss {got.get(s)}, "
+                                     f"the uninterrupted run {base[s]}")
+    check(latest(out) == "ckpt-000004", f"{name}: after resuming, the latest checkpoint is {latest(out)}")
+
+
+def main():
+    rc, text, _ = run([args.gpumix, "tokenizer", "train", "--data", args.corpus, "--vocab", "300",
+                       "--out", tokenizer])
+    if not check(rc == 0, "tokenizer: " + text[-1000:]):
+        return
+    c = args.case
+    if c.startswith("local_"):
+        point = c[len("local_"):]
+        step = 4 if point == "checkpoint" else 3
+        fault_then_resume(c, f"1:{point}:{step}", ["rank 1", "injected fault", point],
+                          fail_step=step if point != "checkpoint" else 5)
+    elif c == "mpi_kill":
+        fault_then_resume(c, "1:collective:3:kill", [], mpi=True)
+    elif c == "mpi_exit_in_checkpoint":
+        fault_then_resume(c, "1:checkpoint:4:exit", [], mpi=True, fail_step=5)
+    elif c == "disk_full":
+        out = os.path.join(work, "full")
+        rc, text, _ = run(train_cmd(out, 2))
+        check(rc == 0 and latest(out) == "ckpt-000002", "disk_full: the first run failed:\n" + text[-2000:])
+        size = os.path.getsize(os.path.join(out, "ckpt-000002", "master.bin"))
+
+        def limit():  # every file this process writes stops growing at size/2: EFBIG
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, size // 2))
+        rc, text, dt = run(train_cmd(out, 4, extra=["--resume", out]), preexec=limit)
+        check(rc not in (0, "timeout"), f"disk_full: a checkpoint past the file-size limit ended with {rc}")
+        check("checkpoint" in text and ("EFBIG" in text or "too large" in text.lower() or "full" in text),
+              "disk_full: the error does not name the checkpoint and the full disk:\n" + text[-2000:])
+        check(latest(out) == "ckpt-000002", f"disk_full: latest is {latest(out)}, not ckpt-000002")
+        check(not os.path.exists(os.path.join(out, "ckpt-000004")), "disk_full: a ckpt-000004 folder exists")
+        left = [n for n in os.listdir(out) if n.startswith(".ckpt-") or n.startswith("latest.tmp")]
+        check(not left, f"disk_full: leftovers {left}")
+        rc, text, _ = run(train_cmd(out, 4, extra=["--resume", out]))
+        check(rc == 0 and latest(out) == "ckpt-000004", "disk_full: resuming afterwards failed:\n" + text[-2000:])
+    elif c == "nonfinite_stop":
+        for ranks, fault, want in [(3, "2:nan_grad:3", "on rank 2"), (3, "1:inf_grad:3:2", "unit 2 (block 1) on rank 1"),
+                                   (3, "0:nan_loss:3", "loss is not finite on rank 0"),
+                                   (1, "0:nan_grad:3:3", "unit 3 (head) on rank 0")]:
+            out = os.path.join(work, f"stop-{ranks}-{fault.replace(':', '_')}")
+            rc, text, dt = run(train_cmd(out, 4, ranks=ranks), {"GPUMIX_FAULT": fault})
+            check(rc not in (0, "timeout"), f"nonfinite_stop {fault}: ended with {rc}")
+            for s in ["step 3", want, "--skip-nonfinite"]:
+                check(s in text, f"nonfinite_stop {fault}: the error does not say '{s}':\n{text[-2000:]}")
+            check(latest(out) == "ckpt-000002", f"nonfinite_stop {fault}: latest is {latest(out)}")
+    elif c == "nonfinite_skip":
+        for ranks, fault in [(3, "1:nan_grad:2"), (3, "2:nan_loss:2"), (1, "0:inf_grad:2")]:
+            out = os.path.join(work, f"skip-{ranks}-{fault.replace(':', '_')}")
+            cmd = train_cmd(out, 3, ranks=ranks, extra=["--skip-nonfinite"])
+            cmd[cmd.index("--ckpt-interval") + 1] = "1"
+            rc, text, _ = run(cmd, {"GPUMIX_FAULT": fault})
+            check(rc == 0, f"nonfinite_skip {fault}: the run failed:\n{text[-2000:]}")
+            with open(os.path.join(out, "log.jsonl")) as f:
+                lines = [json.loads(x) for x in f if x.strip()]
+            skipped = [l["step"] for l in lines if l.get("skipped")]
+            check(skipped == [2], f"nonfinite_skip {fault}: skipped steps {skipped}, expected [2]")
+            same = subprocess.run([args.ckpt_tool, "same", os.path.join(out, "ckpt-000001"),
+                                   os.path.join(out, "ckpt-000002")], capture_output=True, text=True)
+            check(same.returncode == 0, f"nonfinite_skip {fault}: the skipped step changed the state: {same.stderr}")
+            same = subprocess.run([args.ckpt_tool, "same", os.path.join(out, "ckpt-000002"),
+                                   os.path.join(out, "ckpt-000003")], capture_output=True, text=True)
+            check(same.returncode != 0, f"nonfinite_skip {fault}: step 3 did not train")
+    else:
+        check(False, f"unknown case {c}")
+
+
+try:
+    main()
+finally:
+    shutil.rmtree(work, ignore_errors=True)
+print("FAILED" if failures else "ok", args.case)
+sys.exit(1 if failures else 0)

@@ -1,0 +1,363 @@
+// End-to-end tests of the gpumix program: `gpumix train` and `gpumix generate` on a tiny
+// GPT (L=2, C=32, T=16, a 512-token BPE of tests/data/tiny_corpus.txt), run as a child
+// process. Bad input must end with a non-zero exit, a message that names the problem (the
+// file, the numbers) and the fix, and nothing half written: no new checkpoint, and the
+// previous checkpoint still verifies. Resume must be bitwise exact; generation must
+// continue the prompt and be deterministic at temperature 0.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "nn/checkpoint.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kGpumix = GPUMIX_EXE;
+const std::string kCorpus = std::string(GPUMIX_TESTS_DATA_DIR) + "/tiny_corpus.txt";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs `gpumix <args>` (one OpenMP thread), capturing stdout and stderr.
+Result gpumix(const std::vector<std::string>& args, const std::string& scratch) {
+  static std::atomic<int> counter{0};
+  const std::string base = scratch + "/cmd" + std::to_string(counter++);
+  std::string cmd = "OMP_NUM_THREADS=1 " + quote(kGpumix);
+  for (const std::string& a : args) cmd += " " + quote(a);
+  cmd += " >" + quote(base + ".out") + " 2>" + quote(base + ".err") + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  r.out = read_file(base + ".out");
+  r.err = read_file(base + ".err");
+  return r;
+}
+
+std::string show(const Result& r) {
+  return "exit " + std::to_string(r.code) + "\n--- stderr:\n" + r.err + "--- stdout (tail):\n" +
+         (r.out.size() > 2000 ? r.out.substr(r.out.size() - 2000) : r.out);
+}
+
+// Expects a clear failure: exit 1 and every part in stderr.
+void expect_failure(const Result& r, std::initializer_list<std::string> parts) {
+  EXPECT_EQ(r.code, 1) << show(r);
+  for (const std::string& part : parts)
+    EXPECT_NE(r.err.find(part), std::string::npos) << "stderr lacks '" << part << "'\n" << show(r);
+}
+
+// The loss field of every step line of a log, as the JSON text wrote it.
+std::vector<std::string> log_losses(const std::string& run, int first_step = 1) {
+  std::vector<std::string> losses;
+  std::ifstream in(run + "/log.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("final") || j.at("step").get<int>() < first_step) continue;
+    losses.push_back(j.at("loss").dump());
+  }
+  return losses;
+}
+
+// One run folder and the data, made once: a tokenizer and token file from the tiny corpus
+// (through `gpumix tokenizer`), and a 6-step run with checkpoints at steps 3 and 6.
+class Tools : public ::testing::Test {
+ protected:
+  static std::string dir_;
+
+  static void SetUpTestSuite() {
+    dir_ = (fs::temp_directory_path() / ("gpumix_test_tools_" + std::to_string(::getpid()))).string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    Result r = gpumix({"tokenizer", "train", "--data", kCorpus, "--vocab", "512", "--out", tokenizer()}, dir_);
+    ASSERT_EQ(r.code, 0) << show(r);
+    r = gpumix({"tokenizer", "encode", "--tokenizer", tokenizer(), "--data", kCorpus, "--out", tokens()}, dir_);
+    ASSERT_EQ(r.code, 0) << show(r);
+    // generate looks for the tokenizer in the run folder.
+    fs::create_directories(base());
+    fs::copy_file(tokenizer(), base() + "/tokenizer.bpe");
+    r = gpumix(train_args(base(), {"--ckpt-interval", "3"}), dir_);
+    ASSERT_EQ(r.code, 0) << show(r);
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  static std::string tokenizer() { return dir_ + "/tiny.bpe"; }
+  static std::string tokens() { return dir_ + "/tiny.tok"; }
+  static std::string base() { return dir_ + "/base"; }
+  static std::string path(const std::string& name) { return dir_ + "/" + name; }
+
+  // `train` with the tiny model's flags, 6 steps, and `extra` flags (pairs of flag and value).
+  static std::vector<std::string> train_args(const std::string& out, std::vector<std::string> extra = {},
+                                             const std::string& data = "") {
+    std::vector<std::string> args = {"train", "--data", data.empty() ? tokens() : data, "--tokenizer", tokenizer(),
+                                     "--model", "gpt-nano", "--layers", "2", "--channels", "32", "--seq", "16",
+                                     "--batch", "4", "--steps", "6", "--lr", "3e-3", "--warmup", "2",
+                                     "--eval-interval", "0", "--eval-windows", "4", "--seed", "11",
+                                     "--threads", "1", "--quiet", "--out", out};
+    // CLI11 takes each option once: a flag in `extra` replaces the default's value.
+    for (size_t i = 0; i < extra.size(); ++i) {
+      const bool has_value = i + 1 < extra.size() && extra[i + 1].rfind("--", 0) != 0;
+      auto it = std::find(args.begin(), args.end(), extra[i]);
+      if (it != args.end() && has_value) {
+        *(it + 1) = extra[++i];
+        continue;
+      }
+      args.push_back(extra[i]);
+      if (has_value) args.push_back(extra[++i]);
+    }
+    return args;
+  }
+
+  // No checkpoint and no log lines were written into `out`.
+  static void expect_nothing_written(const std::string& out) {
+    if (!fs::exists(out)) return;
+    const gpumix::CheckpointScan scan = gpumix::scan_checkpoints(out);
+    EXPECT_TRUE(scan.complete.empty()) << out << " holds " << scan.complete[0];
+    EXPECT_TRUE(scan.leftovers.empty()) << out << " holds " << scan.leftovers[0];
+    EXPECT_TRUE(log_losses(out).empty()) << out << "/log.jsonl has step lines";
+  }
+
+  // The base run is as SetUpTestSuite left it.
+  static void expect_base_intact() {
+    const gpumix::CheckpointScan scan = gpumix::scan_checkpoints(base());
+    ASSERT_EQ(scan.steps, (std::vector<int64_t>{3, 6}));
+    EXPECT_EQ(scan.latest_name, "ckpt-000006");
+    EXPECT_TRUE(scan.leftovers.empty());
+    for (const std::string& c : scan.complete)
+      EXPECT_NO_THROW(gpumix::CheckpointReader(base() + "/" + c).verify()) << c;
+    EXPECT_EQ(log_losses(base()).size(), 6u);
+  }
+};
+std::string Tools::dir_;
+
+// ---- train: bad input ---------------------------------------------------------------------
+
+TEST_F(Tools, MissingCorpus) {
+  const std::string out = path("missing");
+  const Result r = gpumix(train_args(out, {}, path("no_such_corpus.txt")), dir_);
+  expect_failure(r, {"no_such_corpus.txt", "does not exist", "--data"});
+  expect_nothing_written(out);
+}
+
+TEST_F(Tools, EmptyCorpus) {
+  const std::string corpus = path("empty.txt"), out = path("empty");
+  write_file(corpus, "");
+  const Result r = gpumix(train_args(out, {}, corpus), dir_);
+  expect_failure(r, {"empty.txt", "empty"});
+  expect_nothing_written(out);
+}
+
+TEST_F(Tools, CorpusSmallerThanOneWindow) {
+  const std::string corpus = path("small.txt"), out = path("small");
+  write_file(corpus, "A few words, far fewer than two windows of sixteen tokens.\n");
+  const Result r = gpumix(train_args(out, {}, corpus), dir_);
+  expect_failure(r, {"T + 1 = 17", "larger corpus", "--seq"});
+  expect_nothing_written(out);
+}
+
+TEST_F(Tools, TokenFileWithAWrongMagic) {
+  std::string bytes = read_file(tokens());
+  ASSERT_GT(bytes.size(), 64u);
+  bytes[0] = 'X';  // "XPMXTOK\0": otherwise a valid file
+  const std::string file = path("wrong_magic.tok"), out = path("wrong_magic");
+  write_file(file, bytes);
+  const Result r = gpumix(train_args(out, {}, file), dir_);
+  expect_failure(r, {"wrong_magic.tok", "token file"});
+  expect_nothing_written(out);
+}
+
+TEST_F(Tools, TokenFileWithATruncatedBody) {
+  const std::string bytes = read_file(tokens());
+  const std::string file = path("truncated.tok"), out = path("truncated");
+  write_file(file, bytes.substr(0, bytes.size() - 3));  // mid-token
+  const Result r = gpumix(train_args(out, {}, file), dir_);
+  expect_failure(r, {"truncated.tok", std::to_string(bytes.size() - 3)});
+  expect_nothing_written(out);
+}
+
+TEST_F(Tools, CheckpointOfAnotherModelShape) {
+  const std::string out = path("other_shape");
+  const Result r = gpumix(train_args(out, {"--layers", "3", "--resume", base() + "/ckpt-000003"}), dir_);
+  expect_failure(r, {"ckpt-000003", "L: 2 vs 3", "start a new run"});
+  expect_nothing_written(out);
+  expect_base_intact();
+}
+
+TEST_F(Tools, CorruptedCheckpoint) {
+  // A copy of the base run's step-3 checkpoint with one byte of master.bin flipped.
+  const std::string copy = path("corrupt_src/ckpt-000003"), out = path("corrupt");
+  fs::create_directories(path("corrupt_src"));
+  fs::copy(base() + "/ckpt-000003", copy, fs::copy_options::recursive);
+  std::fstream f(copy + "/master.bin", std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(1000);
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x10;
+  f.seekp(1000);
+  f.write(&c, 1);
+  f.close();
+  const Result r = gpumix(train_args(out, {"--resume", copy}), dir_);
+  expect_failure(r, {"master.bin"});
+  EXPECT_TRUE(r.err.find("checksum") != std::string::npos || r.err.find("hash") != std::string::npos ||
+              r.err.find("XXH64") != std::string::npos)
+      << show(r);
+  expect_nothing_written(out);
+  EXPECT_THROW(gpumix::CheckpointReader(copy).verify(), gpumix::CheckpointError);
+  expect_base_intact();
+}
+
+TEST_F(Tools, UnknownPreset) {
+  const std::string out = path("preset");
+  const Result r = gpumix(train_args(out, {"--model", "gpt-enormous"}), dir_);
+  expect_failure(r, {"unknown model preset 'gpt-enormous'", "gpt-nano", "gpt2"});
+  expect_nothing_written(out);
+}
+
+TEST_F(Tools, BatchThatDoesNotFitTheDeviceMemory) {
+  // The model's state (~42k parameters, 16 bytes each) fits in 1 MiB; 64 x 16 tokens of
+  // activations and logits do not.
+  const std::string out = path("oom");
+  const Result r = gpumix(train_args(out, {"--batch", "64", "--device-memory", "1MiB"}), dir_);
+  expect_failure(r, {"out of memory", "1.00 MiB", "smaller batch"});
+  expect_nothing_written(out);
+}
+
+TEST_F(Tools, ExistingRunFolderWithoutResume) {
+  const std::string log_before = read_file(base() + "/log.jsonl");
+  const Result r = gpumix(train_args(base()), dir_);
+  expect_failure(r, {base(), "already holds a run", "--resume"});
+  EXPECT_EQ(read_file(base() + "/log.jsonl"), log_before);
+  expect_base_intact();
+}
+
+TEST_F(Tools, ResumeFromTheLastStep) {
+  // --resume of the base run picks ckpt-000006, which is already at --steps 6.
+  const std::string out = path("resume_done");
+  const Result r = gpumix(train_args(out, {"--resume", base()}), dir_);
+  expect_failure(r, {"step 6", "--steps"});
+  expect_nothing_written(out);
+  expect_base_intact();
+}
+
+TEST_F(Tools, BadPlansOnTheCommandLine) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::vector<std::string> says;
+  };
+  const Case cases[] = {
+      {{"--ranks", "3", "--shares", "0.5,0.5,0.5"}, {"shares sum to 1.5", "not 1"}},
+      {{"--ranks", "3", "--batches", "1,2"}, {"--batches has 2 values but 3 ranks"}},
+      {{"--ranks", "2", "--batches", "1,2"}, {"batches sum to 3 but the global batch is 4"}},
+      {{"--ranks", "2", "--batches", "2,2", "--micro-batches", "0,1"},
+       {"rank 0", "micro-batch 0 must be at least 1 for its batch of 2"}},
+      {{"--ranks", "2", "--shares", "0.5,x"}, {"--shares", "cannot read 'x'"}},
+  };
+  for (const Case& c : cases) {
+    const std::string out = path("bad_plan");
+    const Result r = gpumix(train_args(out, c.flags), dir_);
+    SCOPED_TRACE(c.says[0]);
+    EXPECT_EQ(r.code, 1) << show(r);
+    for (const std::string& part : c.says) EXPECT_NE(r.err.find(part), std::string::npos) << show(r);
+    expect_nothing_written(out);
+  }
+}
+
+// ---- train: resume ------------------------------------------------------------------------
+
+TEST_F(Tools, ResumeIsBitwiseExact) {
+  // The base run trained 6 steps straight; this one resumes its step-3 checkpoint (the same
+  // --steps 6, so the same LR schedule) and trains steps 4..6.
+  const std::string out = path("resumed");
+  const Result r = gpumix(train_args(out, {"--resume", base() + "/ckpt-000003"}), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("resumed from"), std::string::npos) << show(r);
+  const std::vector<std::string> resumed = log_losses(out), straight = log_losses(base(), 4);
+  ASSERT_EQ(resumed.size(), 3u);
+  EXPECT_EQ(resumed, straight);
+  for (const char* array : {"master.bin", "adam_m.bin", "adam_v.bin"}) {
+    const std::string a = read_file(out + "/ckpt-000006/" + array), b = read_file(base() + "/ckpt-000006/" + array);
+    ASSERT_FALSE(a.empty()) << array;
+    EXPECT_TRUE(a == b) << array << " differs from the uninterrupted run's";
+  }
+  EXPECT_NO_THROW(gpumix::CheckpointReader(out + "/ckpt-000006").verify());
+
+  // And the same through the local backend with an uneven plan: bitwise against itself.
+  const std::string out3 = path("resumed3"), full3 = path("full3");
+  const std::vector<std::string> plan = {"--ranks", "3", "--batches", "1,0,3", "--micro-batches", "1,0,2",
+                                         "--shares", "0.5,0.2,0.3"};
+  std::vector<std::string> flags = plan;
+  flags.insert(flags.end(), {"--ckpt-interval", "3"});
+  Result f = gpumix(train_args(full3, flags), dir_);
+  ASSERT_EQ(f.code, 0) << show(f);
+  flags = plan;
+  flags.insert(flags.end(), {"--resume", full3 + "/ckpt-000003"});
+  f = gpumix(train_args(out3, flags), dir_);
+  ASSERT_EQ(f.code, 0) << show(f);
+  EXPECT_EQ(log_losses(out3), log_losses(full3, 4));
+  EXPECT_TRUE(read_file(out3 + "/ckpt-000006/master.bin") == read_file(full3 + "/ckpt-000006/master.bin"));
+}
+
+// ---- generate ------------------------------------------------------------------------------
+
+TEST_F(Tools, GenerateContinuesThePromptAndIsGreedyAtTemperatureZero) {
+  const std::string prompt = "The meaning of";
+  const std::vector<std::string> greedy = {"generate", "--ckpt", base(), "--prompt", prompt, "--tokens", "24",
+                                           "--temperature", "0", "--threads", "1"};
+  const Result a = gpumix(greedy, dir_), b = gpumix(greedy, dir_);
+  ASSERT_EQ(a.code, 0) << show(a);
+  EXPECT_EQ(a.out.rfind(prompt, 0), 0u) << a.out;
+  EXPECT_GT(a.out.size(), prompt.size() + 1) << "nothing was generated";
+  EXPECT_EQ(a.out, b.out);
+  // A checkpoint folder works as well as its run folder; sampling starts with the prompt too.
+  const Result s = gpumix({"generate", "--ckpt", base() + "/ckpt-000006", "--prompt", prompt, "--tokens", "24",
+                           "--temperature", "0.8", "--top-k", "20", "--seed", "3", "--threads", "1"},
+                          dir_);
+  ASSERT_EQ(s.code, 0) << show(s);
+  EXPECT_EQ(s.out.rfind(prompt, 0), 0u) << s.out;
+  const Result s2 = gpumix({"generate", "--ckpt", base() + "/ckpt-000006", "--prompt", prompt, "--tokens", "24",
+                            "--temperature", "0.8", "--top-k", "20", "--seed", "3", "--threads", "1"},
+                           dir_);
+  EXPECT_EQ(s.out, s2.out) << "the same seed sampled different text";
+}
+
+TEST_F(Tools, GenerateFromAnUnknownCheckpoint) {
+  const Result r = gpumix({"generate", "--ckpt", path("no_such_run"), "--prompt", "x"}, dir_);
+  expect_failure(r, {"no_such_run", "does not exist"});
+  const Result t = gpumix({"generate", "--ckpt", base(), "--temperature", "-1"}, dir_);
+  expect_failure(t, {"--temperature", "-1"});
+}
+
+}  // namespace

@@ -1,0 +1,70 @@
+// gpumix profile: measures a set of (emulated) devices on a model, as the planner needs
+// them (dist/profiler.h), and writes the profile file that `gpumix plan --profile` reads.
+// The ranks run as threads of this process, one per --devices entry.
+#include <CLI/CLI.hpp>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <thread>
+
+#include "dist/cluster.h"
+#include "dist/profiler.h"
+#include "tools/command.h"
+
+namespace {
+
+using namespace gpumix;
+
+int cmd_profile(int argc, char** argv) {
+  CLI::App app{"Measure devices on a model for the planner", "gpumix profile"};
+  std::string devices_text = "cpu", model_name = "gpt-nano", out_path = "profile.json";
+  int seq = 0, vocab = 0, max_m = 32, repeats = 3;
+  std::string cache_dir;
+  app.add_option("--devices", devices_text, "one device per rank, e.g. cpu:mem=2GiB,cpu:mem=512MiB:slow=3");
+  app.add_option("--model", model_name, "model preset");
+  app.add_option("--seq", seq, "sequence length (default: the model's context)");
+  app.add_option("--vocab", vocab, "vocabulary size (default: the preset's)");
+  app.add_option("--max-micro-batch", max_m, "largest micro-batch size tried");
+  app.add_option("--repeats", repeats, "timed repeats per measurement (median)");
+  app.add_option("--cache", cache_dir, "cache folder ('-': none; default $GPUMIX_CACHE or ~/.cache/gpumix)");
+  app.add_option("--out", out_path, "profile file to write");
+  CLI11_PARSE(app, argc, argv);
+
+  GPTConfig model = gpt_preset(model_name);
+  if (vocab > 0) model.V = vocab;
+  if (seq > 0) model.T = std::max(model.T, seq);
+  const int T = seq > 0 ? seq : model.T;
+  std::vector<dist::ClusterDevice> devices;
+  std::stringstream in(devices_text);
+  std::string item;
+  while (std::getline(in, item, ',')) devices.push_back(dist::parse_device_spec(item, "--devices"));
+  GPUMIX_CHECK(!devices.empty(), "--devices is empty; e.g. --devices cpu,cpu:slow=2");
+  dist::ProfilerOptions options;
+  options.max_micro_batch = max_m;
+  options.repeats = repeats;
+  options.cache_dir = cache_dir;
+  const int ranks = (int)devices.size();
+  const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
+  dist::run_local(ranks, [&](dist::Comm& comm) {
+    omp_set_num_threads(std::max(1, cores / ranks));
+    const Device device = Device::cpu(comm.rank());
+    const dist::ClusterDevice& spec = devices[comm.rank()];
+    DeviceProps props = device_props(device);
+    if (spec.memory_bytes > 0) props.capacity = (int64_t)spec.memory_bytes;
+    props.slowdown = spec.slowdown;
+    configure_device(device, props);
+    const dist::Profile profile = dist::profile_cluster(model, T, spec.label(), device, comm, options);
+    if (comm.rank() == 0) {
+      dist::write_profile(profile, out_path);
+      std::printf("wrote %s: %d device type(s), %d rank(s), %s at T = %d\n", out_path.c_str(),
+                  (int)profile.devices.size(), profile.num_ranks(), model.name.c_str(), T);
+    }
+  });
+  return 0;
+}
+
+}  // namespace
+
+GPUMIX_COMMAND("profile", "measure devices on a model for the planner", cmd_profile);
