@@ -1,0 +1,169 @@
+// Profile, cluster and plan files: round trips and validation errors that name the field.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "dist/cluster.h"
+#include "dist/plan.h"
+#include "dist/planner.h"
+#include "dist/profile.h"
+#include "dist/simulator.h"
+#include "tests/dist/test_util.h"
+
+namespace gpumix::dist {
+namespace {
+
+using nlohmann::json;
+using testing::FakeDevice;
+
+constexpr double MiB = 1024.0 * 1024.0;
+
+Profile sample_profile() {
+  std::vector<FakeDevice> devs = {{"fast", 3 * MiB, 1e-4, 1e-4, 1e-9, 2e9}, {"slow", 2 * MiB, 3e-4}};
+  return testing::fake_profile(testing::tiny_model(2), 32, devs, {0, 1, 1}, 1e9, 1e-5, 1.2, {0, 0, 1});
+}
+
+// Expects `f` to throw FormatError whose message contains `field`.
+template <class F>
+void expect_field_error(F f, const std::string& field) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error naming " << field;
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+  }
+}
+
+TEST(ProfileFile, RoundTrip) {
+  const Profile p = sample_profile();
+  const json j = profile_to_json(p);
+  const Profile q = profile_from_json(j);
+  EXPECT_EQ(profile_to_json(q).dump(), j.dump());
+  const std::string path = ::testing::TempDir() + "/profile.json";
+  write_profile(p, path);
+  EXPECT_EQ(profile_to_json(read_profile(path)).dump(), j.dump());
+}
+
+TEST(ProfileFile, ErrorsNameTheField) {
+  const json good = profile_to_json(sample_profile());
+  auto broken = [&](auto edit, const std::string& field) {
+    json j = good;
+    edit(j);
+    expect_field_error([&] { profile_from_json(j); }, field);
+  };
+  broken([](json& j) { j["devices"][1]["samples"][0]["block_fwd_s"] = -1; }, "devices[1].samples[0].block_fwd_s");
+  broken([](json& j) { j["devices"][0]["samples"][1]["m"] = 1; }, "devices[0].samples[1].m");
+  broken([](json& j) { j["devices"][0].erase("memory_bytes"); }, "devices[0].memory_bytes");
+  broken([](json& j) { j["devices"][0]["memory_bytes"] = "12 potatoes"; }, "devices[0].memory_bytes");
+  broken([](json& j) { j["ranks"][2]["device"] = "nope"; }, "ranks[2].device");
+  broken([](json& j) { j["comm"]["all_gather"].erase("inter_node"); }, "comm.all_gather.inter_node");
+  broken([](json& j) { j["comm"]["reduce_scatter"]["uneven_factor"] = 0.5; }, "comm.reduce_scatter.uneven_factor");
+  broken([](json& j) { j["seq_len"] = 4096; }, "seq_len");
+  broken([](json& j) { j["model"]["C"] = 65; }, "model");
+  broken([](json& j) { j["devices"][0]["dtype_bytes"] = 3; }, "devices[0].dtype_bytes");
+}
+
+TEST(ProfileFile, MemoryAcceptsUnits) {
+  json j = profile_to_json(sample_profile());
+  j["devices"][0]["memory_bytes"] = "3MiB";
+  EXPECT_DOUBLE_EQ(profile_from_json(j).devices[0].memory_bytes, 3 * MiB);
+}
+
+TEST(Interpolation, LinearBetweenFlatBelowExtrapolatedAbove) {
+  std::vector<MicroBatchSample> s(2);
+  s[0].m = 2;
+  s[0].block_fwd_s = 1.0;
+  s[1].m = 4;
+  s[1].block_fwd_s = 1.5;
+  EXPECT_DOUBLE_EQ(interpolate(s, 1, &MicroBatchSample::block_fwd_s), 1.0);
+  EXPECT_DOUBLE_EQ(interpolate(s, 3, &MicroBatchSample::block_fwd_s), 1.25);
+  EXPECT_DOUBLE_EQ(interpolate(s, 8, &MicroBatchSample::block_fwd_s), 2.5);
+  std::vector<MicroBatchSample> one(1);
+  one[0].m = 4;
+  one[0].block_act_bytes = 400;
+  EXPECT_DOUBLE_EQ(interpolate(one, 10, &MicroBatchSample::block_act_bytes), 1000);
+}
+
+TEST(ClusterFile, RoundTripAndDeviceSpecs) {
+  const json j = json::parse(R"({"name": "lab",
+    "intra_node": {"bandwidth_GBps": 12, "latency_us": 15},
+    "inter_node": {"bandwidth_GBps": 3, "latency_us": 50},
+    "nodes": [{"devices": ["L4:count=2", "a6000", {"type": "P40", "memory": "20GiB"}]},
+              {"devices": ["cpu:mem=2GiB:slow=3", {"type": "cpu", "memory": 1073741824, "slowdown": 1.5}]}]})");
+  const Cluster c = cluster_from_json(j);
+  ASSERT_EQ(c.num_ranks(), 6);
+  const auto ranks = c.ranks();
+  EXPECT_EQ(ranks[2].device.type, "A6000");
+  EXPECT_EQ(ranks[3].device.label(), "P40:mem=20GiB");
+  EXPECT_EQ(ranks[4].device.kind, "cpu");
+  EXPECT_EQ(ranks[4].device.label(), "cpu:mem=2GiB:slow=3");
+  EXPECT_DOUBLE_EQ(ranks[5].device.slowdown, 1.5);
+  EXPECT_EQ(ranks[5].node, 1);
+  const Cluster back = cluster_from_json(cluster_to_json(c));
+  EXPECT_EQ(cluster_to_json(back).dump(), cluster_to_json(c).dump());
+  EXPECT_EQ(back.num_ranks(), 6);
+}
+
+TEST(ClusterFile, ErrorsNameTheField) {
+  auto bad = [](const char* text, const std::string& field) {
+    expect_field_error([&] { cluster_from_json(json::parse(text)); }, field);
+  };
+  bad(R"({"intra_node": {"bandwidth_GBps": 1}, "nodes": [{"devices": ["Z80"]}]})", "nodes[0].devices[0].type");
+  bad(R"({"intra_node": {"bandwidth_GBps": 1}, "nodes": [{"devices": ["L4:mem=lots"]}]})", "nodes[0].devices[0].mem");
+  bad(R"({"intra_node": {"bandwidth_GBps": 1}, "nodes": [{"devices": ["L4:colour=red"]}]})", "nodes[0].devices[0]");
+  bad(R"({"intra_node": {"bandwidth_GBps": 1}, "nodes": [{"devices": ["L4"]}, {"devices": ["L4"]}]})",
+      "inter_node.bandwidth_GBps");
+  bad(R"({"nodes": [{"devices": ["L4:count=2"]}]})", "intra_node.bandwidth_GBps");
+  bad(R"({"intra_node": {"bandwidth_GBps": 1}, "nodes": [{"devices": [{"type": "L4", "slowdown": 0.5}]}]})",
+      "nodes[0].devices[0].slowdown");
+  bad(R"({"intra_node": {"bandwidth_GBps": 1}, "nodes": []})", "nodes");
+}
+
+TEST(PlanFile, RoundTripAndValidation) {
+  const Profile p = sample_profile();
+  const Plan plan = plan_gpumix(p, 7);
+  const json j = plan_to_json(plan);
+  const Plan back = plan_from_json(j);
+  EXPECT_EQ(plan_to_json(back).dump(), j.dump());
+  EXPECT_NO_THROW(validate_plan(back, p));
+  const std::string path = ::testing::TempDir() + "/plan.json";
+  write_plan(plan, path);
+  EXPECT_EQ(plan_to_json(read_plan(path)).dump(), j.dump());
+
+  auto broken = [&](auto edit, const std::string& field) {
+    json k = j;
+    edit(k);
+    expect_field_error([&] { validate_plan(plan_from_json(k), p); }, field);
+  };
+  broken([](json& k) {
+    k["ranks"][0]["batch"] = k["ranks"][0]["batch"].get<int>() + 1;
+    k["ranks"][0].erase("num_micro_batches");
+  }, "ranks[].batch");
+  broken([](json& k) { k["ranks"][1]["share"] = 1.5; }, "ranks[1].share");
+  broken([](json& k) { k["ranks"][1]["device"] = "fast"; }, "ranks[1].device");
+  broken([](json& k) { k["seq_len"] = 16; }, "seq_len");
+  broken([](json& k) { k["ranks"][0].erase("batch"); }, "ranks[0].batch");
+  broken([](json& k) { k["ranks"][0]["num_micro_batches"] = 99; }, "ranks[0].num_micro_batches");
+  // A plan that puts all state on the small rank does not fit: the error names the rank.
+  json k = j;
+  for (auto& r : k["ranks"]) r["share"] = 0.0;
+  k["ranks"][1]["share"] = 1.0;
+  expect_field_error([&] { validate_plan(plan_from_json(k), p); }, "ranks[1]");
+}
+
+TEST(PlanFile, BaselinesAndSimulatorJson) {
+  const Profile p = sample_profile();
+  const Simulation sim = simulate(p, "test", 7);
+  const json j = simulation_to_json(sim);
+  ASSERT_EQ(j["planners"].size(), 4u);
+  for (const json& e : j["planners"]) {
+    if (e["planned"].get<bool>()) {
+      EXPECT_NO_THROW(plan_from_json(e["plan"]));
+    }
+  }
+  EXPECT_NE(simulation_table(sim).find("gpumix"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpumix::dist

@@ -1,0 +1,245 @@
+// The planner against exhaustive search, the baselines' failures it avoids, leaving slow
+// devices out, a randomised sweep, determinism, infeasible inputs.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <random>
+
+#include "dist/plan.h"
+#include "dist/planner.h"
+#include "tests/dist/test_util.h"
+
+namespace gpumix::dist {
+namespace {
+
+using testing::exhaustive_search;
+using testing::fake_profile;
+using testing::FakeDevice;
+using testing::random_profile;
+using testing::tiny_model;
+
+constexpr double MiB = 1024.0 * 1024.0;
+
+// A plan is well formed and fits: Σ b = B, Σ r = 1, n = ceil(b/m), every rank fits.
+void expect_valid(const Plan& plan, const Profile& p, int64_t B) {
+  int64_t sb = 0;
+  double sr = 0;
+  for (const RankPlan& r : plan.ranks) {
+    sb += r.batch;
+    sr += r.share;
+    EXPECT_LE(r.memory.total(), r.capacity) << "rank " << r.rank;
+    if (r.batch > 0) {
+      EXPECT_GE(r.micro_batch, 1);
+      EXPECT_EQ(r.num_micro_batches, (r.batch + r.micro_batch - 1) / r.micro_batch);
+    }
+  }
+  EXPECT_EQ(sb, B);
+  EXPECT_NEAR(sr, 1.0, 1e-9);
+  EXPECT_TRUE(plan.fits()) << plan.oom_message();
+  EXPECT_NO_THROW(validate_plan(plan, p));
+}
+
+TEST(Planner, MatchesExhaustiveSearchOnSmallInstances) {
+  std::mt19937 rng(1234);
+  int compared = 0, infeasible = 0;
+  for (int trial = 0; trial < 160; trial++) {
+    const Profile p = random_profile(rng, trial < 120 ? 3 : 4);
+    const int64_t B = 1 + rng() % (p.num_ranks() <= 2 ? 16 : p.num_ranks() == 3 ? 10 : 7);
+    const testing::Exhaustive ex = exhaustive_search(p, B);
+    try {
+      const Plan plan = plan_gpumix(p, B);
+      expect_valid(plan, p, B);
+      if (ex.found) {
+        // Exact: never worse than the best plan on the grid of shares.
+        EXPECT_LE(plan.predicted.step_s, ex.step * (1 + 1e-9)) << "trial " << trial << " N=" << p.num_ranks()
+                                                               << " B=" << B;
+        compared++;
+      }
+    } catch (const InfeasiblePlan& e) {
+      EXPECT_FALSE(ex.found) << "trial " << trial << ": planner says infeasible, exhaustive found "
+                             << ex.step << ": " << e.what();
+      EXPECT_GE(e.missing_bytes, 0);
+      infeasible++;
+    }
+  }
+  EXPECT_GT(compared, 80);
+  EXPECT_GT(infeasible, 0);
+}
+
+TEST(Planner, ExactOnFourRanksBatchSixteen) {
+  const GPTConfig model = tiny_model(2);
+  std::vector<FakeDevice> devs = {{"fast", 2.6 * MiB, 1e-4}, {"slow", 1.2 * MiB, 4e-4},
+                                  {"mid", 1.6 * MiB, 2e-4, 2e-4, 2e-9, 2e9}};
+  const Profile p = fake_profile(model, 32, devs, {0, 1, 2, 1});
+  const testing::Exhaustive ex = exhaustive_search(p, 12, 24);
+  ASSERT_TRUE(ex.found);
+  const Plan plan = plan_gpumix(p, 12);
+  expect_valid(plan, p, 12);
+  EXPECT_LE(plan.predicted.step_s, ex.step * (1 + 1e-9));
+}
+
+// Cephalo's water-filling puts state on ranks that have no room for it; ours fits. Among
+// random small clusters, find the cases where its plan overflows a rank that *received*
+// state (the flaw of METHOD.md §4.1), and check that ours fits there.
+TEST(Planner, CephaloPlanDoesNotFitOursDoes) {
+  std::mt19937 rng(31);
+  int flaw_cases = 0, ours_fit = 0;
+  for (int trial = 0; trial < 400; trial++) {
+    const Profile p = random_profile(rng, 4);
+    const int64_t B = 1 + rng() % 16;
+    const Plan ceph = plan_cephalo(p, B);
+    if (ceph.fits()) continue;
+    bool receiver_overflows = false;
+    for (const RankPlan& r : ceph.ranks)
+      if (!r.fits() && r.share > 1.0 / p.num_ranks() + 1e-12) receiver_overflows = true;
+    if (!receiver_overflows) continue;
+    flaw_cases++;
+    try {
+      const Plan ours = plan_gpumix(p, B);
+      expect_valid(ours, p, B);
+      ours_fit++;
+    } catch (const InfeasiblePlan&) {
+    }
+  }
+  EXPECT_GE(flaw_cases, 10);
+  EXPECT_GE(ours_fit, 5);
+  RecordProperty("cephalo_overflowed_receivers", flaw_cases);
+  RecordProperty("gpumix_fits_there", ours_fit);
+}
+
+// A very slow device with a slow link: leaving it out is faster.
+TEST(Planner, LeavesOutASlowDeviceWhenThatIsFaster) {
+  const GPTConfig model = tiny_model(2);
+  std::vector<FakeDevice> devs = {{"fast", 4 * MiB, 1e-4}, {"crawl", 4 * MiB, 1e-2}};
+  // Rank 2 sits on another node: its collectives cross the slow inter-node link.
+  const Profile p = fake_profile(model, 32, devs, {0, 0, 1}, 1e9, 1e-5, 1.1, {0, 0, 1});
+  const Plan ours = plan_gpumix(p, 8);
+  expect_valid(ours, p, 8);
+  EXPECT_TRUE(ours.ranks[2].left_out()) << "b=" << ours.ranks[2].batch << " r=" << ours.ranks[2].share;
+  const testing::Exhaustive ex = exhaustive_search(p, 8);
+  EXPECT_LE(ours.predicted.step_s, ex.step * (1 + 1e-9));
+  EXPECT_LT(ours.predicted.step_s, plan_even(p, 8).predicted.step_s);
+  EXPECT_LT(ours.predicted.step_s, plan_proportional(p, 8).predicted.step_s);
+}
+
+// The planner may keep a slow rank only as a holder of state when memory is short.
+TEST(Planner, SlowRankWithMemoryHoldsStateOnly) {
+  const GPTConfig model = tiny_model(2);
+  std::vector<FakeDevice> devs = {{"fast", 1.3 * MiB, 1e-4}, {"crawl-big", 8 * MiB, 1e-1}};
+  const Profile p = fake_profile(model, 32, devs, {0, 0, 1});
+  const Plan ours = plan_gpumix(p, 8);
+  expect_valid(ours, p, 8);
+  EXPECT_EQ(ours.ranks[2].batch, 0);
+  EXPECT_GT(ours.ranks[2].share, 0.3);
+}
+
+TEST(Planner, RandomisedSweepEveryPlanFits) {
+  std::mt19937 rng(99);
+  int plans = 0, infeasible = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int trial = 0; trial < 3000; trial++) {
+    const Profile p = random_profile(rng, 4);
+    const int64_t B = 1 + rng() % 16;
+    try {
+      const Plan plan = plan_gpumix(p, B);
+      ASSERT_TRUE(plan.fits()) << "trial " << trial << ": " << plan.oom_message();
+      int64_t sb = 0;
+      double sr = 0;
+      for (const RankPlan& r : plan.ranks) {
+        sb += r.batch;
+        sr += r.share;
+      }
+      ASSERT_EQ(sb, B);
+      ASSERT_NEAR(sr, 1.0, 1e-9);
+      plans++;
+    } catch (const InfeasiblePlan& e) {
+      EXPECT_NE(std::string(e.what()).find("no plan fits"), std::string::npos);
+      EXPECT_GE(e.missing_bytes, 0);
+      infeasible++;
+    }
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  RecordProperty("seconds", std::to_string(s));
+  EXPECT_GT(plans, 1000);
+  EXPECT_GT(infeasible, 50);
+}
+
+TEST(Planner, InfeasibleSaysHowMuchIsMissing) {
+  const GPTConfig model = tiny_model(2);
+  std::vector<FakeDevice> devs = {{"small", 0.6 * MiB, 1e-4}};
+  const Profile p = fake_profile(model, 32, devs, {0, 0});
+  try {
+    plan_gpumix(p, 4);
+    FAIL() << "expected InfeasiblePlan";
+  } catch (const InfeasiblePlan& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("lacks"), std::string::npos) << what;
+    EXPECT_GT(e.missing_bytes, 0.5 * MiB);
+    // Adding the missing memory per rank (plus slack for the per-sample terms) makes it fit.
+    std::vector<FakeDevice> more = {{"small", 0.6 * MiB + e.missing_bytes / 2 + 0.2 * MiB, 1e-4}};
+    EXPECT_NO_THROW(plan_gpumix(fake_profile(model, 32, more, {0, 0}), 4));
+  }
+  // A rank that cannot even hold the gathered parameters is named.
+  std::vector<FakeDevice> tiny = {{"tiny", 0.1 * MiB, 1e-4}};
+  try {
+    plan_gpumix(fake_profile(model, 32, tiny, {0}), 1);
+    FAIL();
+  } catch (const InfeasiblePlan& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 (tiny"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Planner, Deterministic) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 50; trial++) {
+    const Profile p = random_profile(rng, 4);
+    try {
+      const Plan a = plan_gpumix(p, 9), b = plan_gpumix(p, 9);
+      EXPECT_EQ(plan_to_json(a).dump(), plan_to_json(b).dump());
+    } catch (const InfeasiblePlan&) {
+    }
+  }
+}
+
+TEST(Planner, NeverWorseThanAFittingBaseline) {
+  std::mt19937 rng(2024);
+  for (int trial = 0; trial < 300; trial++) {
+    const Profile p = random_profile(rng, 4);
+    const int64_t B = 1 + rng() % 16;
+    Plan ours;
+    try {
+      ours = plan_gpumix(p, B);
+    } catch (const InfeasiblePlan&) {
+      for (const char* name : {"even", "proportional", "cephalo"})
+        EXPECT_FALSE(run_planner(name, p, B).fits()) << name << " fits where gpumix found nothing";
+      continue;
+    }
+    for (const char* name : {"even", "proportional", "cephalo"}) {
+      const Plan base = run_planner(name, p, B);
+      if (base.fits()) {
+        EXPECT_LE(ours.predicted.step_s, base.predicted.step_s * (1 + 1e-7)) << name;
+      }
+    }
+  }
+}
+
+// The large path (greedy allocation, 1-2-4-8 grid) on instances the exact path also solves.
+TEST(Planner, FastPathCloseToExact) {
+  std::mt19937 rng(5);
+  PlannerOptions fast;
+  fast.exact_max_ranks = 0;
+  for (int trial = 0; trial < 100; trial++) {
+    const Profile p = random_profile(rng, 4);
+    const int64_t B = 1 + rng() % 16;
+    try {
+      const Plan exact = plan_gpumix(p, B);
+      const Plan approx = plan_gpumix(p, B, fast);
+      expect_valid(approx, p, B);
+      EXPECT_LE(approx.predicted.step_s, exact.predicted.step_s * 1.5);
+    } catch (const InfeasiblePlan&) {
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpumix::dist

@@ -1,0 +1,69 @@
+// gpumix simulate: cluster file + model + global batch → every planner side by side
+// (step time, tokens/s, MFU, busy / communication / idle, memory, OOM).
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <stdexcept>
+
+#include "dist/cluster.h"
+#include "dist/plan_svg.h"
+#include "dist/planner.h"
+#include "dist/profile.h"
+#include "dist/simulator.h"
+#include "nn/gpt_config.h"
+#include "tools/command.h"
+
+namespace {
+
+using namespace gpumix::dist;
+
+int cmd_simulate(int argc, char** argv) {
+  CLI::App app{"Predict every planner's step on a described cluster", "gpumix simulate"};
+  std::string cluster_path, model_name, svg_path;
+  std::vector<std::string> profile_paths;
+  int64_t global_batch = 0;
+  int seq = 512;
+  bool as_json = false, verbose = false;
+  app.add_option("--cluster", cluster_path, "cluster file")->required();
+  app.add_option("--model", model_name, "model preset")->required();
+  app.add_option("--global-batch,-B", global_batch, "global batch in samples")->required();
+  app.add_option("--seq", seq, "sequence length T (default 512)");
+  app.add_option("--profile", profile_paths, "measured profiles to use instead of the catalog (by device name)");
+  app.add_flag("--json", as_json, "print the results as JSON on stdout");
+  app.add_flag("--plans,-v", verbose, "print each planner's plan table too");
+  app.add_option("--svg", svg_path, "write a picture: one per planner");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  const gpumix::GPTConfig model = gpumix::gpt_preset(model_name);
+  if (seq < 1 || seq > model.T)
+    throw std::invalid_argument("--seq must lie in [1, " + std::to_string(model.T) + "] for " + model_name);
+  std::vector<Profile> measured;
+  for (const std::string& path : profile_paths) measured.push_back(read_profile(path));
+  const Cluster cluster = read_cluster(cluster_path);
+  const Profile profile = synthesize_profile(cluster, model, seq, measured);
+  const Simulation sim = simulate(profile, cluster.name, global_batch);
+  if (!svg_path.empty()) {
+    std::vector<Plan> plans;
+    for (const SimEntry& e : sim.entries)
+      if (e.planned) plans.push_back(e.plan);
+    write_plans_svg(plans, cluster.name + ": " + model.name + ", T = " + std::to_string(seq) + ", B = " +
+                               std::to_string(global_batch), svg_path);
+  }
+  if (as_json) {
+    std::cout << simulation_to_json(sim).dump(2) << "\n";
+    return 0;
+  }
+  std::cout << simulation_table(sim);
+  for (const SimEntry& e : sim.entries) {
+    if (!e.planned) std::cout << e.planner << ": " << e.error << "\n";
+    else if (verbose) std::cout << "\n" << plan_table(e.plan);
+  }
+  return 0;
+}
+
+}  // namespace
+
+GPUMIX_COMMAND("simulate", "predict every planner's step time and memory on a described cluster", cmd_simulate);
