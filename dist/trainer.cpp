@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <random>
 
 #include "autograd/functions.h"
 #include "core/ops.h"
@@ -293,7 +294,11 @@ class ShardedEngine final : public Engine {
 std::string save(const TrainOptions& o, const GPTConfig& config, const std::vector<RankWork>& work,
                  Engine& engine, Comm& comm, int step, uint64_t tokenizer_hash) {
   const int64_t P = config.total_params();
-  const std::string nonce = "s" + std::to_string(step);
+  // The temporary folder's nonce: the step and a number rank 0 draws for this save (a sum
+  // with zeros, exact in double: every rank gets it). A leftover folder of an interrupted
+  // save of the same step (a rank killed while writing) must not block the resumed run's.
+  const uint64_t draw = comm.rank() == 0 ? (uint64_t)std::random_device{}() : 0;
+  const std::string nonce = "s" + std::to_string(step) + "r" + std::to_string((uint64_t)comm.all_reduce_sum((double)draw));
   CheckpointWriter writer;
   std::string error, tmp = checkpoint_temp_dir(o.out, step, nonce);
   auto attempt = [&](auto&& fn) {
@@ -627,7 +632,8 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
   const float scale = 1.0f / (float)tokens_per_step;
   Tensor inputs = Tensor::empty({mine.batch, seq}, DType::i32, device);
   Tensor targets = Tensor::empty({mine.batch, seq}, DType::i32, device);
-  for (int step = start + 1; step <= o.steps; ++step) {
+  const int last = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;
+  for (int step = start + 1; step <= last; ++step) {
     const double t0 = now_s();
     engine->wait_s = 0;
     loader.get(step - 1, row0, row0 + mine.batch, inputs.data<int32_t>(), targets.data<int32_t>());
@@ -673,10 +679,10 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
       busy_text = " | busy";
       for (float x : b) busy_text += str(" ", (int)std::lround(100 * x), "%");
     }
-    const bool eval_now = (o.eval_interval > 0 && step % o.eval_interval == 0) || step == o.steps;
+    const bool eval_now = (o.eval_interval > 0 && step % o.eval_interval == 0) || step == last;
     double val = NAN;
     if (eval_now) {
-      val = evaluate(step == o.steps ? 0 : o.eval_windows);
+      val = evaluate(step == last ? 0 : o.eval_windows);
       line["val_loss"] = val;
       result.val_loss = val;
     }
@@ -685,7 +691,7 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
       std::printf("step %d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f ms | %s tok/s%s%s\n", step, o.steps,
                   loss, norm, lr, ms, human_count(rate).c_str(), busy_text.c_str(),
                   eval_now ? str(" | val ", val).c_str() : "");
-    if ((o.ckpt_interval > 0 && step % o.ckpt_interval == 0) || step == o.steps)
+    if ((o.ckpt_interval > 0 && step % o.ckpt_interval == 0) || step == last)
       result.checkpoint = save(o, config, work, *engine, comm, step, run.tokenizer_hash);
     result.step = step;
     if (lead) std::fflush(stdout);

@@ -47,6 +47,18 @@ bool looks_binary(const std::string& path) {
 // ---- data ----------------------------------------------------------------------------------
 
 RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
+  if (o.token_data) {
+    RunData d;
+    GPUMIX_CHECK(o.token_count > 0 && o.token_vocab > 0, "caller tokens: ", o.token_count,
+                 " tokens with vocabulary ", o.token_vocab, "; both must be positive");
+    for (int64_t i = 0; i < o.token_count; ++i)
+      GPUMIX_CHECK(o.token_data[i] >= 0 && o.token_data[i] < o.token_vocab, "caller tokens: token ",
+                   o.token_data[i], " at position ", i, " is outside the vocabulary of ", o.token_vocab);
+    d.tokens = data::TokenView(o.token_data, (size_t)o.token_count);
+    d.vocab = o.token_vocab;
+    d.tokenizer_path = "(none: tokens from the caller)";
+    return d;
+  }
   GPUMIX_CHECK(!o.data.empty(), "no training data: pass --data FILE (a text corpus, a folder of "
                "fortune files, or a token file from `gpumix tokenizer encode`)");
   GPUMIX_CHECK(fs::exists(o.data), "training data '", o.data, "' does not exist; pass --data with "

@@ -20,6 +20,10 @@ namespace gpumix {
 
 struct TrainOptions {
   std::string data;             // text corpus (file, or folder of fortune files) or token file
+  // Or tokens held by the caller (the C API), which must outlive train(): all below V.
+  const int32_t* token_data = nullptr;
+  int64_t token_count = 0;
+  int64_t token_vocab = 0;
   std::string tokenizer;        // tokenizer file; default: <out>/tokenizer.bpe, trained if absent
   std::string model = "gpt-nano";  // preset name
   int layers = 0, heads = 0, channels = 0;  // explicit shape overrides (0 = the preset's)
@@ -28,6 +32,8 @@ struct TrainOptions {
   int64_t batch = 8;            // sequences per step
   int64_t seq = 0;              // sequence length T (0 = the model's context)
   int steps = 200;
+  int stop_at = 0;              // end this run after this step (0: at `steps`); the schedule
+                                // still spans `steps`, so a later --resume continues it
   float lr = 1e-3f;
   float min_lr_ratio = 0.1f;    // cosine decays to lr * min_lr_ratio
   int warmup = -1;              // -1: min(100, steps / 10)

@@ -9,8 +9,7 @@
 #include <sstream>
 #include <thread>
 
-#include "dist/cluster.h"
-#include "dist/trainer.h"
+#include "dist/launch.h"
 #include "tools/command.h"
 #include "tools/size_flag.h"
 
@@ -63,36 +62,6 @@ std::vector<RankWork> build_work(int64_t global_batch, int ranks, const std::str
   return work;
 }
 
-// The devices of --devices, one per rank: "cpu:mem=2GiB:slow=3,cpu:mem=512MiB".
-std::vector<gpumix::dist::ClusterDevice> parse_devices(const std::string& text) {
-  std::vector<gpumix::dist::ClusterDevice> devices;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    const auto d = gpumix::dist::parse_device_spec(item, "--devices");
-    if (d.kind != "cpu")
-      throw std::invalid_argument("--devices: '" + item + "' is not an emulated CPU device; this "
-                                  "build runs cpu devices (e.g. cpu:mem=2GiB:slow=3)");
-    for (int i = 0; i < d.count; ++i) devices.push_back(d);
-  }
-  if (devices.empty()) throw std::invalid_argument("--devices is empty; e.g. --devices cpu,cpu:slow=2");
-  return devices;
-}
-
-// Gives this rank its device: capacity and slowdown of its --devices entry.
-void configure_rank_device(gpumix::dist::EngineOptions& engine, gpumix::Device device,
-                           const gpumix::dist::ClusterDevice& spec) {
-  gpumix::DeviceProps props = gpumix::device_props(device);
-  if (spec.memory_bytes > 0) props.capacity = (int64_t)spec.memory_bytes;
-  props.slowdown = spec.slowdown;
-  props.emulated = spec.memory_bytes > 0 || spec.slowdown != 1.0;
-  if (props.emulated) props.name = "cpu (emulated " + spec.label() + ")";
-  gpumix::configure_device(device, props);
-  engine.device = device;
-  engine.device_set = true;
-  engine.device_label = spec.label();
-}
-
 int cmd_train(int argc, char** argv) {
   gpumix::TrainOptions o;
   std::string device_memory, batches, micro, shares, devices_text, plan = "";
@@ -140,7 +109,7 @@ int cmd_train(int argc, char** argv) {
   if (!device_memory.empty()) o.device_memory = gpumix::tools::parse_bytes(device_memory);
   std::vector<gpumix::dist::ClusterDevice> devices;
   if (!devices_text.empty()) {
-    devices = parse_devices(devices_text);
+    devices = gpumix::dist::parse_devices(devices_text);
     if (ranks && ranks != (int)devices.size())
       throw std::invalid_argument("--ranks " + std::to_string(ranks) + " but --devices lists " +
                                   std::to_string(devices.size()) + " devices; give one device per rank");
@@ -166,7 +135,7 @@ int cmd_train(int argc, char** argv) {
       if ((int)devices.size() != comm->size())
         throw std::invalid_argument("--devices lists " + std::to_string(devices.size()) + " devices but mpirun started " +
                                     std::to_string(comm->size()) + " ranks");
-      configure_rank_device(engine, gpumix::Device::cpu(), devices[comm->rank()]);
+      gpumix::dist::configure_rank_device(engine, gpumix::Device::cpu(), devices[comm->rank()]);
     }
     const auto work = build_work(o.batch, comm->size(), batches, micro, shares);
     // Processes on one node share its cores.
@@ -182,12 +151,7 @@ int cmd_train(int argc, char** argv) {
   }
   const auto work = build_work(o.batch, ranks, batches, micro, shares);
   if (engine.planner.empty()) gpumix::dist::validate_work(work, o.batch, ranks);
-  gpumix::dist::run_local(ranks, [&](gpumix::dist::Comm& comm) {
-    omp_set_num_threads(std::max(1, cores / ranks));  // this rank's share of the cores
-    gpumix::dist::EngineOptions mine = engine;
-    if (!devices.empty()) configure_rank_device(mine, gpumix::Device::cpu(comm.rank()), devices[comm.rank()]);
-    gpumix::dist::train(o, work, comm, mine);
-  });
+  gpumix::dist::train_local(o, ranks, devices, work, engine, cores);
   return 0;
 }
 
