@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "dist/launch.h"
+#include "dist/plan.h"
 #include "tools/command.h"
 #include "tools/size_flag.h"
 
@@ -62,6 +63,30 @@ std::vector<RankWork> build_work(int64_t global_batch, int ranks, const std::str
   return work;
 }
 
+bool is_planner_name(const std::string& plan) {
+  for (const char* name : {"auto", "gpumix", "even", "proportional", "cephalo", "given"})
+    if (plan == name) return true;
+  return false;
+}
+
+// The per-rank work of a plan file (`gpumix plan --out`); its ranks and global batch must
+// be the run's.
+std::vector<RankWork> work_from_plan_file(const std::string& path, int64_t global_batch, int ranks) {
+  const gpumix::dist::Plan plan = gpumix::dist::read_plan(path);
+  if ((int)plan.ranks.size() != ranks)
+    throw std::invalid_argument("plan " + path + " is for " + std::to_string(plan.ranks.size()) +
+                                " ranks but " + std::to_string(ranks) + " are running; make the plan for "
+                                "this cluster or run as many ranks");
+  if (plan.global_batch != global_batch)
+    throw std::invalid_argument("plan " + path + " has global batch " + std::to_string(plan.global_batch) +
+                                " but --batch is " + std::to_string(global_batch) + "; pass --batch " +
+                                std::to_string(plan.global_batch));
+  std::vector<RankWork> work;
+  for (const auto& r : plan.ranks) work.push_back({r.batch, r.micro_batch, r.share});
+  gpumix::dist::validate_work(work, global_batch, ranks);
+  return work;
+}
+
 int cmd_train(int argc, char** argv) {
   gpumix::TrainOptions o;
   std::string device_memory, batches, micro, shares, devices_text, plan = "";
@@ -100,7 +125,8 @@ int cmd_train(int argc, char** argv) {
                  "capacity enforced by the allocator, every kernel slowed down by the factor)");
   app.add_option("--plan", plan,
                  "auto (profile the devices, then plan: the default with --devices), even, "
-                 "proportional, cephalo, or given (the --batches/--micro-batches/--shares)");
+                 "proportional, cephalo, given (the --batches/--micro-batches/--shares), or a "
+                 "plan file from `gpumix plan --out`");
   app.add_option("--batches", batches, "per-rank batches, e.g. 1,2,5 (default: even)");
   app.add_option("--micro-batches", micro, "per-rank micro-batch sizes, e.g. 1,1,2 (default: the batch)");
   app.add_option("--shares", shares, "per-rank state shares, e.g. 0,0.3,0.7 (default: even)");
@@ -124,7 +150,13 @@ int cmd_train(int argc, char** argv) {
                                 "drop one of them (or say --plan given)");
   gpumix::dist::EngineOptions engine;
   engine.prefetch = !no_prefetch;
-  if (plan != "given" && !(plan == "even" && devices.empty())) engine.planner = plan;
+  const bool plan_file = !is_planner_name(plan);
+  if (plan_file && explicit_plan)
+    throw std::invalid_argument("--plan FILE contradicts --batches/--micro-batches/--shares; drop one");
+  if (!plan_file && plan != "given" && !(plan == "even" && devices.empty())) engine.planner = plan;
+  auto make_work = [&](int n) {
+    return plan_file ? work_from_plan_file(plan, o.batch, n) : build_work(o.batch, n, batches, micro, shares);
+  };
   const int cores = o.threads > 0 ? o.threads : (int)std::max(1u, std::thread::hardware_concurrency());
 
   if (gpumix::dist::launched_by_mpi()) {
@@ -137,7 +169,7 @@ int cmd_train(int argc, char** argv) {
                                     std::to_string(comm->size()) + " ranks");
       gpumix::dist::configure_rank_device(engine, gpumix::Device::cpu(), devices[comm->rank()]);
     }
-    const auto work = build_work(o.batch, comm->size(), batches, micro, shares);
+    const auto work = make_work(comm->size());
     // Processes on one node share its cores.
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     const int per_node = local ? std::max(1, std::atoi(local)) : 1;
@@ -149,7 +181,7 @@ int cmd_train(int argc, char** argv) {
     }
     return 0;
   }
-  const auto work = build_work(o.batch, ranks, batches, micro, shares);
+  const auto work = make_work(ranks);
   if (engine.planner.empty()) gpumix::dist::validate_work(work, o.batch, ranks);
   gpumix::dist::train_local(o, ranks, devices, work, engine, cores);
   return 0;
