@@ -6,10 +6,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <sstream>
 #include <thread>
 
-#include "dist/cluster.h"
+#include "dist/launch.h"
 #include "dist/profiler.h"
 #include "tools/command.h"
 
@@ -36,11 +35,7 @@ int cmd_profile(int argc, char** argv) {
   if (vocab > 0) model.V = vocab;
   if (seq > 0) model.T = std::max(model.T, seq);
   const int T = seq > 0 ? seq : model.T;
-  std::vector<dist::ClusterDevice> devices;
-  std::stringstream in(devices_text);
-  std::string item;
-  while (std::getline(in, item, ',')) devices.push_back(dist::parse_device_spec(item, "--devices"));
-  GPUMIX_CHECK(!devices.empty(), "--devices is empty; e.g. --devices cpu,cpu:slow=2");
+  const std::vector<dist::ClusterDevice> devices = dist::parse_devices(devices_text);
   dist::ProfilerOptions options;
   options.max_micro_batch = max_m;
   options.repeats = repeats;
@@ -49,13 +44,10 @@ int cmd_profile(int argc, char** argv) {
   const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
   dist::run_local(ranks, [&](dist::Comm& comm) {
     omp_set_num_threads(std::max(1, cores / ranks));
-    const Device device = Device::cpu(comm.rank());
-    const dist::ClusterDevice& spec = devices[comm.rank()];
-    DeviceProps props = device_props(device);
-    if (spec.memory_bytes > 0) props.capacity = (int64_t)spec.memory_bytes;
-    props.slowdown = spec.slowdown;
-    configure_device(device, props);
-    const dist::Profile profile = dist::profile_cluster(model, T, spec.label(), device, comm, options);
+    dist::EngineOptions rank;
+    dist::configure_rank_device(rank, Device::cpu(comm.rank()), devices[comm.rank()]);
+    const dist::Profile profile =
+        dist::profile_cluster(model, T, rank.device_label, rank.device, comm, options);
     if (comm.rank() == 0) {
       dist::write_profile(profile, out_path);
       std::printf("wrote %s: %d device type(s), %d rank(s), %s at T = %d\n", out_path.c_str(),
