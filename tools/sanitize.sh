@@ -3,7 +3,10 @@
 # and runs it; any sanitizer report fails the test that triggered it (halt_on_error=1).
 # Prints a one-line summary and exits non-zero when a test fails.
 #   tools/sanitize.sh              configure (if needed), build and run everything
-#   tools/sanitize.sh SUITE...     only the given meson test suites (e.g. data nn_checkpoint)
+#   tools/sanitize.sh TEST...      only the given meson tests, by name (e.g. data checkpoint;
+#                                  `meson test -C build-asan --list --no-rebuild` lists them);
+#                                  meson test options pass through (e.g. --suite faults)
+# NINJA_JOBS=N limits the build's parallel jobs (default: ninja's, cores + 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${GPUMIX_ASAN_DIR:-build-asan}
@@ -18,7 +21,8 @@ if [ ! -f "$dir/build.ninja" ]; then
     exit 1
   fi
 fi
-if ! ninja -C "$dir" >"$dir/sanitize-build.log" 2>&1; then
+# Everything when no tests are named; otherwise `meson test` below builds just what they need.
+if [ $# -eq 0 ] && ! ninja -C "$dir" ${NINJA_JOBS:+-j "$NINJA_JOBS"} >"$dir/sanitize-build.log" 2>&1; then
   grep -m 20 -B 2 -A 8 'error' "$dir/sanitize-build.log" || tail -n 40 "$dir/sanitize-build.log"
   echo "sanitize: build failed (see $dir/sanitize-build.log) | FAILED"
   exit 1
