@@ -1,5 +1,9 @@
 #include "dist/cluster.h"
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
 #include <cmath>
 #include <cstdio>
 
@@ -29,6 +33,8 @@ std::string ClusterDevice::label() const {
   return s;
 }
 
+static constexpr int kMaxCount = 65536;
+
 static void finish_device(ClusterDevice& d, const std::string& where) {
   try {
     const DeviceSpec& spec = device_spec(d.type);
@@ -39,7 +45,9 @@ static void finish_device(ClusterDevice& d, const std::string& where) {
   }
   if (!(d.slowdown >= 1.0) || !std::isfinite(d.slowdown))
     format_error(where + ".slowdown", "must be >= 1");
-  if (d.count < 1) format_error(where + ".count", "must be >= 1");
+  // Far above any real cluster, and low enough that rank counts never overflow an int.
+  if (d.count < 1 || d.count > kMaxCount)
+    format_error(where + ".count", "must lie in [1, " + std::to_string(kMaxCount) + "]");
 }
 
 ClusterDevice parse_device_spec(const std::string& spec, const std::string& where) {
@@ -61,7 +69,7 @@ ClusterDevice parse_device_spec(const std::string& spec, const std::string& wher
       try {
         if (key == "mem") d.memory_bytes = parse_bytes(value, where + ".mem");
         else if (key == "slow") d.slowdown = std::stod(value);
-        else if (key == "count") d.count = std::stoi(value);
+        else if (key == "count") d.count = (int)std::min<long long>(std::stoll(value), kMaxCount + 1LL);
         else format_error(where, "unknown key '" + key + "' in '" + spec + "' (mem, slow, count)");
       } catch (const std::logic_error&) {
         format_error(where + "." + key, "'" + value + "' is not a number");
@@ -74,10 +82,10 @@ ClusterDevice parse_device_spec(const std::string& spec, const std::string& wher
 }
 
 int Cluster::num_ranks() const {
-  int n = 0;
+  int64_t n = 0;  // each count is at most kMaxCount; the total is checked by validate()
   for (const ClusterNode& node : nodes)
     for (const ClusterDevice& d : node.devices) n += d.count;
-  return n;
+  return (int)std::min<int64_t>(n, INT32_MAX);
 }
 
 std::vector<Cluster::Rank> Cluster::ranks() const {
@@ -158,7 +166,8 @@ Cluster cluster_from_json(const json& j) {
       d.type = string_field(devs[k], "type", wd);
       if (has_field(devs[k], "memory")) d.memory_bytes = bytes_field(devs[k], "memory", wd);
       d.slowdown = number_field_or(devs[k], "slowdown", wd, 1.0);
-      d.count = (int)int_field_or(devs[k], "count", wd, 1);
+      const int64_t count = int_field_or(devs[k], "count", wd, 1);
+      d.count = count > kMaxCount ? kMaxCount + 1 : (int)std::max<int64_t>(count, 0);  // checked below
       finish_device(d, wd);
       node.devices.push_back(d);
     }

@@ -118,6 +118,11 @@ TEST(ClusterFile, ErrorsNameTheField) {
   bad(R"({"intra_node": {"bandwidth_GBps": 1}, "nodes": [{"devices": [{"type": "L4", "slowdown": 0.5}]}]})",
       "nodes[0].devices[0].slowdown");
   bad(R"({"intra_node": {"bandwidth_GBps": 1}, "nodes": []})", "nodes");
+  // Regression (UBSan, fuzzing): absurd counts once overflowed the int rank count.
+  bad(R"({"intra_node": {"bandwidth_GBps": 1}, "nodes": [{"devices": [{"type": "L4", "count": 2147483647},
+      {"type": "L4", "count": 2147483647}]}]})", "nodes[0].devices[0].count");
+  bad(R"({"intra_node": {"bandwidth_GBps": 1}, "nodes": [{"devices": ["L4:count=99999999999"]}]})",
+      "nodes[0].devices[0].count");
 }
 
 TEST(PlanFile, RoundTripAndValidation) {
