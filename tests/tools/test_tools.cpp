@@ -361,3 +361,57 @@ TEST_F(Tools, GenerateFromAnUnknownCheckpoint) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---- the other subcommands: bad input ---------------------------------------------------
+
+// Expects a non-zero exit with every part in stderr, and no `out` file left behind.
+void expect_rejected(const Result& r, std::initializer_list<std::string> parts, const std::string& out = "") {
+  EXPECT_NE(r.code, 0) << show(r);
+  for (const std::string& part : parts)
+    EXPECT_NE(r.err.find(part), std::string::npos) << "stderr lacks '" << part << "'\n" << show(r);
+  if (!out.empty()) {
+    EXPECT_FALSE(std::filesystem::exists(out)) << out << " was written";
+  }
+}
+
+TEST_F(Tools, TokenizerRejectsBadInput) {
+  const std::string out = path("tok_bad.bpe");
+  expect_rejected(gpumix({"tokenizer", "train", "--data", path("nothing.txt"), "--vocab", "300", "--out", out}, dir_),
+                  {"nothing.txt"}, out);
+  const std::string broken = path("broken.bpe");
+  write_file(broken, "not a tokenizer\n");
+  const std::string tok_out = path("never.tok");
+  expect_rejected(gpumix({"tokenizer", "encode", "--tokenizer", broken, "--data", kCorpus, "--out", tok_out}, dir_),
+                  {"broken.bpe"}, tok_out);
+}
+
+TEST_F(Tools, PlanAndSimulateRejectBadInput) {
+  const std::string out = path("never_plan.json");
+  expect_rejected(gpumix({"plan", "--profile", path("no_profile.json"), "--global-batch", "8", "--out", out}, dir_),
+                  {"no_profile.json"}, out);
+  const std::string bad_profile = path("bad_profile.json");
+  write_file(bad_profile, R"({"format": "gpumix-profile", "model": {"L": 2}, "devices": []})");
+  expect_rejected(gpumix({"plan", "--profile", bad_profile, "--global-batch", "8", "--out", out}, dir_),
+                  {"profile"}, out);
+  const std::string bad_cluster = path("bad_cluster.json");
+  write_file(bad_cluster, R"({"intra_node": {"bandwidth_GBps": 1}, "nodes": [{"devices": ["Z80"]}]})");
+  expect_rejected(gpumix({"simulate", "--cluster", bad_cluster, "--model", "gpt-1.3b", "--global-batch", "8"}, dir_),
+                  {"nodes[0].devices[0].type"});
+  expect_rejected(gpumix({"simulate", "--cluster", bad_cluster, "--model", "gpt-99b", "--global-batch", "8"}, dir_),
+                  {"gpt-99b"});
+}
+
+TEST_F(Tools, ProfileAndDevicesRejectBadInput) {
+  const std::string out = path("never_profile.json");
+  expect_rejected(gpumix({"profile", "--devices", "cpu:mem=lots", "--out", out}, dir_), {"mem"}, out);
+  expect_rejected(gpumix({"profile", "--devices", "cpu:colour=red", "--out", out}, dir_), {"colour"}, out);
+  const std::string run = path("never_run");
+  expect_rejected(gpumix(train_args(run, {"--devices", "cpu,cpu", "--ranks", "3"}), dir_), {"--ranks 3", "2 devices"});
+  expect_rejected(gpumix(train_args(run, {"--devices", "cpu,cpu", "--plan", "even", "--batches", "4,4"}), dir_),
+                  {"contradicts"});
+  EXPECT_FALSE(std::filesystem::exists(run + "/log.jsonl"));
+}
+
+}  // namespace
