@@ -117,10 +117,6 @@ GPTConfig resolve_model(const TrainOptions& o, int64_t vocab, int64_t seq) {
   return c;
 }
 
-json config_json(const GPTConfig& c) {
-  return {{"name", c.name}, {"L", c.L}, {"NH", c.NH}, {"C", c.C}, {"V", c.V}, {"T", c.T}};
-}
-
 GPTConfig config_from_json(const json& j) {
   GPTConfig c;
   c.name = j.at("name").get<std::string>();
