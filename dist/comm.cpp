@@ -24,26 +24,20 @@ const char* comm_op_name(CommOp op) {
   return "?";
 }
 
-int64_t CommStats::calls() const {
-  int64_t s = 0;
-  for (const CommOpStats& o : ops) s += o.calls;
+namespace {
+// One field summed over every op kind.
+template <class T, size_t N>
+T total(const std::array<CommOpStats, N>& ops, T CommOpStats::*field) {
+  T s = 0;
+  for (const CommOpStats& o : ops) s += o.*field;
   return s;
 }
-int64_t CommStats::bytes_sent() const {
-  int64_t s = 0;
-  for (const CommOpStats& o : ops) s += o.bytes_sent;
-  return s;
-}
-int64_t CommStats::bytes_received() const {
-  int64_t s = 0;
-  for (const CommOpStats& o : ops) s += o.bytes_received;
-  return s;
-}
-double CommStats::seconds() const {
-  double s = 0;
-  for (const CommOpStats& o : ops) s += o.seconds;
-  return s;
-}
+}  // namespace
+
+int64_t CommStats::calls() const { return total(ops, &CommOpStats::calls); }
+int64_t CommStats::bytes_sent() const { return total(ops, &CommOpStats::bytes_sent); }
+int64_t CommStats::bytes_received() const { return total(ops, &CommOpStats::bytes_received); }
+double CommStats::seconds() const { return total(ops, &CommOpStats::seconds); }
 
 CommBytes comm_payload_bytes(CommOp op, const std::vector<int64_t>& counts, int rank,
                              size_t elem_size, int root) {
