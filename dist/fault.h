@@ -17,6 +17,8 @@
 //   nan_grad    a NaN in this rank's reduced gradient slice of unit ARG (default: the first
 //               unit it owns elements of)
 //   inf_grad    the same with +Inf
+//   slow        from this step on, this rank's device is ARG times slower than a real one
+//               (an emulated device slowing down mid-run: tests of re-planning)
 //
 // Unset (the normal case) it costs one branch on a cached flag per call.
 #pragma once

@@ -27,9 +27,7 @@ MemoryTerms MemoryModel::terms_from(double act_block_bytes, double head_bytes, i
     t.work_head = head_bytes;
   }
   t.work_fixed = work_fixed;
-  t.work_margin = params_.fragmentation *
-                  (t.state + t.gathered + t.act_block + t.act_saved + t.act_carry + t.work_head +
-                   t.work_fixed);
+  t.work_margin = params_.fragmentation * (t.state + t.gathered + t.activations() + t.work_fixed);
   return t;
 }
 
@@ -46,7 +44,7 @@ MemoryTerms MemoryModel::terms(const DeviceProfile& d, int64_t b, int m, double 
 }
 
 double MemoryModel::max_share(const MemoryTerms& w, double capacity) const {
-  const double others = w.gathered + w.activations() + w.work_head + w.work_fixed;
+  const double others = w.gathered + w.activations() + w.work_fixed;
   return (capacity / (1.0 + params_.fragmentation) - others) / state_per_share_;
 }
 

@@ -13,9 +13,10 @@
 
 #include "autograd/functions.h"
 #include "core/ops.h"
+#include "dist/drift.h"
+#include "dist/fault.h"
 #include "dist/planner.h"
 #include "dist/simulator.h"
-#include "dist/fault.h"
 #include "dist/shard_layout.h"
 #include "nn/data/loader.h"
 #include "nn/gpt.h"
@@ -62,6 +63,9 @@ class Engine {
   virtual void scale_grads(float factor) = 0;
   virtual void optimizer_step(float lr, int step) = 0;
   virtual std::vector<OwnedSlice> slices() = 0;
+  // Moves this rank's training state to another layout of the same model (a new plan's
+  // shares). Every rank calls it at the same point.
+  virtual void reshard(const ShardLayout& next) = 0;
   double wait_s = 0;  // time spent waiting for collectives since the last reset
 };
 
@@ -108,6 +112,7 @@ class WholeModelEngine final : public Engine {
     opt_.step(model_.params(), model_.grads(), lr, step);
   }
   std::vector<OwnedSlice> slices() override { return {{0, model_.params(), &opt_}}; }
+  void reshard(const ShardLayout&) override {}  // one rank owns everything, in any plan
 
  private:
   GPT model_;
@@ -122,16 +127,11 @@ class ShardedEngine final : public Engine {
   ShardedEngine(const GPTConfig& config, const ShardLayout& layout, Comm& comm, Device device,
                 uint64_t seed, const AdamWConfig& adam, bool prefetch)
       : config_(config), layout_(layout), comm_(comm), device_(device), model_(config, device),
-        prefetch_(prefetch) {
-    const int rank = comm.rank();
-    master_ = Tensor::empty({layout.rank_total(rank)}, DType::f32, device);
-    grads_ = Tensor::zeros({layout.rank_total(rank)}, DType::f32, device);
-    for (int u = 0; u < layout.num_units(); ++u) {
-      const Slice& s = layout.slice(u, rank);
+        adam_(adam), prefetch_(prefetch) {
+    allocate_state();
+    for (int u = 0; u < layout_.num_units(); ++u) {
       Tensor mine = master_slice(u);
-      GPT::init_slice(model_.layout(), seed, layout.unit_offset(u) + s.offset, mine);
-      opts_.push_back(std::make_unique<AdamW>(model_.layout(), layout.unit_offset(u) + s.offset,
-                                              s.count, device, adam));
+      GPT::init_slice(model_.layout(), seed, layout_.unit_offset(u) + layout_.slice(u, comm.rank()).offset, mine);
     }
   }
 
@@ -217,7 +217,54 @@ class ShardedEngine final : public Engine {
     return out;
   }
 
+  // The old slices go to host memory first, so that the device never holds the old and
+  // the new shard at once (a device planned near its capacity would not have room); then
+  // each unit's arrays are all-gathered there, one unit at a time, and the new slices
+  // copied to the device.
+  void reshard(const ShardLayout& next) override {
+    const int rank = comm_.rank();
+    const ShardLayout old = layout_;
+    std::vector<std::vector<float>> staged(3, std::vector<float>((size_t)old.rank_total(rank)));
+    const std::vector<OwnedSlice> mine = slices();
+    for (int u = 0; u < old.num_units(); ++u) {
+      const int64_t at = old.rank_unit_offset(u, rank), n = old.slice(u, rank).count;
+      const Tensor* arrays[3] = {&mine[u].master, &mine[u].opt->m(), &mine[u].opt->v()};
+      for (int a = 0; a < 3; ++a) {
+        Tensor host = Tensor::borrow(staged[a].data() + at, {n}, DType::f32);
+        ops::copy(host, *arrays[a]);
+      }
+    }
+    opts_.clear();
+    master_ = grads_ = Tensor();
+    layout_ = next;
+    allocate_state();
+    for (int u = 0; u < old.num_units(); ++u) {
+      std::vector<float> full((size_t)old.unit_size(u));
+      const Slice& s = layout_.slice(u, rank);
+      Tensor arrays[3] = {master_slice(u), opts_[u]->m(), opts_[u]->v()};
+      for (int a = 0; a < 3; ++a) {
+        Tensor from = Tensor::borrow(staged[a].data() + old.rank_unit_offset(u, rank),
+                                     {old.slice(u, rank).count}, DType::f32);
+        Tensor gathered = Tensor::borrow(full.data(), {old.unit_size(u)}, DType::f32);
+        comm_.all_gather_v(from, gathered, old.counts(u));
+        ops::copy(arrays[a], gathered.flat_slice(s.offset, s.count));
+      }
+    }
+  }
+
  private:
+  // This rank's master weights and gradient slices (zeros) and an AdamW per unit slice.
+  void allocate_state() {
+    const int rank = comm_.rank();
+    master_ = Tensor::empty({layout_.rank_total(rank)}, DType::f32, device_);
+    grads_ = Tensor::zeros({layout_.rank_total(rank)}, DType::f32, device_);
+    for (int u = 0; u < layout_.num_units(); ++u) {
+      const Slice& s = layout_.slice(u, rank);
+      opts_.push_back(std::make_unique<AdamW>(model_.layout(), layout_.unit_offset(u) + s.offset, s.count,
+                                              device_, adam_));
+    }
+  }
+
   Tensor master_slice(int u) {
     return master_.flat_slice(layout_.rank_unit_offset(u, comm_.rank()), layout_.slice(u, comm_.rank()).count);
   }
@@ -277,10 +324,11 @@ class ShardedEngine final : public Engine {
   }
 
   GPTConfig config_;
-  const ShardLayout& layout_;
+  ShardLayout layout_;
   Comm& comm_;
   Device device_;
   GPT model_;  // unbound: each unit is bound to its gathered parameters as it runs
+  AdamWConfig adam_;
   bool prefetch_;
   Tensor master_, grads_;  // (rank_total): this rank's slices of every unit, back to back
   std::vector<std::unique_ptr<AdamW>> opts_;
@@ -433,6 +481,123 @@ std::pair<int64_t, int64_t> proportional_rows(const std::vector<RankWork>& work,
   return {begin, end};
 }
 
+// GPUMIX_FAULT=RANK:slow:STEP:FACTOR: from step STEP on, rank RANK's device runs FACTOR
+// times slower (a device that slows down mid-run: the tests of re-planning).
+void slow_down_if_injected(int rank, Device device) {
+  int factor = 0;
+  if (!fault_inject(rank, "slow", &factor)) return;
+  GPUMIX_CHECK(factor >= 1, "GPUMIX_FAULT: slow needs a factor of at least 1 (RANK:slow:STEP:FACTOR), got ", factor);
+  DeviceProps props = device_props(device);
+  props.slowdown = factor;
+  props.emulated = true;
+  configure_device(device, props);
+}
+
+// The running plan and what it was made from: the profile (corrected as devices drift),
+// the planner, and the drift monitor that compares measured compute times with the plan's.
+class Replanner {
+ public:
+  struct Change {
+    std::vector<double> factors;       // per rank: measured / predicted, relative to the others
+    bool adopted = false;              // a new plan replaced the running one
+    double before_s = 0, after_s = 0;  // predicted step of the running plan and of the new one
+    std::string describe_factors() const {
+      std::string text;
+      for (size_t i = 0; i < factors.size(); ++i)
+        if (factors[i] != 1.0) text += str(" rank ", i, " x", std::round(factors[i] * 100) / 100);
+      return text;
+    }
+  };
+
+  Replanner(Profile profile, std::string name, int64_t global_batch, const DriftOptions& drift)
+      : profile_(std::move(profile)), name_(std::move(name)), global_batch_(global_batch), drift_(drift),
+        plan_(run_planner(name_, profile_, global_batch_)) {
+    watch();
+  }
+
+  const Plan& plan() const { return plan_; }
+  const std::string& name() const { return name_; }
+  const Change& last_change() const { return change_; }
+  std::vector<RankWork> work() const {
+    std::vector<RankWork> w;
+    for (const RankPlan& r : plan_.ranks) w.push_back({r.batch, r.micro_batch, r.share});
+    return w;
+  }
+  std::vector<double> predicted_busy_s() const {
+    std::vector<double> t;
+    for (const RankPlan& r : plan_.ranks) t.push_back(r.busy_s);
+    return t;
+  }
+  std::vector<double> predicted_bytes() const {
+    std::vector<double> b;
+    for (const RankPlan& r : plan_.ranks) b.push_back(r.memory.total());
+    return b;
+  }
+
+  // One step's compute seconds per rank. True when drift was confirmed: the profile is
+  // corrected and, if the planner then finds a plan at least 5% faster than the running
+  // one (both predicted on the corrected profile), it becomes the plan (last_change()).
+  bool observe(const std::vector<double>& busy_s) {
+    if (name_ == "even") return false;  // even shares ignore speed: nothing to re-plan
+    const std::vector<double> factors = monitor_->observe(busy_s);
+    if (factors.empty()) return false;
+    profile_ = corrected_profile(profile_, factors);
+    const Plan current = make_plan(CostModel(profile_), name_, global_batch_, plan_.choices());
+    change_ = {factors, false, current.predicted.step_s, current.predicted.step_s};
+    plan_ = current;
+    try {
+      Plan next = run_planner(name_, profile_, global_batch_);
+      change_.after_s = next.predicted.step_s;
+      if (next.predicted.step_s < 0.95 * current.predicted.step_s) {
+        plan_ = std::move(next);
+        change_.adopted = true;
+      }
+    } catch (const InfeasiblePlan&) {
+      // The corrected devices cannot hold any plan the model trusts: keep the running one.
+    }
+    watch();
+    return true;
+  }
+
+ private:
+  void watch() {
+    std::vector<double> predicted = predicted_busy_s();
+    for (size_t i = 0; i < predicted.size(); ++i)
+      if (plan_.ranks[i].batch == 0) predicted[i] = 0;  // a state-only rank's time is too small to judge
+    monitor_ = std::make_unique<DriftMonitor>(drift_, predicted);
+  }
+
+  Profile profile_;
+  std::string name_;
+  int64_t global_batch_;
+  DriftOptions drift_;
+  Plan plan_;
+  std::unique_ptr<DriftMonitor> monitor_;
+  Change change_;
+};
+
+// Per rank: the plan's compute time per step next to the measured median (the first two
+// steps of the plan left out: warm-up), and its memory next to the allocator's peak.
+std::string prediction_table(const Plan& plan, const std::vector<std::vector<double>>& busy_history,
+                             const std::vector<double>& peak) {
+  const size_t skip = busy_history.size() > 3 ? 2 : 0;
+  std::string out = "predicted vs measured, per rank (compute per step; memory peak)\n"
+                    "rank   busy ms pred   measured   ratio  |  memory pred   measured   ratio\n";
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    std::vector<double> b;
+    for (size_t s = skip; s < busy_history.size(); ++s) b.push_back(busy_history[s][r]);
+    std::sort(b.begin(), b.end());
+    const double measured = b[b.size() / 2], predicted = plan.ranks[r].busy_s;
+    const double mem = plan.ranks[r].memory.total();
+    char row[200];
+    std::snprintf(row, sizeof row, "%4zu %14.1f %10.1f %7.2f  | %12s %10s %7.2f\n", r, predicted * 1e3, measured * 1e3,
+                  predicted > 0 ? measured / predicted : 0.0, format_bytes((int64_t)mem).c_str(),
+                  format_bytes((int64_t)peak[r]).c_str(), mem > 0 ? peak[r] / mem : 0.0);
+    out += row;
+  }
+  return out;
+}
+
 }  // namespace
 
 void validate_work(const std::vector<RankWork>& work, int64_t global_batch, int ranks) {
@@ -517,33 +682,33 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
     configure_device(device, props);
   }
   std::vector<RankWork> work = given_work;
-  std::string plan_table;
+  std::unique_ptr<Replanner> planner;
   if (!engine_options.planner.empty()) {
-    const Profile profile = profile_cluster(config, (int)seq, engine_options.device_label, device, comm,
-                                            engine_options.profiler);
-    const std::string name = engine_options.planner == "auto" ? "gpumix" : engine_options.planner;
-    const Plan plan = run_planner(name, profile, o.batch);
-    work.clear();
-    for (const RankPlan& r : plan.ranks) work.push_back({r.batch, r.micro_batch, r.share});
+    planner = std::make_unique<Replanner>(
+        profile_cluster(config, (int)seq, engine_options.device_label, device, comm, engine_options.profiler),
+        engine_options.planner == "auto" ? "gpumix" : engine_options.planner, o.batch, engine_options.drift);
+    work = planner->work();
     validate_work(work, o.batch, ranks);
-    plan_table = dist::plan_table(plan);
-    if (lead && !plan.fits())
-      std::printf("warning: the %s plan does not fit its memory model: %s\n", name.c_str(),
-                  plan.oom_message().c_str());
+    if (lead && !planner->plan().fits())
+      std::printf("warning: the %s plan does not fit its memory model: %s\n", planner->name().c_str(),
+                  planner->plan().oom_message().c_str());
   }
   AdamWConfig adam;
   adam.weight_decay = o.weight_decay;
-  std::vector<double> shares;
-  for (const RankWork& w : work) shares.push_back(w.share);
   std::vector<int64_t> unit_sizes;
   for (int u = 0; u < config.num_units(); ++u) unit_sizes.push_back(config.unit_params(u));
-  const ShardLayout layout(unit_sizes, shares);
-  comm.agree("shard layout", {(int64_t)layout.fingerprint(), (int64_t)config.total_params()});
+  auto layout_of = [&](const std::vector<RankWork>& w) {
+    std::vector<double> shares;
+    for (const RankWork& r : w) shares.push_back(r.share);
+    const ShardLayout layout(unit_sizes, shares);
+    comm.agree("shard layout", {(int64_t)layout.fingerprint(), (int64_t)config.total_params()});
+    return layout;
+  };
   std::unique_ptr<Engine> engine;
   if (ranks == 1)
     engine = std::make_unique<WholeModelEngine>(config, device, o.seed, adam, o.recompute);
   else
-    engine = std::make_unique<ShardedEngine>(config, layout, comm, device, o.seed, adam,
+    engine = std::make_unique<ShardedEngine>(config, layout_of(work), comm, device, o.seed, adam,
                                              engine_options.prefetch);
   LRSchedule schedule;
   schedule.max_lr = o.lr;
@@ -558,13 +723,13 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
                  "; pass a larger --steps to train further");
   }
 
-  const RankWork& mine = work[rank];
-  if (lead) {
-    const double unigram_preview = 0;
-    (void)unigram_preview;
-    std::string plan_text;
+  auto plan_text = [&] {
+    std::string text;
     for (int r = 0; r < ranks; ++r)
-      plan_text += str(r ? ", " : "", work[r].batch, "/", work[r].micro_batch, "/", work[r].share);
+      text += str(r ? ", " : "", work[r].batch, "/", work[r].micro_batch, "/", work[r].share);
+    return text;
+  };
+  if (lead) {
     print_settings({
         {"data", o.data + " (" + human_count((double)run.tokens.size()) + " tokens)"},
         {"split", human_count((double)split.train.size()) + " train / " +
@@ -579,14 +744,14 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
         {"lr", str(o.lr, " warmup ", schedule.warmup, " cosine to ", schedule.min_lr)},
         {"weight decay / clip", str(o.weight_decay, " / ", o.grad_clip)},
         {"ranks", str(ranks, " (", comm.backend(), ")")},
-        {"plan b/m/r per rank", plan_text},
+        {"plan b/m/r per rank", plan_text()},
         {"recompute", ranks > 1 || o.recompute ? "on" : "off"},
         {"device (rank 0)", device.str() + " (" + format_bytes(device_props(device).capacity) + ")"},
         {"threads per rank", std::to_string(omp_get_max_threads())},
         {"seed", std::to_string(o.seed)},
         {"out", o.out},
     });
-    if (!plan_table.empty()) std::printf("%s", plan_table.c_str());
+    if (planner) std::printf("%s", plan_table(planner->plan()).c_str());
   }
 
   std::ofstream log;
@@ -606,7 +771,7 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
                                       : val_loader.num_eval_windows();
     const auto [w0, w1] = proportional_rows(work, o.batch, rank, total);
     double sum = 0;
-    const int64_t chunk = std::max<int64_t>(1, std::max(mine.batch, (int64_t)1));
+    const int64_t chunk = std::max<int64_t>(1, work[rank].batch);
     // Every rank walks the same number of passes so that their collectives match.
     int64_t passes = 0;
     for (int r = 0; r < ranks; ++r) {
@@ -619,26 +784,51 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
       for (int64_t r = r0; r < r1; ++r)
         val_loader.eval_window(r, in.data<int32_t>() + (r - r0) * seq, tg.data<int32_t>() + (r - r0) * seq);
       if (ranks == 1 && r1 == r0) continue;
-      sum += engine->loss_sum(in, tg, std::max<int64_t>(1, mine.micro_batch));
+      sum += engine->loss_sum(in, tg, std::max<int64_t>(1, work[rank].micro_batch));
     }
     return comm.all_reduce_sum(sum) / (double)(total * seq);
   };
 
+  // This rank's rows of every batch and its input buffers; again after a re-plan.
   int64_t row0 = 0;
-  for (int r = 0; r < rank; ++r) row0 += work[r].batch;
+  Tensor inputs, targets;
+  auto take_rows = [&] {
+    row0 = 0;
+    for (int r = 0; r < rank; ++r) row0 += work[r].batch;
+    inputs = Tensor::empty({work[rank].batch, seq}, DType::i32, device);
+    targets = Tensor::empty({work[rank].batch, seq}, DType::i32, device);
+  };
+  take_rows();
+  // Every rank's value of x, on every rank.
+  auto gather_ranks = [&](double x) {
+    Tensor one = Tensor::full({1}, (float)x, DType::f32, device);
+    Tensor all = Tensor::empty({ranks}, DType::f32, device);
+    comm.all_gather_v(one, all, std::vector<int64_t>(ranks, 1));
+    const std::vector<float> v = all.to_vector();
+    return std::vector<double>(v.begin(), v.end());
+  };
+  auto ms_of = [](const std::vector<double>& seconds) {
+    std::vector<double> ms;
+    for (double x : seconds) ms.push_back(x * 1e3);
+    return ms;
+  };
+
   TrainResult result;
   std::vector<double> rates;
+  std::vector<std::vector<double>> busy_history;  // per step since the plan started: per rank
   const int64_t tokens_per_step = o.batch * seq;
   const float scale = 1.0f / (float)tokens_per_step;
-  Tensor inputs = Tensor::empty({mine.batch, seq}, DType::i32, device);
-  Tensor targets = Tensor::empty({mine.batch, seq}, DType::i32, device);
   const int last = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;
+  Allocator& memory = allocator(device);
+  memory.reset_peak();  // the profiler's measurements are not the training's
   for (int step = start + 1; step <= last; ++step) {
     const double t0 = now_s();
     engine->wait_s = 0;
-    loader.get(step - 1, row0, row0 + mine.batch, inputs.data<int32_t>(), targets.data<int32_t>());
     fault_set_step(step);
-    double local_loss = engine->forward_backward(inputs, targets, std::max<int64_t>(1, mine.micro_batch), scale);
+    if (faults_enabled()) slow_down_if_injected(rank, device);
+    loader.get(step - 1, row0, row0 + work[rank].batch, inputs.data<int32_t>(), targets.data<int32_t>());
+    double local_loss =
+        engine->forward_backward(inputs, targets, std::max<int64_t>(1, work[rank].micro_batch), scale);
     if (faults_enabled()) inject_faults(*engine, rank, &local_loss);
     const double loss = comm.all_reduce_sum(local_loss);
     std::string nonfinite;
@@ -658,10 +848,8 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
     }
     const double local_s = now_s() - t0;
     const double step_s = comm.all_reduce_max(local_s);
-    // Busy share of each rank: its time not spent waiting for collectives.
-    Tensor busy_one = Tensor::full({1}, (float)(1.0 - engine->wait_s / step_s), DType::f32, device);
-    Tensor busy = Tensor::empty({ranks}, DType::f32, device);
-    comm.all_gather_v(busy_one, busy, std::vector<int64_t>(ranks, 1));
+    // Each rank's compute time: the step without its waits for collectives.
+    const std::vector<double> busy_s = gather_ranks(local_s - engine->wait_s);
     const double ms = step_s * 1e3;
     const double rate = tokens_per_step / step_s;
     rates.push_back(rate);
@@ -674,10 +862,20 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
     }
     std::string busy_text;
     if (ranks > 1) {
-      const std::vector<float> b = busy.to_vector();
-      line["busy"] = b;
+      std::vector<double> fraction;
       busy_text = " | busy";
-      for (float x : b) busy_text += str(" ", (int)std::lround(100 * x), "%");
+      for (double b : busy_s) {
+        fraction.push_back(b / step_s);
+        busy_text += str(" ", (int)std::lround(100 * b / step_s), "%");
+      }
+      line["busy"] = fraction;
+      line["busy_ms"] = ms_of(busy_s);
+      busy_history.push_back(busy_s);
+    }
+    if (step == start + 1) line["plan"] = plan_text();  // b/m/r per rank, as in the settings
+    if (planner) {
+      line["predicted_ms"] = planner->plan().predicted.step_s * 1e3;
+      line["predicted_busy_ms"] = ms_of(planner->predicted_busy_s());
     }
     const bool eval_now = (o.eval_interval > 0 && step % o.eval_interval == 0) || step == last;
     double val = NAN;
@@ -686,11 +884,38 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
       line["val_loss"] = val;
       result.val_loss = val;
     }
+    // Drift: a device slower (or faster) than planned re-plans; the new shares take effect
+    // from the next step, the same on every rank (they all judge the same gathered times).
+    std::string replan_text;
+    if (planner && ranks > 1 && planner->observe(busy_s)) {
+      const Replanner::Change& c = planner->last_change();
+      line["replan"] = {{"factors", c.factors}, {"adopted", c.adopted},
+                        {"predicted_ms_before", c.before_s * 1e3}, {"predicted_ms_after", c.after_s * 1e3}};
+      replan_text = str("rank speeds drifted from the plan (measured/predicted, relative:",
+                        c.describe_factors(), "): ");
+      if (c.adopted) {
+        work = planner->work();
+        validate_work(work, o.batch, ranks);
+        engine->reshard(layout_of(work));
+        take_rows();
+        busy_history.clear();
+        line["replan"]["plan"] = plan_text();
+        replan_text += str("re-planned and re-sharded, predicted step ", c.before_s * 1e3, " -> ", c.after_s * 1e3,
+                           " ms; plan b/m/r per rank now ", plan_text());
+      } else {
+        replan_text += str("kept the plan (a new one would not be 5% faster: ", c.before_s * 1e3, " vs ",
+                           c.after_s * 1e3, " ms predicted)");
+      }
+    }
     log_line(line);
     if (lead && !o.quiet)
       std::printf("step %d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f ms | %s tok/s%s%s\n", step, o.steps,
                   loss, norm, lr, ms, human_count(rate).c_str(), busy_text.c_str(),
                   eval_now ? str(" | val ", val).c_str() : "");
+    if (lead && !replan_text.empty()) {
+      std::printf("step %d: %s\n", step, replan_text.c_str());
+      if (planner->last_change().adopted) std::printf("%s", plan_table(planner->plan()).c_str());
+    }
     if ((o.ckpt_interval > 0 && step % o.ckpt_interval == 0) || step == last)
       result.checkpoint = save(o, config, work, *engine, comm, step, run.tokenizer_hash);
     result.step = step;
@@ -699,9 +924,16 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
   std::sort(rates.begin(), rates.end());
   result.tokens_per_s = rates.empty() ? 0 : rates[rates.size() / 2];
   result.unigram_loss = data::unigram_cross_entropy(split.train, split.val, run.vocab);
-  log_line({{"final", true}, {"step", result.step}, {"val_loss", result.val_loss},
-            {"unigram_loss", result.unigram_loss}, {"tokens_per_s", result.tokens_per_s}});
+  json final_line = {{"final", true}, {"step", result.step}, {"val_loss", result.val_loss},
+                     {"unigram_loss", result.unigram_loss}, {"tokens_per_s", result.tokens_per_s}};
+  // Memory: every rank's allocator peak over the training, next to the plan's prediction.
+  const std::vector<double> peak = gather_ranks((double)memory.stats().peak);
+  final_line["peak_bytes"] = peak;
+  if (planner) final_line["predicted_bytes"] = planner->predicted_bytes();
+  log_line(final_line);
   if (lead) {
+    if (planner && !busy_history.empty())
+      std::printf("%s", prediction_table(planner->plan(), busy_history, peak).c_str());
     std::printf("validation loss %.4f nats/token vs unigram baseline %.4f (%.2f below)\n", result.val_loss,
                 result.unigram_loss, result.unigram_loss - result.val_loss);
     if (!result.checkpoint.empty()) std::printf("checkpoint: %s\n", result.checkpoint.c_str());

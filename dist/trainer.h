@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dist/comm.h"
+#include "dist/drift.h"
 #include "dist/profiler.h"
 #include "nn/train.h"
 
@@ -50,6 +51,9 @@ struct EngineOptions {
   // plans run even when the memory model says they do not fit: the allocator decides.
   std::string planner;
   ProfilerOptions profiler;
+  // With a planner other than "even": when ranks' measured compute times drift from the
+  // plan's (dist/drift.h), correct the profile, re-plan and re-shard in place.
+  DriftOptions drift;
 };
 
 // Runs the whole training on this rank (o.batch is the global batch). Rank 0 prints and

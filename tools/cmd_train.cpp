@@ -131,6 +131,13 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--micro-batches", micro, "per-rank micro-batch sizes, e.g. 1,1,2 (default: the batch)");
   app.add_option("--shares", shares, "per-rank state shares, e.g. 0,0.3,0.7 (default: even)");
   app.add_flag("--no-prefetch", no_prefetch, "do not overlap the next unit's gather with compute");
+  gpumix::dist::EngineOptions engine;
+  app.add_option("--drift-threshold", engine.drift.threshold,
+                 "re-plan when a rank's compute time, relative to the others', is off the plan's "
+                 "prediction by more than this fraction (0: never)")
+      ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--drift-steps", engine.drift.steps, "consecutive drifting steps before re-planning")
+      ->check(CLI::Range(1, 1000000));
   CLI11_PARSE(app, argc, argv);
   if (!device_memory.empty()) o.device_memory = gpumix::tools::parse_bytes(device_memory);
   std::vector<gpumix::dist::ClusterDevice> devices;
@@ -148,7 +155,6 @@ int cmd_train(int argc, char** argv) {
   if (explicit_plan && plan != "given")
     throw std::invalid_argument("--plan " + plan + " contradicts --batches/--micro-batches/--shares; "
                                 "drop one of them (or say --plan given)");
-  gpumix::dist::EngineOptions engine;
   engine.prefetch = !no_prefetch;
   const bool plan_file = !is_planner_name(plan);
   if (plan_file && explicit_plan)

@@ -16,6 +16,11 @@
                           with the step, unit and rank; the optimizer is not applied.
   nonfinite_skip          --skip-nonfinite: the step is skipped and logged, the state is
                           bitwise unchanged (checkpoints before and after the step are equal).
+  slowdown_replan         3 emulated devices planned by GPUMix; rank 2's device becomes 20x
+                          slower at step 3: the trainer sees the drift, re-plans and re-shards
+                          in place (rank 2 gets a smaller batch and share), the run goes on
+                          without a restart, and its losses are those of the same run without
+                          the slowdown (within fp32 rounding: balancing changes speed only).
 """
 import argparse
 import json
@@ -53,6 +58,7 @@ def check(cond, what):
 def run(cmd, env_extra=None, preexec=None):
     env = dict(os.environ)
     env.pop("GPUMIX_FAULT", None)
+    env["GPUMIX_CACHE"] = os.path.join(work, "profile-cache")  # hermetic device profiles
     env.update(env_extra or {})
     if args.mpirun and cmd[0] == args.mpirun:
         # Under the sanitizers (tools/sanitize.sh): Open MPI's own start-up allocations (hwloc,
@@ -184,6 +190,37 @@ def main():
             same = subprocess.run([args.ckpt_tool, "same", os.path.join(out, "ckpt-000002"),
                                    os.path.join(out, "ckpt-000003")], capture_output=True, text=True)
             check(same.returncode != 0, f"nonfinite_skip {fault}: step 3 did not train")
+    elif c == "slowdown_replan":
+        def plan_of(text):  # "b/m/r, b/m/r, ..." -> [(b, m, r), ...]
+            return [tuple(float(x) for x in rank.split("/")) for rank in text.split(", ")]
+        def cmd(out):
+            c = train_cmd(out, 10, extra=["--devices", "cpu,cpu,cpu", "--plan", "gpumix",
+                                          "--drift-threshold", "0.5", "--drift-steps", "2"])
+            c[c.index("--batch") + 1] = "12"
+            c[c.index("--ckpt-interval") + 1] = "0"
+            return c
+        base_out, out = os.path.join(work, "steady"), os.path.join(work, "slowed")
+        rc, text, _ = run(cmd(base_out))
+        check(rc == 0, f"slowdown_replan: the run without a slowdown failed:\n{text[-2000:]}")
+        rc, text, _ = run(cmd(out), {"GPUMIX_FAULT": "2:slow:3:20"})
+        if not check(rc == 0, f"slowdown_replan: the slowed run failed:\n{text[-2000:]}"):
+            return
+        with open(os.path.join(out, "log.jsonl")) as f:
+            lines = [json.loads(x) for x in f if x.strip()]
+        first = plan_of(lines[0]["plan"])
+        adopted = [l for l in lines if l.get("replan", {}).get("adopted") and l["step"] >= 3]
+        if check(adopted, "slowdown_replan: no re-plan after rank 2 slowed down:\n" + text[-3000:]):
+            after = plan_of(adopted[-1]["replan"]["plan"])
+            check(after[2][0] < first[2][0] and after[2][2] < first[2][2],
+                  f"slowdown_replan: rank 2's batch/share went {first[2]} -> {after[2]}, not down")
+            check(adopted[-1]["replan"]["factors"][2] > 2,
+                  f"slowdown_replan: rank 2's measured factor {adopted[-1]['replan']['factors']}")
+            check("re-planned and re-sharded" in text, "slowdown_replan: the re-plan is not reported:\n" + text[-2000:])
+        base, got = losses(base_out), losses(out)
+        check(sorted(got) == list(range(1, 11)), f"slowdown_replan: logged steps {sorted(got)}")
+        for step, loss in base.items():
+            check(abs(got.get(step, float("inf")) - loss) <= 1e-4 * abs(loss),
+                  f"slowdown_replan: step {step} loss {got.get(step)} vs {loss} without the slowdown")
     else:
         check(False, f"unknown case {c}")
 
