@@ -7,7 +7,8 @@ namespace gpumix::dist {
 MemoryModel::MemoryModel(const GPTConfig& model, int seq_len, MemoryParams params)
     : model_(model), seq_len_(seq_len), params_(params) {
   params_total_ = (double)model.total_params();
-  unit_max_ = (double)std::max(model.embed_params(), model.block_params());
+  embed_ = (double)model.embed_params();
+  block_ = (double)model.block_params();
   state_per_share_ = params_total_ * params_.state_bytes_per_param();
 }
 
@@ -17,7 +18,9 @@ MemoryTerms MemoryModel::terms_from(double act_block_bytes, double head_bytes, i
   MemoryTerms t;
   const double sample_bytes = (double)seq_len_ * model_.C * dtype_bytes;  // one block input
   t.state = r * state_per_share_;
-  t.gathered = unit_max_ * (2.0 * dtype_bytes + params_.grad_accum_bytes);
+  t.gathered = embed_ * (dtype_bytes + params_.grad_accum_bytes) +
+               block_ * (2.0 * dtype_bytes + params_.grad_accum_bytes);
+  t.block_buffers = block_ * (dtype_bytes + params_.grad_accum_bytes);
   if (b > 0) {
     const int64_t mb = std::min<int64_t>(m, b);
     t.act_block = act_block_bytes;

@@ -2,23 +2,29 @@
 // that each term can be held against the allocator's measured peak.
 //
 //   state    = r · P · (master + grad + AdamW m, v)                  (fp32: 16 B / param)
-//   gathered = 2 · Pu · dtype (current + prefetched unit) + Pu · 4 (its fp32 gradient)
+//   gathered = Pe · (dtype + 4)                the embedding (tied to the LM head) and its
+//                                              fp32 gradient, held from the head to the end
+//                                              of the backward
+//            + Pb · (2 · dtype + 4)            the running block, the prefetched one, and
+//                                              the running block's fp32 gradient
 //   act      = L · b · T · C · dtype           saved block inputs of all micro-batches
 //              (offloaded: only `offload_staging` micro-batches of them stay on device)
 //            + b · T · C · dtype               block outputs / their gradients of all
 //                                              micro-batches, passed between blocks
-//            + max(act_block(m), head(m))      the transient peak of one micro-batch: a
-//                                              block's recompute + backward, or the logits /
-//                                              loss buffers of the head; the layer-major
-//                                              step never holds both at once
+//            + max(act_block(m),               the transient peak of one micro-batch: a
+//                  head(m) − Pb · (dtype + 4)) block's recompute + backward, or the logits /
+//                                              loss buffers of the head, which runs while
+//                                              no block is gathered but the prefetched one;
+//                                              the layer-major step never holds both
 //   work     = fixed working bytes             workspaces, communication buffers
 //            + margin                          fragmentation: a fraction of all the above
 //
-// Pu is the largest unit (embedding or block); b = 0 with r > 0 is a rank that only holds
+// Pe, Pb: parameters of the embedding unit and of one block. Every other unit's gathered
+// buffers are freed as soon as it ran. b = 0 with r > 0 is a rank that only holds
 // state (it still gathers); b = 0 and r = 0 is a rank left out, which uses nothing.
 // The carried term is not in METHOD.md's list but the layer-major backward needs it: the
 // gradient flowing into block ℓ is held for all micro-batches at once. Taking the larger of
-// the two transient peaks rather than their sum matches the allocator's measured peak (the
+// the two phases' peaks rather than their sum matches the allocator's measured peak (the
 // sum over-predicted by 20-25 % where the head dominates, e.g. gpt-nano's 4096-token vocabulary).
 #pragma once
 
@@ -50,7 +56,13 @@ struct MemoryTerms {
   double work_fixed = 0;
   double work_margin = 0;
 
-  double transient() const { return act_block > work_head ? act_block : work_head; }
+  // The running block's parameters and fp32 gradient: part of `gathered`, not held while
+  // the head runs.
+  double block_buffers = 0;
+  double transient() const {
+    const double head_phase = work_head - block_buffers;
+    return act_block > head_phase ? act_block : head_phase;
+  }
   double activations() const { return act_saved + act_carry + transient(); }
   double buffers() const { return work_fixed + work_margin; }
   double total() const { return state + gathered + activations() + buffers(); }
@@ -72,7 +84,8 @@ class MemoryModel {
 
   double state_bytes_total() const { return state_per_share_; }  // r = 1
   double total_params() const { return params_total_; }
-  double largest_unit_params() const { return unit_max_; }
+  double embed_params() const { return embed_; }
+  double block_params() const { return block_; }
   const MemoryParams& params() const { return params_; }
 
   // Analytic formulas for when there is no measured profile (the simulator's synthesis).
@@ -88,7 +101,7 @@ class MemoryModel {
   int seq_len_;
   MemoryParams params_;
   double params_total_;
-  double unit_max_;
+  double embed_, block_;
   double state_per_share_;
 };
 

@@ -108,6 +108,10 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string&
       });
       s.block_act_bytes = (double)(alloc.stats().peak - base);
       const Tensor tokens = random_tokens(m, T, model.V, device);
+      // The embedding's gradient lives in the engine's gathered buffers (the memory model's
+      // `gathered` term), not in the head's working memory.
+      Tensor dwte = Tensor::zeros({model.V, C}, DType::f32, device), dwpe = Tensor::zeros({model.T, C}, DType::f32, device);
+      const int64_t head_base = alloc.stats().in_use;
       alloc.reset_peak();
       s.head_s = median_time(o.repeats, [&] {
         Var h;
@@ -116,10 +120,9 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string&
           h = Var(gpt.embed(tokens).value(), true);
         }
         backward(cross_entropy(gpt.head(h), tokens, 1.0f / (float)(m * T)));
-        Tensor dwte = Tensor::zeros({model.V, C}, DType::f32, device), dwpe = Tensor::zeros({model.T, C}, DType::f32, device);
         ops::embedding_backward(dwte, dwpe, h.grad(), tokens);
       });
-      s.head_bytes = (double)(alloc.stats().peak - base);
+      s.head_bytes = (double)(alloc.stats().peak - head_base);
     } catch (const OutOfMemory&) {
       clear_tape();
       break;  // this micro-batch does not fit: the largest measured is the limit
@@ -131,19 +134,26 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string&
                ") fits its ", format_bytes((int64_t)d.memory_bytes), "; give the device more memory or "
                "use a smaller model or --seq");
 
-  // AdamW per parameter, on a buffer of up to 1M parameters.
-  const int64_t n = std::min<int64_t>(model.total_params(), 1 << 20);
-  Tensor p = random_tensor({n}, device, "profile.p"), g = random_tensor({n}, device, "profile.g");
-  AdamW opt(gpt.layout(), 0, n, device, AdamWConfig{});
-  int step = 0;
-  d.optimizer_s_per_param = median_time(o.repeats, [&] { opt.step(p, g, 1e-3f, ++step); }) / (double)n;
+  for (int unit : {0, 1, model.L + 1}) gpt.unbind_unit(unit);  // frees their buffers
+  auto free_bytes = [&] { return alloc.stats().capacity - alloc.stats().in_use; };
 
-  // Fixed working memory: the optimizer's moments of this buffer stand in for scratch;
-  // what the engine keeps besides the modelled terms is a few sequence buffers.
-  d.work_bytes = (double)(4 * 2 * T * (int64_t)sizeof(int32_t) * o.max_micro_batch) + (1 << 20);
+  // AdamW per parameter, on a buffer of up to 1M parameters (parameters, gradients and two
+  // moments: 16 bytes each) that takes at most half of what the device has free.
+  {
+    const int64_t n = std::max<int64_t>(1024, std::min<int64_t>({model.total_params(), 1 << 20, free_bytes() / 32}));
+    Tensor p = random_tensor({n}, device, "profile.p"), g = random_tensor({n}, device, "profile.g");
+    AdamW opt(gpt.layout(), 0, n, device, AdamWConfig{});
+    int step = 0;
+    d.optimizer_s_per_param = median_time(o.repeats, [&] { opt.step(p, g, 1e-3f, ++step); }) / (double)n;
+  }
 
-  // Dense peak for MFU: a square GEMM.
-  const int64_t k = 512;
+  // Fixed working memory: on a CPU device the engine keeps nothing besides the modelled
+  // terms but token buffers and small scratch tensors.
+  d.work_bytes = (double)(4 * 2 * T * (int64_t)sizeof(int32_t) * o.max_micro_batch) + (256 << 10);
+
+  // Dense peak for MFU: a square GEMM of up to 512 (three matrices in half the free memory).
+  int64_t k = 512;
+  while (k > 32 && 3 * k * k * 4 > free_bytes() / 2) k /= 2;
   Tensor a = random_tensor({k, k}, device, "profile.a"), b = random_tensor({k, k}, device, "profile.b"),
          c = Tensor::empty({k, k}, DType::f32, device);
   d.peak_flops = 2.0 * k * k * k / median_time(o.repeats, [&] { ops::gemm(c, a, b, false, false); });
@@ -183,7 +193,13 @@ CommProfile measure_comm(Comm& comm, Device device, int repeats) {
     });
     return comm.all_reduce_max(t);
   };
-  const int64_t small = 1 << 10, large = 1 << 20;  // elements (fp32)
+  // Elements (fp32) of the two sizes; the large one is at most 1M and its full buffer and
+  // slice take at most half of the smallest free memory among the ranks (they all must use
+  // the same sizes).
+  const AllocatorStats mem = allocator(device).stats();
+  const double smallest_free = -comm.all_reduce_max(-(double)(mem.capacity - mem.in_use));
+  const int64_t small = 1 << 10;
+  const int64_t large = std::max<int64_t>(8 * small, std::min<int64_t>(1 << 20, (int64_t)(smallest_free / 16)));
   for (bool gather : {true, false}) {
     const double t_small = time_op(small, true, gather), t_large = time_op(large, true, gather);
     const double t_uneven = time_op(large, false, gather);

@@ -157,6 +157,7 @@ class ShardedEngine final : public Engine {
       dx[j] = x.grad();
     });
     reduce(head, gh);
+    release(head);
     // Blocks, last to first: recompute each from its saved input, backward, one
     // reduce-scatter per unit.
     for (int l = L - 1; l >= 0; --l) {
@@ -171,6 +172,7 @@ class ShardedEngine final : public Engine {
       saved[l + 1].clear();
       if (l == L - 1) fault_point(comm_.rank(), "backward");
       reduce(l + 1, g);
+      release(l + 1);
     }
     // Embedding backward needs only the tokens and the incoming gradient.
     const int64_t VC = (int64_t)config_.V * config_.C;
@@ -180,6 +182,7 @@ class ShardedEngine final : public Engine {
       ops::embedding_backward(dwte, dwpe, dx[j], inputs.slice(r0, r1));
     });
     reduce(0, g0);
+    release(0);
     return loss;
   }
 
@@ -193,6 +196,8 @@ class ShardedEngine final : public Engine {
     for_micro_batches(inputs.size(0), micro, [&](int64_t j, int64_t r0, int64_t r1) {
       sum += cross_entropy(model_.head(Var(saved[L][j])), targets.slice(r0, r1), 1.0f).value().item();
     });
+    release(head);
+    release(0);
     return sum;
   }
 
@@ -282,14 +287,19 @@ class ShardedEngine final : public Engine {
     for_micro_batches(inputs.size(0), micro, [&](int64_t, int64_t r0, int64_t r1) {
       saved[0].push_back(model_.embed(inputs.slice(r0, r1)).value());
     });
+    release(0);
     for (int l = 0; l < L; ++l) {
       bind(l + 1, fetch(l + 1, l + 2 <= L ? l + 2 : L + 1), Tensor());
       for (const Tensor& x : saved[l]) saved[l + 1].push_back(model_.block(l, Var(x)).value());
+      release(l + 1);
     }
     return saved;
   }
 
   void bind(int unit, const Tensor& params, const Tensor& grads) { model_.bind_unit(unit, params, grads); }
+  // After a unit ran: its gathered parameters (and gradient buffer) are freed, so that only
+  // the running unit, the prefetched one and the tied embedding are ever on the device.
+  void release(int unit) { model_.unbind_unit(unit); }
 
   // The full parameters of `unit`, gathered (or taken from the prefetch started earlier);
   // then starts gathering `next` (if >= 0) in the background. Every rank walks the units in
@@ -510,8 +520,11 @@ class Replanner {
   };
 
   Replanner(Profile profile, std::string name, int64_t global_batch, const DriftOptions& drift)
-      : profile_(std::move(profile)), name_(std::move(name)), global_batch_(global_batch), drift_(drift),
-        plan_(run_planner(name_, profile_, global_batch_)) {
+      : profile_(std::move(profile)), name_(std::move(name)), global_batch_(global_batch), drift_(drift) {
+    // This engine keeps every rank in every collective, so a rank left out of the plan
+    // would still hold the gathered units that its memory model does not count.
+    options_.allow_leave_out = false;
+    plan_ = run_planner(name_, profile_, global_batch_, options_);
     watch();
   }
 
@@ -542,11 +555,11 @@ class Replanner {
     const std::vector<double> factors = monitor_->observe(busy_s);
     if (factors.empty()) return false;
     profile_ = corrected_profile(profile_, factors);
-    const Plan current = make_plan(CostModel(profile_), name_, global_batch_, plan_.choices());
+    const Plan current = make_plan(CostModel(profile_, options_.memory), name_, global_batch_, plan_.choices());
     change_ = {factors, false, current.predicted.step_s, current.predicted.step_s};
     plan_ = current;
     try {
-      Plan next = run_planner(name_, profile_, global_batch_);
+      Plan next = run_planner(name_, profile_, global_batch_, options_);
       change_.after_s = next.predicted.step_s;
       if (next.predicted.step_s < 0.95 * current.predicted.step_s) {
         plan_ = std::move(next);
@@ -571,6 +584,7 @@ class Replanner {
   std::string name_;
   int64_t global_batch_;
   DriftOptions drift_;
+  PlannerOptions options_;
   Plan plan_;
   std::unique_ptr<DriftMonitor> monitor_;
   Change change_;

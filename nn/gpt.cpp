@@ -99,6 +99,15 @@ void GPT::bind_unit(int unit, const Tensor& params, const Tensor& grads) {
   }
 }
 
+void GPT::unbind_unit(int unit) {
+  unit_range(unit);  // checks the index
+  for (int i = unit_first_[unit]; i < unit_first_[unit + 1]; ++i) {
+    VarImpl& v = *vars_[i].impl();
+    v.value = v.grad = Tensor();
+    v.requires_grad = false;
+  }
+}
+
 std::pair<int64_t, int64_t> GPT::unit_range(int unit) const {
   GPUMIX_CHECK(unit >= 0 && unit < config_.num_units(), "unit ", unit, " outside 0..",
                config_.num_units() - 1);

@@ -48,6 +48,9 @@ class GPT {
   // `grads` (same size, or undefined for no gradient: the unit's parameters then do not
   // require one).
   void bind_unit(int unit, const Tensor& params, const Tensor& grads);
+  // Drops the unit's references to its buffers, so that gathered ones can be freed; the
+  // unit must be bound again before it runs.
+  void unbind_unit(int unit);
 
   // Writes the initial values of flat elements [offset, offset + out.numel()) into `out`:
   // the same numbers, element for element, as the whole-model initialisation, so any

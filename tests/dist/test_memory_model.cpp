@@ -17,16 +17,20 @@ TEST(MemoryModel, TermsAsMethodSection3) {
   const double act = 123456, head = 7890, fixed = 1 << 20;
   const MemoryTerms t = mm.terms_from(act, head, d, fixed, b, m, 0.25, false);
   const double P = (double)g.total_params();
-  const double unit = (double)std::max(g.embed_params(), g.block_params());
+  const double embed = (double)g.embed_params(), block = (double)g.block_params();
   EXPECT_DOUBLE_EQ(t.state, 0.25 * P * 16);
-  EXPECT_DOUBLE_EQ(t.gathered, 2 * unit * d + unit * 4);
+  // The tied embedding and its gradient, the running and the prefetched block, the
+  // running block's gradient.
+  EXPECT_DOUBLE_EQ(t.gathered, embed * (d + 4) + block * (2 * d + 4));
   EXPECT_DOUBLE_EQ(t.act_block, act);
   EXPECT_DOUBLE_EQ(t.act_saved, (double)g.L * b * T * g.C * d);
   EXPECT_DOUBLE_EQ(t.act_carry, (double)b * T * g.C * d);
   EXPECT_DOUBLE_EQ(t.work_head, head);
   EXPECT_DOUBLE_EQ(t.work_fixed, fixed);
-  // The block's and the head's transient peaks never coexist: the larger one counts.
-  const double before = t.state + t.gathered + std::max(act, head) + t.act_saved + t.act_carry + t.work_fixed;
+  // The block's and the head's transient peaks never coexist: the larger one counts, the
+  // head's without the running block's buffers (the head runs while no block is gathered).
+  EXPECT_DOUBLE_EQ(t.block_buffers, block * (d + 4));
+  const double before = t.state + t.gathered + std::max(act, head - t.block_buffers) + t.act_saved + t.act_carry + t.work_fixed;
   EXPECT_DOUBLE_EQ(t.work_margin, 0.05 * before);
   EXPECT_DOUBLE_EQ(t.total(), 1.05 * before);
 }

@@ -14,6 +14,9 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "dist/comm.h"
+#include "dist/launch.h"
+#include "dist/planner.h"
+#include "dist/profiler.h"
 #include "dist/shard_layout.h"
 #include "dist/trainer.h"
 #include "engine_test_util.h"
@@ -423,6 +426,121 @@ TEST_F(EngineTest, ARankThatRunsOutOfMemoryMidStepStopsEveryRankAndKeepsTheCheck
   const Outcome again = run_ranks(o, work);
   ASSERT_EQ(again.error, "");
   EXPECT_EQ(again.result.step, 6);
+}
+
+// ---- memory near the feasibility limit ------------------------------------------------------
+//
+// Three emulated devices with capacities 4 : 2 : 1, scaled down to just above the smallest
+// scale at which the GPUMix planner finds a plan (searched on a measured profile), then
+// trained for real, each run profiling its own devices as a user's would: a GPUMix plan never
+// runs out of memory there, while even sharding, whose smallest device cannot hold a third
+// of the state, does.
+
+// Emulated CPU devices of the given capacities for ranks 0..n-1 (restored on destruction:
+// cpu:<rank> is shared by every test of this process).
+class EmulatedDevices {
+ public:
+  explicit EmulatedDevices(const std::vector<double>& capacities) {
+    for (size_t r = 0; r < capacities.size(); ++r) {
+      saved_.push_back(device_props(Device::cpu((int)r)));
+      ClusterDevice d;
+      d.type = "cpu";
+      d.kind = "cpu";
+      d.memory_bytes = std::floor(capacities[r]);
+      devices_.push_back(d);
+    }
+  }
+  ~EmulatedDevices() {
+    for (size_t r = 0; r < saved_.size(); ++r) configure_device(Device::cpu((int)r), saved_[r]);
+  }
+  const std::vector<ClusterDevice>& devices() const { return devices_; }
+
+ private:
+  std::vector<DeviceProps> saved_;
+  std::vector<ClusterDevice> devices_;
+};
+
+ProfilerOptions quiet_profiler() {
+  ProfilerOptions p;
+  p.cache_dir = "-";  // every run measures its own devices
+  p.show_progress = false;
+  p.repeats = 1;
+  return p;
+}
+
+TEST_F(EngineTest, NearTheMemoryLimitGpumixPlansNeverRunOutOfMemoryAndEvenOnesDo) {
+  TrainOptions o = tiny_options(data_dir(), out("unused"));
+  o.steps = 2;
+  o.channels = 128;  // 0.5M parameters: the state (16 B each), not fixed buffers, decides
+  const GPTConfig config = resolve_model(o, (int64_t)data::TokenFile(o.data).vocab_size(), o.seq);
+  const std::vector<double> weights = {4, 2, 1};
+  const double MiB = 1 << 20;
+
+  // The profile of three roomy devices, each its own device type.
+  Profile measured;
+  {
+    EmulatedDevices roomy({64 * MiB, 64 * MiB, 64 * MiB});
+    run_local(3, [&](Comm& comm) {
+      omp_set_num_threads(1);
+      EngineOptions e;
+      configure_rank_device(e, Device::cpu(comm.rank()), roomy.devices()[comm.rank()]);
+      const Profile p = profile_cluster(config, (int)o.seq, "cpu:r" + std::to_string(comm.rank()), e.device,
+                                        comm, quiet_profiler());
+      if (comm.rank() == 0) measured = p;
+    });
+  }
+  auto at_scale = [&](double scale) {
+    Profile p = measured;
+    for (int r = 0; r < 3; ++r) p.devices[r].memory_bytes = scale * weights[r] * MiB;
+    return p;
+  };
+  auto gpumix_fits = [&](double scale) {
+    try {
+      PlannerOptions every_rank;  // as the trainer plans: no rank left out of the collectives
+      every_rank.allow_leave_out = false;
+      plan_gpumix(at_scale(scale), o.batch, every_rank);
+      return true;
+    } catch (const InfeasiblePlan&) {
+      return false;
+    }
+  };
+  double lo = 0.01, hi = 64;
+  ASSERT_FALSE(gpumix_fits(lo));
+  ASSERT_TRUE(gpumix_fits(hi));
+  while (hi / lo > 1.002) (gpumix_fits(std::sqrt(lo * hi)) ? hi : lo) = std::sqrt(lo * hi);
+  std::printf("[ limit    ] smallest feasible capacities %.2f / %.2f / %.2f MiB\n", 4 * hi, 2 * hi, hi);
+
+  for (double margin : {1.01, 1.05, 1.2, 1.5}) {
+    std::vector<double> capacities;
+    for (double w : weights) capacities.push_back(margin * hi * w * MiB);
+    SCOPED_TRACE("capacities " + std::to_string(margin) + " x the limit");
+    EngineOptions engine;
+    engine.planner = "gpumix";
+    engine.profiler = quiet_profiler();
+    o.out = out("near-limit-" + std::to_string(margin));
+    {
+      EmulatedDevices devices(capacities);
+      EXPECT_NO_THROW(train_local(o, 3, devices.devices(), {}, engine, 3));
+    }
+    EXPECT_EQ(read_log(o.out).size(), 2u);
+  }
+
+  // Even sharding at 1.2 x the limit: its plan does not fit the memory model, and the
+  // allocator agrees: the smallest device runs out of memory.
+  std::vector<double> capacities;
+  for (double w : weights) capacities.push_back(1.2 * hi * w * MiB);
+  EXPECT_FALSE(plan_even(at_scale(1.2 * hi), o.batch).fits());
+  EngineOptions engine;
+  engine.planner = "even";
+  engine.profiler = quiet_profiler();
+  o.out = out("near-limit-even");
+  EmulatedDevices devices(capacities);
+  try {
+    train_local(o, 3, devices.devices(), {}, engine, 3);
+    ADD_FAILURE() << "even sharding trained at 1.2 x GPUMix's memory limit";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
