@@ -69,7 +69,7 @@ std::string cache_path(const ProfilerOptions& o, const std::string& label, const
 
 // Measures this rank's device. Returns the DeviceProfile as JSON (the profile file's form).
 DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string& label, Device device,
-                             const ProfilerOptions& o, data::Progress* progress) {
+                             Comm& comm, const ProfilerOptions& o, data::Progress* progress) {
   DeviceProfile d;
   d.name = label;
   d.kind = "cpu";
@@ -90,44 +90,52 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string&
   bind(model.L + 1);
 
   const int64_t T = seq, C = model.C;
+  // Every rank measures micro-batch m at the same time, as the ranks compute in training:
+  // emulated devices sharing a machine contend for its cores then as they do now. A rank
+  // whose memory ran out waits for the others' larger sizes.
+  bool stopped = false;
   for (int m = 1; m <= o.max_micro_batch; m *= 2) {
+    comm.barrier();
     MicroBatchSample s;
     s.m = m;
-    try {
-      const Tensor x = random_tensor({m, T, C}, device, "profile.x");
-      const Tensor dy = random_tensor({m, T, C}, device, "profile.dy");
-      s.block_fwd_s = median_time(o.repeats, [&] {
-        NoGradGuard no_grad;
-        gpt.block(0, Var(x));
-      });
-      const int64_t base = alloc.stats().in_use;
-      alloc.reset_peak();
-      s.block_bwd_s = median_time(o.repeats, [&] {
-        Var in(x, true);
-        backward(gpt.block(0, in), dy);
-      });
-      s.block_act_bytes = (double)(alloc.stats().peak - base);
-      const Tensor tokens = random_tokens(m, T, model.V, device);
-      // The embedding's gradient lives in the engine's gathered buffers (the memory model's
-      // `gathered` term), not in the head's working memory.
-      Tensor dwte = Tensor::zeros({model.V, C}, DType::f32, device), dwpe = Tensor::zeros({model.T, C}, DType::f32, device);
-      const int64_t head_base = alloc.stats().in_use;
-      alloc.reset_peak();
-      s.head_s = median_time(o.repeats, [&] {
-        Var h;
-        {
+    if (!stopped) {
+      try {
+        const Tensor x = random_tensor({m, T, C}, device, "profile.x");
+        const Tensor dy = random_tensor({m, T, C}, device, "profile.dy");
+        s.block_fwd_s = median_time(o.repeats, [&] {
           NoGradGuard no_grad;
-          h = Var(gpt.embed(tokens).value(), true);
-        }
-        backward(cross_entropy(gpt.head(h), tokens, 1.0f / (float)(m * T)));
-        ops::embedding_backward(dwte, dwpe, h.grad(), tokens);
-      });
-      s.head_bytes = (double)(alloc.stats().peak - head_base);
-    } catch (const OutOfMemory&) {
-      clear_tape();
-      break;  // this micro-batch does not fit: the largest measured is the limit
+          gpt.block(0, Var(x));
+        });
+        const int64_t base = alloc.stats().in_use;
+        alloc.reset_peak();
+        s.block_bwd_s = median_time(o.repeats, [&] {
+          Var in(x, true);
+          backward(gpt.block(0, in), dy);
+        });
+        s.block_act_bytes = (double)(alloc.stats().peak - base);
+        const Tensor tokens = random_tokens(m, T, model.V, device);
+        // The embedding's gradient lives in the engine's gathered buffers (the memory model's
+        // `gathered` term), not in the head's working memory.
+        Tensor dwte = Tensor::zeros({model.V, C}, DType::f32, device), dwpe = Tensor::zeros({model.T, C}, DType::f32, device);
+        const int64_t head_base = alloc.stats().in_use;
+        alloc.reset_peak();
+        s.head_s = median_time(o.repeats, [&] {
+          Var h;
+          {
+            NoGradGuard no_grad;
+            h = Var(gpt.embed(tokens).value(), true);
+          }
+          backward(cross_entropy(gpt.head(h), tokens, 1.0f / (float)(m * T)));
+          ops::embedding_backward(dwte, dwpe, h.grad(), tokens);
+        });
+        s.head_bytes = (double)(alloc.stats().peak - head_base);
+        d.samples.push_back(s);
+      } catch (const OutOfMemory&) {
+        clear_tape();
+        stopped = true;  // this micro-batch does not fit: the largest measured is the limit
+      }
     }
-    d.samples.push_back(s);
+    if (comm.all_reduce_max(stopped ? 0.0 : 1.0) == 0) break;
     if (progress) progress->update(m);
   }
   GPUMIX_CHECK(!d.samples.empty(), "profiling ", label, ": not even a micro-batch of 1 sequence (T = ", seq,
@@ -245,8 +253,11 @@ Profile profile_cluster(const GPTConfig& model, int seq_len, const std::string& 
   const std::string cache = cache_path(o, device_label, model, seq_len, threads);
   std::string error;
   json mine;
+  // Measured together or not at all (see measure_device): one rank without a cached
+  // profile makes every rank measure again.
+  const bool cached = comm.all_reduce_max(!cache.empty() && fs::exists(cache) ? 0.0 : 1.0) == 0;
   try {
-    if (!cache.empty() && fs::exists(cache)) {
+    if (cached) {
       std::ifstream in(cache);
       mine = json::parse(in);
     } else {
@@ -256,7 +267,7 @@ Profile profile_cluster(const GPTConfig& model, int seq_len, const std::string& 
       Profile one;
       one.model = model;
       one.seq_len = seq_len;
-      one.devices.push_back(measure_device(model, seq_len, device_label, device, o, progress.get()));
+      one.devices.push_back(measure_device(model, seq_len, device_label, device, comm, o, progress.get()));
       one.ranks.push_back({device_label, 0});
       mine = profile_to_json(one).at("devices").at(0);
       if (progress) progress->finish();

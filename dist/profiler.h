@@ -3,7 +3,9 @@
 // allocator's peak at micro-batch sizes 1, 2, 4, ... up to the largest that fits, the
 // embedding + head + loss, AdamW per parameter, and the collectives among the ranks (even
 // and uneven). Times are medians over repeats after a warm-up, measured on the rank's own
-// device, so an emulated device's slowdown and capacity show as they will in training.
+// device, so an emulated device's slowdown and capacity show as they will in training; the
+// ranks measure each micro-batch size at the same moment (a barrier before each), so that
+// emulated devices sharing one machine's cores contend for them as they will in training.
 // Device measurements are cached per (device, model shape, sequence length, dtype).
 #pragma once
 
