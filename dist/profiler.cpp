@@ -67,6 +67,38 @@ std::string cache_path(const ProfilerOptions& o, const std::string& label, const
   return folder + "/device-" + str(std::hex, rng_key(0, key)) + ".json";
 }
 
+// Timings of neighbouring micro-batch sizes on a shared machine are noisy (a 2x swing in the
+// per-sequence time between m = 4 and m = 8 is common on two busy cores), and the planner
+// would chase that noise. Two facts about any device hold them in line: a larger
+// micro-batch costs no more per sequence (isotonic regression, pool-adjacent-violators, on
+// the per-sequence time), and no less in total (a running maximum).
+void smooth_samples(std::vector<MicroBatchSample>& samples) {
+  for (double MicroBatchSample::*field :
+       {&MicroBatchSample::block_fwd_s, &MicroBatchSample::block_bwd_s, &MicroBatchSample::head_s}) {
+    struct Block {
+      double sum;
+      int count;
+    };
+    std::vector<Block> blocks;  // per-sequence times, pooled until non-increasing
+    for (const MicroBatchSample& s : samples) {
+      blocks.push_back({s.*field / s.m, 1});
+      while (blocks.size() > 1 && blocks[blocks.size() - 2].sum / blocks[blocks.size() - 2].count <
+                                      blocks.back().sum / blocks.back().count) {
+        blocks[blocks.size() - 2].sum += blocks.back().sum;
+        blocks[blocks.size() - 2].count += blocks.back().count;
+        blocks.pop_back();
+      }
+    }
+    size_t k = 0;
+    double total = 0;
+    for (const Block& b : blocks)
+      for (int i = 0; i < b.count; ++i, ++k) {
+        total = std::max(total, b.sum / b.count * samples[k].m);
+        samples[k].*field = total;
+      }
+  }
+}
+
 // Measures this rank's device. Returns the DeviceProfile as JSON (the profile file's form).
 DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string& label, Device device,
                              Comm& comm, const ProfilerOptions& o, data::Progress* progress) {
@@ -141,6 +173,7 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string&
   GPUMIX_CHECK(!d.samples.empty(), "profiling ", label, ": not even a micro-batch of 1 sequence (T = ", seq,
                ") fits its ", format_bytes((int64_t)d.memory_bytes), "; give the device more memory or "
                "use a smaller model or --seq");
+  smooth_samples(d.samples);
 
   for (int unit : {0, 1, model.L + 1}) gpt.unbind_unit(unit);  // frees their buffers
   auto free_bytes = [&] { return alloc.stats().capacity - alloc.stats().in_use; };

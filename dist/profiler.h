@@ -6,6 +6,8 @@
 // device, so an emulated device's slowdown and capacity show as they will in training; the
 // ranks measure each micro-batch size at the same moment (a barrier before each), so that
 // emulated devices sharing one machine's cores contend for them as they will in training.
+// The times are then smoothed across micro-batch sizes (never more per sequence for a
+// larger micro-batch, never less in total): see smooth_samples in profiler.cpp.
 // Device measurements are cached per (device, model shape, sequence length, dtype).
 #pragma once
 
@@ -19,7 +21,7 @@ namespace gpumix::dist {
 
 struct ProfilerOptions {
   int max_micro_batch = 32;  // largest m tried (the planner extrapolates beyond)
-  int repeats = 3;           // timed runs per measurement (median), after one warm-up
+  int repeats = 5;           // timed runs per measurement (median), after one warm-up
   std::string cache_dir;     // "" : $GPUMIX_CACHE, else $HOME/.cache/gpumix; "-" : no cache
   bool show_progress = true; // rank 0 shows a progress bar
 };

@@ -489,6 +489,19 @@ TEST_F(EngineTest, NearTheMemoryLimitGpumixPlansNeverRunOutOfMemoryAndEvenOnesDo
       if (comm.rank() == 0) measured = p;
     });
   }
+  // The profiler's smoothing: per sequence never dearer for a larger micro-batch, in total
+  // never cheaper.
+  for (const DeviceProfile& d : measured.devices) {
+    ASSERT_GE(d.samples.size(), 2u) << d.name;
+    for (size_t k = 1; k < d.samples.size(); ++k) {
+      const MicroBatchSample &a = d.samples[k - 1], &b = d.samples[k];
+      for (double MicroBatchSample::*f :
+           {&MicroBatchSample::block_fwd_s, &MicroBatchSample::block_bwd_s, &MicroBatchSample::head_s}) {
+        EXPECT_LE(b.*f / b.m, a.*f / a.m * (1 + 1e-12)) << d.name << " m " << b.m;
+        EXPECT_GE(b.*f, a.*f) << d.name << " m " << b.m;
+      }
+    }
+  }
   auto at_scale = [&](double scale) {
     Profile p = measured;
     for (int r = 0; r < 3; ++r) p.devices[r].memory_bytes = scale * weights[r] * MiB;
