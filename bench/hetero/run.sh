@@ -17,12 +17,16 @@ work=$(mktemp -d /tmp/gpumix-hetero.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 export GPUMIX_CACHE=$work/profiles
 
-# name | devices: speed skew (equal memory); memory skew (the small device cannot hold a
-# third of the training state); both (a fast device with little memory, slow ones with much).
+# name | devices: speed skew, equal memory (the cluster of the issue: slowdowns 1, 1.5, 3);
+# memory skew, equal speed (the small device cannot hold a third of the training state);
+# both (a fast device with little memory, slower ones with much). Three emulated ranks share
+# this machine's cores; the memory and both clusters run every device at least 1.5x slower
+# than the host so that together they need at most ~1.5 of 2 cores and do not slow each
+# other down (devices of a real cluster do not share cores). The speed cluster needs 2.
 clusters=(
   "speed|cpu:mem=1GiB,cpu:mem=1GiB:slow=1.5,cpu:mem=1GiB:slow=3"
-  "memory|cpu:mem=160MiB,cpu:mem=160MiB,cpu:mem=14MiB"
-  "both|cpu:mem=14MiB,cpu:mem=1GiB:slow=3,cpu:mem=256MiB:slow=1.5"
+  "memory|cpu:mem=160MiB:slow=2,cpu:mem=160MiB:slow=2,cpu:mem=14MiB:slow=2"
+  "both|cpu:mem=14MiB:slow=1.5,cpu:mem=1GiB:slow=4.5,cpu:mem=256MiB:slow=2.25"
 )
 planners=(gpumix even proportional)
 
