@@ -913,6 +913,7 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
         engine->reshard(layout_of(work));
         take_rows();
         busy_history.clear();
+        memory.reset_peak();  // the final line compares the peak with the plan now running
         line["replan"]["plan"] = plan_text();
         replan_text += str("re-planned and re-sharded, predicted step ", c.before_s * 1e3, " -> ", c.after_s * 1e3,
                            " ms; plan b/m/r per rank now ", plan_text());
@@ -940,7 +941,8 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
   result.unigram_loss = data::unigram_cross_entropy(split.train, split.val, run.vocab);
   json final_line = {{"final", true}, {"step", result.step}, {"val_loss", result.val_loss},
                      {"unigram_loss", result.unigram_loss}, {"tokens_per_s", result.tokens_per_s}};
-  // Memory: every rank's allocator peak over the training, next to the plan's prediction.
+  // Memory: every rank's allocator peak since the running plan started, next to its
+  // prediction.
   const std::vector<double> peak = gather_ranks((double)memory.stats().peak);
   final_line["peak_bytes"] = peak;
   if (planner) final_line["predicted_bytes"] = planner->predicted_bytes();
