@@ -661,7 +661,9 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
   if (lead) {
     try {
       fs::create_directories(o.out);
-      GPUMIX_CHECK(resuming || !fs::exists(log_path), "run folder ", o.out, " already holds a run (",
+      // An empty log is a run that failed before its first step: nothing to keep.
+      GPUMIX_CHECK(resuming || !fs::exists(log_path) || fs::file_size(log_path) == 0, "run folder ", o.out,
+                   " already holds a run (",
                    log_path.string(), "); continue it with --resume ", o.out, ", or pass another --out");
     } catch (const std::exception& e) {
       error = e.what();

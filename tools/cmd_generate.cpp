@@ -1,6 +1,9 @@
 // gpumix generate: sample text from a trained checkpoint.
 #include <CLI/CLI.hpp>
+
 #include <cstdio>
+#include <stdexcept>
+#include <string>
 
 #include "nn/train.h"
 #include "tools/command.h"
@@ -18,6 +21,7 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--seed", o.seed, "sampling seed");
   app.add_option("--threads", o.threads, "CPU threads");
   CLI11_PARSE(app, argc, argv);
+  if (o.top_k < 0) throw std::invalid_argument("--top-k must be >= 0 (0: all tokens), got " + std::to_string(o.top_k));
   std::printf("%s\n", gpumix::generate(o).c_str());
   return 0;
 }

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "dist/launch.h"
@@ -30,6 +32,13 @@ int cmd_profile(int argc, char** argv) {
   app.add_option("--cache", cache_dir, "cache folder ('-': none; default $GPUMIX_CACHE or ~/.cache/gpumix)");
   app.add_option("--out", out_path, "profile file to write");
   CLI11_PARSE(app, argc, argv);
+  // 0 means the default for --seq and --vocab; a negative value, or no repeat or
+  // micro-batch to measure, is a mistake (--repeats 0 took the median of nothing).
+  if (seq < 0 || vocab < 0)
+    throw std::invalid_argument(seq < 0 ? "--seq must be positive, got " + std::to_string(seq)
+                                        : "--vocab must be positive, got " + std::to_string(vocab));
+  if (max_m < 1) throw std::invalid_argument("--max-micro-batch must be at least 1, got " + std::to_string(max_m));
+  if (repeats < 1) throw std::invalid_argument("--repeats must be at least 1, got " + std::to_string(repeats));
 
   GPTConfig model = gpt_preset(model_name);
   if (vocab > 0) model.V = vocab;

@@ -150,6 +150,10 @@ int cmd_train(int argc, char** argv) {
   }
   if (ranks == 0) ranks = 1;
   if (ranks < 1) throw std::invalid_argument("--ranks must be at least 1, got " + std::to_string(ranks));
+  // Thread ranks share this machine's cores; past a few hundred they only contend.
+  if (ranks > 1024)
+    throw std::invalid_argument("--ranks " + std::to_string(ranks) + " is more than 1024 thread ranks; run "
+                                "several processes under mpirun instead");
   const bool explicit_plan = !batches.empty() || !micro.empty() || !shares.empty();
   if (plan.empty()) plan = explicit_plan ? "given" : !devices.empty() ? "auto" : "even";
   if (explicit_plan && plan != "given")

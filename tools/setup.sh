@@ -7,7 +7,10 @@ cd "$(dirname "$0")/.."
 packages=(meson ninja-build pkg-config g++ python3
           libopenblas-openmp-dev libopenmpi-dev openmpi-bin
           nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
-          fortunes)
+          fortunes
+          # tools/ci_extra.sh: the ASan + UBSan build and the fuzz targets (clang, its
+          # sanitizer and libFuzzer runtimes, its OpenMP, llvm-symbolizer for the reports)
+          clang libclang-rt-14-dev libomp-14-dev llvm-14)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

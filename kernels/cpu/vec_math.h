@@ -29,7 +29,7 @@ inline float exp_vec(float x) {
   p = p * r * r + r + 1.0f;
   // 2^n through the exponent bits. n is in [-126, 128] after the clamp and 2^128 is not a
   // float, so positive n go in as 2^(n-1) * 2 (p < 2 keeps the product finite).
-  const int32_t ni = (int32_t)n;
+  const int32_t ni = n == n ? (int32_t)n : 0;  // NaN x: no int cast (UB); p is NaN anyway
   const int32_t k = ni > 0 ? 1 : 0;
   const int32_t bits = (ni - k + 127) << 23;
   float scale;

@@ -428,6 +428,26 @@ TEST_F(EngineTest, ARankThatRunsOutOfMemoryMidStepStopsEveryRankAndKeepsTheCheck
   EXPECT_EQ(again.result.step, 6);
 }
 
+// A run that fails before its first step leaves an empty log: the same --out can be used
+// again (it holds no run to resume), and then trains.
+TEST_F(EngineTest, ARunThatFailedBeforeItsFirstStepCanBeStartedAgainInTheSameFolder) {
+  TrainOptions o = tiny_options(data_dir(), out("first-step"));
+  o.steps = 1;
+  const std::vector<RankWork> work = make_work({4, 4}, {4, 4}, {0.5, 0.5});
+  const Device dev1 = Device::cpu(1);
+  const DeviceProps saved = device_props(dev1);
+  const Outcome failed = run_ranks(o, work, {}, 0, [&](int rank, TrainOptions& mine, std::vector<RankWork>&) {
+    if (rank == 1) mine.device_memory = 400 << 10;  // its state, but not the gathered units
+  });
+  configure_device(dev1, saved);
+  ASSERT_NE(failed.error.find("out of memory"), std::string::npos) << failed.error;
+  ASSERT_TRUE(fs::exists(o.out + "/log.jsonl"));  // opened before the step that failed
+  EXPECT_EQ(fs::file_size(o.out + "/log.jsonl"), 0u);
+  const Outcome again = run_ranks(o, work);
+  ASSERT_EQ(again.error, "");
+  EXPECT_EQ(read_log(o.out).size(), 1u);
+}
+
 // ---- memory near the feasibility limit ------------------------------------------------------
 //
 // Three emulated devices with capacities 4 : 2 : 1, scaled down to just above the smallest

@@ -1,52 +1,86 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (clang, ASan + UBSan) in build-fuzz if needed and runs each
-# for a bounded time from its committed seed corpus (tests/fuzz/corpus/<target>/). Exits
-# non-zero when any target crashes, hits a sanitizer report, leaks or times out on an input;
-# the input that did it is saved as build-fuzz/fuzz-artifacts/<target>-crash-<sha1>. Make
-# it a regression seed with: cp <that file> tests/fuzz/corpus/<target>/regress-<what>
-#   tests/fuzz/run_fuzz.sh                 every target, 30 s each
+# Runs each libFuzzer target (clang, ASan + UBSan) for a bounded time from its committed
+# seed corpus (tests/fuzz/corpus/<target>/), in the sanitizer build folder build-san
+# (configured by tools/sanitize.sh --configure; only the targets are built here). Exits
+# non-zero when any target crashes, hits a sanitizer report, leaks or times out on an
+# input; the input that did it is saved as build-san/fuzz-artifacts/<target>-crash-<sha1>.
+# Make it a regression seed with: cp <that file> tests/fuzz/corpus/<target>/regress-<what>
+#   tests/fuzz/run_fuzz.sh                 every target, FUZZ_SECONDS (15) s each
 #   FUZZ_SECONDS=300 tests/fuzz/run_fuzz.sh cluster plan    chosen targets, 5 minutes each
 #   FUZZ_SECONDS=0 tests/fuzz/run_fuzz.sh  replay the committed corpus only
-# New interesting inputs go to build-fuzz/fuzz-work/<target>/, never into the committed
-# corpus (minimise and copy by hand what is worth keeping).
+# One JUnit test case per target goes to build-san/fuzz-logs/fuzz.junit.xml (counted by
+# tools/count_tests.py in CI's closing line). New interesting inputs go to
+# build-san/fuzz-work/<target>/, never into the committed corpus (minimise and copy by hand
+# what is worth keeping). GPUMIX_SAN_DIR=DIR uses another build folder.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-dir=${GPUMIX_FUZZ_DIR:-build-fuzz}
-seconds=${FUZZ_SECONDS:-30}
+dir=${GPUMIX_SAN_DIR:-build-san}
+seconds=${FUZZ_SECONDS:-15}
 all=(cluster profile plan device_spec token_file tokenizer checkpoint_meta checkpoint_data)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
+logs="$dir/fuzz-logs"
+mkdir -p "$logs" "$dir/fuzz-artifacts"
+results="$logs/results.tsv"  # target, ok|FAILED, seconds, message
+: >"$results"
+rm -f "$logs/fuzz.junit.xml"
 
-if ! command -v clang++ >/dev/null; then
-  echo "fuzz: clang++ not found (apt-get install clang libclang-rt-14-dev) | FAILED"
+# The JUnit file: one case per target, a failure with its message.
+write_junit() {
+  python3 - "$results" "$logs/fuzz.junit.xml" <<'EOF'
+import sys
+from xml.sax.saxutils import escape, quoteattr
+rows = [l.rstrip("\n").split("\t", 3) for l in open(sys.argv[1]) if l.strip()]
+failed = sum(1 for r in rows if r[1] != "ok")
+out = ['<?xml version="1.0" encoding="utf-8"?>', "<testsuites>",
+       f'<testsuite name="fuzz" tests="{len(rows)}" failures="{failed}" errors="0">']
+for name, status, secs, msg in rows:
+    out.append(f'<testcase classname="fuzz" name={quoteattr(name)} time="{secs}">')
+    if status != "ok":
+        out.append(f"<failure message={quoteattr(msg)}>{escape(msg)}</failure>")
+    out.append("</testcase>")
+out += ["</testsuite>", "</testsuites>"]
+open(sys.argv[2], "w").write("\n".join(out) + "\n")
+EOF
+}
+fail_all() {  # the targets could not be built: each one is a failure
+  for t in "${targets[@]}"; do printf 'fuzz_%s\tFAILED\t0\t%s\n' "$t" "$1" >>"$results"; done
+  write_junit
+  echo "fuzz: $1 | FAILED"
   exit 1
-fi
-mkdir -p "$dir"
-if [ ! -f "$dir/build.ninja" ]; then
-  if ! CC=clang CXX=clang++ meson setup "$dir" -Dfuzz=true -Db_sanitize=address,undefined \
-      -Db_lundef=false -Dcpp_args=-fsanitize=fuzzer-no-link -Dbuildtype=debugoptimized \
-      -Dcuda=disabled -Dmpi=disabled -Dbenchmarks=false >"$dir/fuzz-setup.log" 2>&1; then
-    tail -n 30 "$dir/fuzz-setup.log"
-    echo "fuzz: meson setup failed (see $dir/fuzz-setup.log) | FAILED"
-    exit 1
-  fi
-fi
+}
+
+bash tools/sanitize.sh --configure || fail_all "cannot configure $dir"
 exes=()
 for t in "${targets[@]}"; do exes+=("tests/fuzz/fuzz_$t"); done
-if ! ninja -C "$dir" "${exes[@]}" >"$dir/fuzz-build.log" 2>&1; then
-  grep -m 20 -B 2 -A 8 'error' "$dir/fuzz-build.log" || tail -n 40 "$dir/fuzz-build.log"
-  echo "fuzz: build failed (see $dir/fuzz-build.log) | FAILED"
-  exit 1
+if ! nice ninja -C "$dir" ${NINJA_JOBS:+-j "$NINJA_JOBS"} "${exes[@]}" >"$logs/fuzz-build.log" 2>&1; then
+  grep -m 20 -B 2 -A 8 'error' "$logs/fuzz-build.log" || tail -n 40 "$logs/fuzz-build.log"
+  fail_all "build failed (see $logs/fuzz-build.log)"
 fi
 
-export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:detect_leaks=${FUZZ_DETECT_LEAKS:-1}"
+# Leak checks where LeakSanitizer can run (it needs ptrace-like access; in some containers
+# it aborts every program): probed once, as tools/sanitize.sh does; FUZZ_DETECT_LEAKS=0|1
+# decides instead.
+leaks=${FUZZ_DETECT_LEAKS:-}
+if [ -z "$leaks" ]; then
+  leaks=0
+  probe=$(mktemp -d)
+  printf 'int main(){return 0;}\n' > "$probe/p.cpp"
+  if clang++ -fsanitize=address "$probe/p.cpp" -o "$probe/p" 2>/dev/null &&
+     ASAN_OPTIONS=detect_leaks=1 "$probe/p" >/dev/null 2>&1; then
+    leaks=1
+  fi
+  rm -rf "$probe"
+fi
+export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:detect_leaks=$leaks"
 export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1"
-mkdir -p "$dir/fuzz-artifacts" "$dir/fuzz-logs"
+symbolizer=$(command -v llvm-symbolizer || command -v llvm-symbolizer-14 || true)
+[ -n "$symbolizer" ] && export ASAN_SYMBOLIZER_PATH="$symbolizer"
 failed=0
 for t in "${targets[@]}"; do
   seeds="tests/fuzz/corpus/$t"
   work="$dir/fuzz-work/$t"
-  log="$dir/fuzz-logs/$t.log"
+  log="$logs/$t.log"
   mkdir -p "$work"
   start=$(date +%s)
   if [ "$seconds" -gt 0 ]; then
@@ -63,11 +97,15 @@ for t in "${targets[@]}"; do
   secs=$(( $(date +%s) - start ))
   if [ $rc -eq 0 ]; then
     echo "fuzz_$t: ok | ${runs:-?} runs | cov ${cov:-?} | ${secs}s"
+    printf 'fuzz_%s\tok\t%s\t\n' "$t" "$secs" >>"$results"
   else
     failed=1
     art=$(grep -o "Test unit written to [^ ]*" "$log" | tail -n 1 | cut -d' ' -f5)
+    why=$(grep -m 1 -E 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error|uncaught exception|what\(\)' "$log" | tr '\t' ' ')
     echo "fuzz_$t: FAILED (exit $rc) | input: ${art:-none} | log: $log"
-    grep -m 1 -E 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error|uncaught exception|what\(\)' "$log" | sed 's/^/    /'
+    [ -n "$why" ] && echo "    $why"
+    printf 'fuzz_%s\tFAILED\t%s\texit %s; input %s; %s\n' "$t" "$secs" "$rc" "${art:-none}" "$why" >>"$results"
   fi
 done
+write_junit
 exit $failed

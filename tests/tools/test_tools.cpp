@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/checkpoint.h"
@@ -412,6 +413,338 @@ TEST_F(Tools, ProfileAndDevicesRejectBadInput) {
   expect_rejected(gpumix(train_args(run, {"--devices", "cpu,cpu", "--plan", "even", "--batches", "4,4"}), dir_),
                   {"contradicts"});
   EXPECT_FALSE(std::filesystem::exists(run + "/log.jsonl"));
+}
+
+}  // namespace
+
+namespace {
+
+// ---- the bad-input matrix: every subcommand, table-driven --------------------------------
+// Missing, empty, truncated, wrong-typed and oversized inputs and contradictory flags. Each
+// case must end with a non-zero exit and a message that names the problem, and must leave
+// nothing behind: its output files do not exist, files it would overwrite are unchanged,
+// and a run folder holds no checkpoint and no step lines (the base run stays intact).
+
+struct BadInput {
+  std::string name;                        // what is wrong
+  std::vector<std::string> args;           // the gpumix command line
+  std::vector<std::string> says;           // parts of stderr
+  std::vector<std::string> never_written;  // files or folders that must not exist after
+  std::vector<std::string> unchanged;      // existing files whose bytes must stay the same
+  std::string run;                         // a run folder: no checkpoint, no step lines
+
+  BadInput(std::string name_, std::vector<std::string> args_, std::vector<std::string> says_,
+           std::vector<std::string> never_written_ = {}, std::vector<std::string> unchanged_ = {},
+           std::string run_ = {})
+      : name(std::move(name_)), args(std::move(args_)), says(std::move(says_)),
+        never_written(std::move(never_written_)), unchanged(std::move(unchanged_)), run(std::move(run_)) {}
+};
+
+class BadInputs : public Tools {
+ protected:
+  // Inputs made from the good ones, once: truncated, empty, wrong-typed copies.
+  static void SetUpTestSuite() {
+    Tools::SetUpTestSuite();
+    if (HasFatalFailure()) return;
+    const std::string tok = read_file(tokenizer()), tokens_bytes = read_file(tokens());
+    write_file(path("m_trunc.bpe"), tok.substr(0, 100));
+    write_file(path("m_empty.bpe"), "");
+    write_file(path("m_empty.txt"), "");
+    write_file(path("m_trunc.tok"), tokens_bytes.substr(0, tokens_bytes.size() / 2 + 1));
+    // Checkpoints: one with a truncated master.bin, one with a truncated meta.json, an
+    // empty run folder, and an intact copy without the tokenizer beside it.
+    for (const char* c : {"m_ckpt_trunc_bin", "m_ckpt_trunc_meta", "m_ckpt_no_tok"}) {
+      fs::create_directories(path(c));
+      fs::copy(base() + "/ckpt-000003", path(std::string(c) + "/ckpt-000003"), fs::copy_options::recursive);
+    }
+    fs::resize_file(path("m_ckpt_trunc_bin/ckpt-000003/master.bin"), 1000);
+    const std::string meta = read_file(base() + "/ckpt-000003/meta.json");
+    write_file(path("m_ckpt_trunc_meta/ckpt-000003/meta.json"), meta.substr(0, meta.size() / 2));
+    fs::create_directories(path("m_ckpt_empty"));
+    // A profile of one small emulated device, and its plan (both good), then bad copies.
+    Result r = gpumix({"profile", "--devices", "cpu:mem=64MiB", "--model", "gpt-nano", "--seq", "16", "--vocab",
+                       "512", "--max-micro-batch", "2", "--repeats", "1", "--cache", "-", "--out",
+                       path("m_profile.json")},
+                      dir_);
+    ASSERT_EQ(r.code, 0) << show(r);
+    r = gpumix({"plan", "--profile", path("m_profile.json"), "--global-batch", "4", "--out", path("m_plan.json")},
+               dir_);
+    ASSERT_EQ(r.code, 0) << show(r);
+    nlohmann::json profile = nlohmann::json::parse(read_file(path("m_profile.json")));
+    profile["devices"][0]["memory_bytes"] = "lots";
+    write_file(path("m_profile_wrong_type.json"), profile.dump());
+    const std::string profile_text = read_file(path("m_profile.json"));
+    write_file(path("m_profile_trunc.json"), profile_text.substr(0, profile_text.size() / 2));
+    nlohmann::json plan = nlohmann::json::parse(read_file(path("m_plan.json")));
+    plan["global_batch"] = "eight";
+    write_file(path("m_plan_wrong_type.json"), plan.dump());
+    const std::string plan_text = read_file(path("m_plan.json"));
+    write_file(path("m_plan_trunc.json"), plan_text.substr(0, plan_text.size() / 2));
+    write_file(path("m_cluster.json"),
+               R"({"format": "gpumix-cluster", "name": "two L4", "intra_node": {"bandwidth_GBps": 10, "latency_us": 15},)"
+               R"( "nodes": [{"name": "n0", "devices": ["L4:count=2"]}]})");
+    const std::string cluster = read_file(path("m_cluster.json"));
+    write_file(path("m_cluster_trunc.json"), cluster.substr(0, cluster.size() / 2));
+    nlohmann::json wrong = nlohmann::json::parse(cluster);
+    wrong["intra_node"]["bandwidth_GBps"] = "ten";
+    write_file(path("m_cluster_wrong_bw.json"), wrong.dump());
+    wrong = nlohmann::json::parse(cluster);
+    wrong["nodes"][0]["devices"] = "L4";
+    write_file(path("m_cluster_wrong_devices.json"), wrong.dump());
+    wrong = nlohmann::json::parse(cluster);
+    wrong["nodes"][0]["devices"] = {"L4:count=2147483647", "A6000:count=2147483647"};
+    write_file(path("m_cluster_huge_count.json"), wrong.dump());
+    // Outputs that exist before a failing command, which must not be touched.
+    fs::copy_file(tokenizer(), path("m_existing.bpe"));
+    fs::copy_file(path("m_plan.json"), path("m_existing_plan.json"));
+  }
+
+  static void run_cases(const std::vector<BadInput>& cases) {
+    for (const BadInput& c : cases) {
+      SCOPED_TRACE(c.name);
+      std::vector<std::string> before;
+      for (const std::string& f : c.unchanged) before.push_back(read_file(f));
+      const Result r = gpumix(c.args, dir_);
+      EXPECT_NE(r.code, 0) << show(r);
+      EXPECT_LT(r.code, 128) << "killed by a signal\n" << show(r);
+      for (const std::string& part : c.says)
+        EXPECT_NE(r.err.find(part), std::string::npos) << "stderr lacks '" << part << "'\n" << show(r);
+      EXPECT_EQ(r.err.find("Sanitizer"), std::string::npos) << show(r);
+      EXPECT_EQ(r.err.find("runtime error"), std::string::npos) << show(r);
+      for (const std::string& f : c.never_written) EXPECT_FALSE(fs::exists(f)) << f << " was written";
+      for (size_t i = 0; i < c.unchanged.size(); ++i)
+        EXPECT_TRUE(read_file(c.unchanged[i]) == before[i]) << c.unchanged[i] << " changed";
+      if (!c.run.empty()) expect_nothing_written(c.run);
+    }
+  }
+
+  // `train` into a fresh run folder, with `extra` flags.
+  static BadInput train_case(const std::string& name, std::vector<std::string> extra, std::vector<std::string> says,
+                             const std::string& data = "") {
+    const std::string run = path("m_run_" + std::to_string(counter_++));
+    return BadInput{name, train_args(run, std::move(extra), data), std::move(says), {}, {}, run};
+  }
+  static int counter_;
+};
+int BadInputs::counter_ = 0;
+
+TEST_F(BadInputs, Train) {
+  const std::string ckpt3 = "/ckpt-000003";
+  run_cases({
+      train_case("truncated tokenizer", {"--tokenizer", path("m_trunc.bpe")},
+                 {"m_trunc.bpe", "make it again with `gpumix tokenizer train`"}),
+      train_case("empty tokenizer", {"--tokenizer", path("m_empty.bpe")}, {"m_empty.bpe", "ends early"}),
+      train_case("truncated checkpoint data", {"--resume", path("m_ckpt_trunc_bin") + ckpt3, "--steps", "8"},
+                 {"master.bin", "truncated"}),
+      train_case("truncated checkpoint meta.json", {"--resume", path("m_ckpt_trunc_meta") + ckpt3, "--steps", "8"},
+                 {"meta.json", "not valid JSON"}),
+      train_case("resume of a missing run", {"--resume", path("no_such_run"), "--steps", "8"},
+                 {"no_such_run", "does not exist"}),
+      train_case("resume of an empty run folder", {"--resume", path("m_ckpt_empty"), "--steps", "8"},
+                 {"m_ckpt_empty", "no checkpoint"}),
+      train_case("--steps 1e12 is not an integer", {"--steps", "1e12"}, {"--steps", "1e12"}),
+      train_case("--steps beyond int", {"--steps", "1000000000000"}, {"--steps", "1000000000000"}),
+      train_case("--batch 99999999999 does not fit", {"--batch", "99999999999"}, {"out of memory", "smaller batch"}),
+      train_case("--batch 0", {"--batch", "0"}, {"--batch", "got 0"}),
+      train_case("--steps -3", {"--steps", "-3"}, {"--steps", "got -3"}),
+      train_case("--seq longer than the corpus allows", {"--seq", "100000"}, {"T + 1 = 100001", "--seq"}),
+      train_case("--lr nan", {"--lr", "nan"}, {"--lr", "nan"}),
+      train_case("--device-memory negative", {"--device-memory", "-5MiB"}, {"-5MiB", "memory size"}),
+      train_case("--val-fraction 1.5", {"--val-fraction", "1.5"}, {"validation fraction", "(0, 1)"}),
+      train_case("--channels not a multiple of the heads", {"--channels", "33"}, {"C (channels) = 33", "NH"}),
+      train_case("--resume with another --model", {"--resume", base(), "--model", "gpt-micro", "--steps", "12"},
+                 {"gpt-micro", "use the same --model"}),
+      train_case("--resume with other --channels", {"--resume", base(), "--channels", "64", "--steps", "12"},
+                 {"C: 32 vs 64", "use the same --model"}),
+      train_case("--plan file missing", {"--devices", "cpu,cpu", "--plan", path("no_plan.json")},
+                 {"no_plan.json", "cannot open"}),
+      train_case("--plan file truncated", {"--devices", "cpu,cpu", "--plan", path("m_plan_trunc.json")},
+                 {"m_plan_trunc.json", "not valid JSON"}),
+      train_case("--plan file with a wrong-typed field", {"--plan", path("m_plan_wrong_type.json")},
+                 {"m_plan_wrong_type.json", "global_batch"}),
+      train_case("--plan for another number of ranks", {"--devices", "cpu,cpu", "--plan", path("m_plan.json")},
+                 {"is for 1 ranks but 2 are running"}),
+  });
+  expect_base_intact();
+}
+
+TEST_F(BadInputs, Generate) {
+  const std::string ckpt3 = "/ckpt-000003";
+  auto generate = [](const std::string& ckpt, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"generate", "--ckpt", ckpt, "--prompt", "The", "--tokens", "4", "--threads", "1"};
+    for (size_t i = 0; i + 1 < extra.size(); i += 2) {
+      auto it = std::find(args.begin(), args.end(), extra[i]);
+      if (it != args.end()) *(it + 1) = extra[i + 1];
+      else args.insert(args.end(), {extra[i], extra[i + 1]});
+    }
+    return args;
+  };
+  run_cases({
+      {"truncated checkpoint data", generate(path("m_ckpt_trunc_bin") + ckpt3, {}), {"master.bin", "truncated"}},
+      {"truncated meta.json", generate(path("m_ckpt_trunc_meta") + ckpt3, {}), {"meta.json", "not valid JSON"}},
+      {"empty run folder", generate(path("m_ckpt_empty"), {}), {"m_ckpt_empty", "no checkpoint"}},
+      {"no tokenizer beside the checkpoint", generate(path("m_ckpt_no_tok") + ckpt3, {}), {"tokenizer"}},
+      {"--tokens beyond int", generate(base(), {"--tokens", "99999999999"}), {"--tokens", "99999999999"}},
+      {"--tokens negative", generate(base(), {"--tokens", "-5"}), {"--tokens", "-5"}},
+      {"--top-k negative", generate(base(), {"--top-k", "-3"}), {"--top-k", "-3"}},
+      {"--temperature nan", generate(base(), {"--temperature", "nan"}), {"--temperature", "nan"}},
+  });
+  expect_base_intact();
+}
+
+TEST_F(BadInputs, Tokenizer) {
+  const std::string out = path("m_never.bpe"), tok_out = path("m_never.tok");
+  run_cases({
+      {"train: empty corpus",
+       {"tokenizer", "train", "--data", path("m_empty.txt"), "--vocab", "300", "--out", out},
+       {"m_empty.txt", "holds no text"},
+       {out}},
+      {"train: --vocab oversized",
+       {"tokenizer", "train", "--data", kCorpus, "--vocab", "99999999999", "--out", out},
+       {"--vocab"},
+       {out}},
+      {"train: --vocab below the bytes",
+       {"tokenizer", "train", "--data", kCorpus, "--vocab", "100", "--out", out},
+       {"--vocab"},
+       {out}},
+      {"train: --out in a missing folder",
+       {"tokenizer", "train", "--data", kCorpus, "--vocab", "300", "--out", path("no_dir/t.bpe")},
+       {"no_dir/t.bpe"},
+       {path("no_dir")}},
+      {"train: a failure leaves an existing tokenizer alone",
+       {"tokenizer", "train", "--data", path("m_empty.txt"), "--vocab", "300", "--out", path("m_existing.bpe")},
+       {"holds no text"},
+       {},
+       {path("m_existing.bpe")}},
+      {"encode: truncated tokenizer",
+       {"tokenizer", "encode", "--tokenizer", path("m_trunc.bpe"), "--data", kCorpus, "--out", tok_out},
+       {"m_trunc.bpe", "make it again"},
+       {tok_out}},
+      {"encode: empty tokenizer",
+       {"tokenizer", "encode", "--tokenizer", path("m_empty.bpe"), "--data", kCorpus, "--out", tok_out},
+       {"m_empty.bpe", "ends early"},
+       {tok_out}},
+      {"encode: empty corpus",
+       {"tokenizer", "encode", "--tokenizer", tokenizer(), "--data", path("m_empty.txt"), "--out", tok_out},
+       {"m_empty.txt", "holds no text"},
+       {tok_out}},
+      {"encode: missing corpus",
+       {"tokenizer", "encode", "--tokenizer", tokenizer(), "--data", path("nothing.txt"), "--out", tok_out},
+       {"nothing.txt", "does not exist"},
+       {tok_out}},
+      {"encode: missing tokenizer",
+       {"tokenizer", "encode", "--tokenizer", path("nothing.bpe"), "--data", kCorpus, "--out", tok_out},
+       {"nothing.bpe"},
+       {tok_out}},
+  });
+}
+
+TEST_F(BadInputs, Profile) {
+  const std::string out = path("m_never_profile.json");
+  auto profile = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"profile", "--devices", "cpu:mem=64MiB", "--model", "gpt-nano", "--seq", "16",
+                                     "--vocab", "512", "--max-micro-batch", "2", "--repeats", "1", "--cache", "-",
+                                     "--out", out};
+    for (size_t i = 0; i + 1 < extra.size(); i += 2) *(std::find(args.begin(), args.end(), extra[i]) + 1) = extra[i + 1];
+    return args;
+  };
+  run_cases({
+      {"unknown model", profile({"--model", "gpt-huge"}), {"unknown model preset 'gpt-huge'"}, {out}},
+      {"--repeats 0", profile({"--repeats", "0"}), {"--repeats", "got 0"}, {out}},
+      {"--max-micro-batch 0", profile({"--max-micro-batch", "0"}), {"--max-micro-batch", "got 0"}, {out}},
+      {"--seq negative", profile({"--seq", "-1"}), {"--seq", "got -1"}, {out}},
+      {"--vocab negative", profile({"--vocab", "-7"}), {"--vocab", "got -7"}, {out}},
+      {"--seq oversized", profile({"--seq", "100000"}), {"out of memory"}, {out}},
+      {"device memory too small", profile({"--devices", "cpu:mem=1KiB"}), {"out of memory", "1.00 KiB"}, {out}},
+      {"empty --devices", profile({"--devices", ""}), {"--devices is empty"}, {out}},
+      {"--devices wrong-typed", profile({"--devices", "cpu:slow=fast"}), {"slow"}, {out}},
+  });
+}
+
+TEST_F(BadInputs, Plan) {
+  const std::string out = path("m_never_plan.json"), good = path("m_profile.json");
+  auto plan = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "plan");
+    args.insert(args.end(), {"--out", out});
+    return args;
+  };
+  run_cases({
+      {"profile: missing", plan({"--profile", path("nothing.json"), "-B", "4"}), {"nothing.json"}, {out}},
+      {"profile: truncated", plan({"--profile", path("m_profile_trunc.json"), "-B", "4"}),
+       {"m_profile_trunc.json", "not valid JSON"}, {out}},
+      {"profile: wrong-typed field", plan({"--profile", path("m_profile_wrong_type.json"), "-B", "4"}),
+       {"m_profile_wrong_type.json", "memory_bytes", "'lots'"}, {out}},
+      {"cluster: truncated", plan({"--cluster", path("m_cluster_trunc.json"), "--model", "gpt-1.3b", "-B", "4"}),
+       {"m_cluster_trunc.json", "not valid JSON"}, {out}},
+      {"cluster: wrong-typed number",
+       plan({"--cluster", path("m_cluster_wrong_bw.json"), "--model", "gpt-1.3b", "-B", "4"}),
+       {"intra_node.bandwidth_GBps", "must be a number"}, {out}},
+      {"cluster: wrong-typed array",
+       plan({"--cluster", path("m_cluster_wrong_devices.json"), "--model", "gpt-1.3b", "-B", "4"}),
+       {"nodes[0].devices", "must be an array"}, {out}},
+      {"cluster: oversized device count",
+       plan({"--cluster", path("m_cluster_huge_count.json"), "--model", "gpt-1.3b", "-B", "4"}),
+       {"nodes[0].devices[0].count", "must lie in"}, {out}},
+      {"--global-batch 0", plan({"--profile", good, "-B", "0"}), {"global batch", "got 0"}, {out}},
+      {"--global-batch oversized", plan({"--profile", good, "-B", "2000000000"}),
+       {"--global-batch 2000000000", "more than the planners handle"}, {out}},
+      {"--global-batch beyond int", plan({"--profile", good, "-B", "99999999999"}),
+       {"--global-batch 99999999999"}, {out}},
+      {"--profile and --cluster", plan({"--profile", good, "--cluster", path("m_cluster.json"), "-B", "4"}),
+       {"exactly one of --profile FILE or --cluster FILE"}, {out}},
+      {"neither --profile nor --cluster", plan({"-B", "4"}), {"exactly one of --profile FILE or --cluster FILE"},
+       {out}},
+      {"--cluster without --model", plan({"--cluster", path("m_cluster.json"), "-B", "4"}),
+       {"--model is required with --cluster"}, {out}},
+      {"--model contradicts the profile", plan({"--profile", good, "--model", "gpt2", "-B", "4"}),
+       {"--model gpt2 differs from the profile's model"}, {out}},
+      {"--seq contradicts the profile", plan({"--profile", good, "--seq", "32", "-B", "4"}),
+       {"--seq 32 differs from the profile's seq_len 16"}, {out}},
+      {"--seq negative", plan({"--cluster", path("m_cluster.json"), "--model", "gpt-1.3b", "--seq", "-5", "-B", "4"}),
+       {"--seq", "-5"}, {out}},
+      {"--seq longer than the model's", plan({"--cluster", path("m_cluster.json"), "--model", "gpt-1.3b", "--seq",
+                                              "100000000", "-B", "4"}),
+       {"seq_len", "100000000"}, {out}},
+      {"unknown planner", plan({"--profile", good, "--planner", "magic", "-B", "4"}), {"unknown planner 'magic'"},
+       {out}},
+      {"--out in a missing folder",
+       {"plan", "--profile", good, "-B", "4", "--out", path("no_dir/p.json")}, {"no_dir/p.json"}, {path("no_dir")}},
+      {"a failure leaves an existing plan alone",
+       {"plan", "--profile", path("m_profile_trunc.json"), "-B", "4", "--out", path("m_existing_plan.json")},
+       {"not valid JSON"}, {}, {path("m_existing_plan.json")}},
+  });
+}
+
+TEST_F(BadInputs, Simulate) {
+  const std::string svg = path("m_never.svg"), cluster = path("m_cluster.json");
+  auto simulate = [&](const std::string& file, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"simulate", "--cluster", file, "--model", "gpt-1.3b", "-B", "4", "--svg", svg};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  run_cases({
+      {"cluster: missing", simulate(path("nothing.json"), {}), {"nothing.json"}, {svg}},
+      {"cluster: truncated", simulate(path("m_cluster_trunc.json"), {}), {"m_cluster_trunc.json", "not valid JSON"},
+       {svg}},
+      {"cluster: wrong-typed number", simulate(path("m_cluster_wrong_bw.json"), {}),
+       {"intra_node.bandwidth_GBps", "must be a number"}, {svg}},
+      {"cluster: oversized device count", simulate(path("m_cluster_huge_count.json"), {}),
+       {"nodes[0].devices[0].count", "must lie in"}, {svg}},
+      {"profile: truncated", simulate(cluster, {"--profile", path("m_profile_trunc.json")}),
+       {"m_profile_trunc.json", "not valid JSON"}, {svg}},
+      {"unknown model", {"simulate", "--cluster", cluster, "--model", "gpt-99b", "-B", "4", "--svg", svg},
+       {"gpt-99b"}, {svg}},
+      {"--global-batch 0", {"simulate", "--cluster", cluster, "--model", "gpt-1.3b", "-B", "0", "--svg", svg},
+       {"global batch", "got 0"}, {svg}},
+      {"--global-batch oversized",
+       {"simulate", "--cluster", cluster, "--model", "gpt-1.3b", "-B", "2000000000", "--svg", svg},
+       {"--global-batch 2000000000", "more than the planners handle"}, {svg}},
+      {"--seq negative", simulate(cluster, {"--seq", "-5"}), {"--seq must lie in [1, 2048]"}, {svg}},
+      {"--seq longer than the model's", simulate(cluster, {"--seq", "4096"}), {"--seq must lie in [1, 2048]"}, {svg}},
+      {"--svg in a missing folder",
+       {"simulate", "--cluster", cluster, "--model", "gpt-1.3b", "-B", "4", "--svg", path("no_dir/x.svg")},
+       {"no_dir/x.svg"}, {path("no_dir")}},
+  });
 }
 
 }  // namespace
