@@ -105,16 +105,8 @@ for t in "${selected[@]}"; do
   case "$t" in *mpi*) mpi+=("$t") ;; *) plain+=("$t") ;; esac
 done
 
-# LeakSanitizer needs ptrace-like access to stop threads; in some containers it cannot run
-# and aborts every program. Probe once with a tiny program and enable leak checks if it works.
-leaks=0
-probe=$(mktemp -d)
-printf 'int main(){return 0;}\n' > "$probe/p.cpp"
-if clang++ -fsanitize=address "$probe/p.cpp" -o "$probe/p" 2>/dev/null &&
-   ASAN_OPTIONS=detect_leaks=1 "$probe/p" >/dev/null 2>&1; then
-  leaks=1
-fi
-rm -rf "$probe"
+# Leak checks where LeakSanitizer can run (tools/leak_check_works.sh).
+leaks=$(bash tools/leak_check_works.sh)
 
 asan="halt_on_error=1:abort_on_error=1:print_stacktrace=1:detect_stack_use_after_return=0:strict_string_checks=1"
 export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1"

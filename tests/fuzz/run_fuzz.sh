@@ -58,20 +58,9 @@ if ! nice ninja -C "$dir" ${NINJA_JOBS:+-j "$NINJA_JOBS"} "${exes[@]}" >"$logs/f
   fail_all "build failed (see $logs/fuzz-build.log)"
 fi
 
-# Leak checks where LeakSanitizer can run (it needs ptrace-like access; in some containers
-# it aborts every program): probed once, as tools/sanitize.sh does; FUZZ_DETECT_LEAKS=0|1
+# Leak checks where LeakSanitizer can run (tools/leak_check_works.sh); FUZZ_DETECT_LEAKS=0|1
 # decides instead.
-leaks=${FUZZ_DETECT_LEAKS:-}
-if [ -z "$leaks" ]; then
-  leaks=0
-  probe=$(mktemp -d)
-  printf 'int main(){return 0;}\n' > "$probe/p.cpp"
-  if clang++ -fsanitize=address "$probe/p.cpp" -o "$probe/p" 2>/dev/null &&
-     ASAN_OPTIONS=detect_leaks=1 "$probe/p" >/dev/null 2>&1; then
-    leaks=1
-  fi
-  rm -rf "$probe"
-fi
+leaks=${FUZZ_DETECT_LEAKS:-$(bash tools/leak_check_works.sh)}
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:detect_leaks=$leaks"
 export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1"
 symbolizer=$(command -v llvm-symbolizer || command -v llvm-symbolizer-14 || true)
