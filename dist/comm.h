@@ -325,6 +325,7 @@ uint64_t agreement_hash(const std::string& what, const std::vector<int64_t>& val
 // Sum in rank order 0 + 1 + ... (fp32) of `ranks` arrays at [begin, end) into out.
 void sum_in_rank_order(const std::vector<const float*>& ranks, int64_t begin, int64_t end,
                        float* out);
+// The steady clock in seconds (also the trainer's and the profiler's).
 double seconds_since(double start);
 double now_seconds();
 

@@ -1,7 +1,6 @@
 #include "dist/profiler.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,19 +19,15 @@ using json = nlohmann::json;
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // Median time of fn over `repeats` runs after one warm-up.
 template <class F>
 double median_time(int repeats, F&& fn) {
   fn();
   std::vector<double> t;
   for (int i = 0; i < repeats; ++i) {
-    const double t0 = now_s();
+    const double t0 = detail::now_seconds();
     fn();
-    t.push_back(now_s() - t0);
+    t.push_back(detail::seconds_since(t0));
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];

@@ -3,7 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -28,10 +27,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Rows [begin, end) of a (rows, T) tensor, in micro-batches of at most `micro` rows.
 template <class F>
@@ -306,7 +301,7 @@ class ShardedEngine final : public Engine {
   // the same order, so their collectives match.
   Tensor fetch(int unit, int next) {
     Tensor full;
-    const double t0 = now_s();
+    const double t0 = detail::now_seconds();
     if (pending_ && pending_unit_ == unit) {
       pending_->wait();
       full = pending_full_;
@@ -316,7 +311,7 @@ class ShardedEngine final : public Engine {
       full = Tensor::empty({layout_.unit_size(unit)}, DType::f32, device_);
       comm_.all_gather_v(master_slice(unit), full, layout_.counts(unit));
     }
-    wait_s += now_s() - t0;
+    wait_s += detail::seconds_since(t0);
     if (prefetch_ && next >= 0) {
       pending_full_ = Tensor::empty({layout_.unit_size(next)}, DType::f32, device_);
       pending_ = comm_.all_gather_v_async(master_slice(next), pending_full_, layout_.counts(next));
@@ -327,10 +322,10 @@ class ShardedEngine final : public Engine {
 
   void reduce(int unit, const Tensor& full_grad) {
     fault_point(comm_.rank(), "collective");
-    const double t0 = now_s();
+    const double t0 = detail::now_seconds();
     Tensor mine = grad_slice(unit);
     comm_.reduce_scatter_v(full_grad, mine, layout_.counts(unit));
-    wait_s += now_s() - t0;
+    wait_s += detail::seconds_since(t0);
   }
 
   GPTConfig config_;
@@ -838,7 +833,7 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
   Allocator& memory = allocator(device);
   memory.reset_peak();  // the profiler's measurements are not the training's
   for (int step = start + 1; step <= last; ++step) {
-    const double t0 = now_s();
+    const double t0 = detail::now_seconds();
     engine->wait_s = 0;
     fault_set_step(step);
     if (faults_enabled()) slow_down_if_injected(rank, device);
@@ -862,7 +857,7 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
     } else {
       if (lead) std::printf("skipping %s (the optimizer step was not applied)\n", nonfinite.c_str());
     }
-    const double local_s = now_s() - t0;
+    const double local_s = detail::seconds_since(t0);
     const double step_s = comm.all_reduce_max(local_s);
     // Each rank's compute time: the step without its waits for collectives.
     const std::vector<double> busy_s = gather_ranks(local_s - engine->wait_s);

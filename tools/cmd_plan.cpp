@@ -14,6 +14,7 @@
 #include "dist/simulator.h"
 #include "nn/gpt_config.h"
 #include "tools/command.h"
+#include "tools/size_flag.h"
 
 namespace {
 
@@ -41,13 +42,7 @@ int cmd_plan(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  // The planners' search grows with the global batch (2^16 takes ~4 s on a 1024-device
-  // cluster, 2^20 over a minute) and a batch past the int range overflows their tables:
-  // refuse an oversized --global-batch instead of hanging or crashing.
-  constexpr int64_t kMaxGlobalBatch = int64_t(1) << 16;
-  if (global_batch > kMaxGlobalBatch)
-    throw std::invalid_argument("--global-batch " + std::to_string(global_batch) + " is more than the planners handle (" +
-                                std::to_string(kMaxGlobalBatch) + " sequences per step)");
+  gpumix::tools::check_global_batch_flag(global_batch);
   if (seq < 0) throw std::invalid_argument("--seq must be positive, got " + std::to_string(seq));
   if (profile_path.empty() == cluster_path.empty())
     throw std::invalid_argument("give exactly one of --profile FILE or --cluster FILE");

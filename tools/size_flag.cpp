@@ -30,4 +30,11 @@ int64_t parse_bytes(const std::string& text) {
   return (int64_t)(value * scale);
 }
 
+void check_global_batch_flag(int64_t global_batch) {
+  constexpr int64_t kMaxGlobalBatch = int64_t(1) << 16;
+  if (global_batch > kMaxGlobalBatch)
+    throw std::invalid_argument("--global-batch " + std::to_string(global_batch) + " is more than the planners handle (" +
+                                std::to_string(kMaxGlobalBatch) + " sequences per step)");
+}
+
 }  // namespace gpumix::tools

@@ -1,4 +1,5 @@
-// Parsing of byte sizes given on the command line: "512MiB", "2GiB", "1.5GB", "4096".
+// Checks of numeric flags shared by several commands: byte sizes given on the command
+// line ("512MiB", "2GiB", "1.5GB", "4096"), and the planners' global batch.
 #pragma once
 
 #include <cstdint>
@@ -8,5 +9,10 @@ namespace gpumix::tools {
 
 // Throws std::invalid_argument naming the text and the accepted forms.
 int64_t parse_bytes(const std::string& text);
+
+// Throws std::invalid_argument when --global-batch is more than the planners handle: their
+// search grows with it (2^16 takes ~4 s on a 1024-device cluster, 2^20 over a minute) and a
+// batch past the int range overflows their tables.
+void check_global_batch_flag(int64_t global_batch);
 
 }  // namespace gpumix::tools
