@@ -1,6 +1,9 @@
 // Validation and the one dispatch point of every tensor op.
 #include "core/ops.h"
 
+#include <time.h>
+
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -10,25 +13,43 @@ namespace gpumix::ops {
 
 namespace {
 
-// Emulated slowdown (DESIGN.md "Devices and emulation"): after each op on a device with
-// slowdown f > 1, wait (f - 1) x the op's own time. Real devices have f = 1: no cost
-// beyond one lookup.
+// Emulated slowdown (DESIGN.md "Devices and emulation"): a device with slowdown f > 1 takes
+// f x each op's own CPU time, by waiting after the op. Counting CPU time rather than wall
+// time makes emulated devices that share a machine's cores keep their speeds: the time an
+// op spent waiting for a core that another rank held comes out of the wait. What is owed
+// carries over from op to op, so waits too short to sleep and sleeps that overran even out
+// (a little credit is kept, never much). Real devices have f = 1: no cost beyond one lookup.
 class SlowdownGuard {
  public:
   explicit SlowdownGuard(Device device) : factor_(device_props(device).slowdown) {
-    if (factor_ > 1) start_ = std::chrono::steady_clock::now();
+    if (factor_ > 1) {
+      wall_ = now_s();
+      cpu_ = thread_cpu_s();
+    }
   }
   ~SlowdownGuard() {
     if (factor_ <= 1) return;
-    const auto elapsed = std::chrono::steady_clock::now() - start_;
-    std::this_thread::sleep_for(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed * (factor_ - 1)));
+    owed_s = std::max(owed_s + factor_ * (thread_cpu_s() - cpu_) - (now_s() - wall_), -kMaxCredit_s);
+    if (owed_s < kMinSleep_s) return;
+    const double t0 = now_s();
+    std::this_thread::sleep_for(std::chrono::duration<double>(owed_s));
+    owed_s -= now_s() - t0;
   }
 
  private:
-  double factor_;
-  std::chrono::steady_clock::time_point start_;
+  static constexpr double kMinSleep_s = 50e-6, kMaxCredit_s = 2e-3;
+  static double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  static double thread_cpu_s() {
+    timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+  }
+  static thread_local double owed_s;  // this thread's wait still to serve (< 0: credit)
+  double factor_, wall_ = 0, cpu_ = 0;
 };
+thread_local double SlowdownGuard::owed_s = 0;
 
 // The dispatch point: every op reaches its device's backend through here.
 template <class F>

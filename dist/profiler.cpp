@@ -1,5 +1,7 @@
 #include "dist/profiler.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -33,6 +35,80 @@ double median_time(int repeats, F&& fn) {
   return t[t.size() / 2];
 }
 
+// Emulated devices share this machine's cores, so a rank computes slower while the others
+// compute too. In training every rank computes at once for the whole step (the plan
+// balances them), so every measurement is made by every rank over one common window: the
+// slowest rank's `repeats` runs. A faster rank times more runs in it, and a rank that can
+// no longer take part (its memory ran out at a smaller micro-batch) keeps its cores as busy
+// as before with `filler`. Otherwise a fast or stopped rank would go idle and leave the
+// others the cores that training would not.
+class Together {
+ public:
+  Together(Comm& comm, int repeats) : comm_(comm), repeats_(repeats) {}
+
+  // Median time of fn over the common window, after one warm-up run; -1 on a rank that
+  // has stopped, or stops now because fn ran out of memory.
+  template <class F>
+  double time(F&& fn) {
+    double warm_up = 0;
+    if (!stopped_) {
+      try {
+        const double t0 = detail::now_seconds();
+        fn();
+        warm_up = detail::seconds_since(t0);
+      } catch (const OutOfMemory&) {
+        stop();
+      }
+    }
+    const double window = comm_.all_reduce_max(stopped_ ? 0.0 : repeats_ * warm_up);
+    const double start = detail::now_seconds();
+    std::vector<double> t;
+    try {
+      while (!stopped_ && (t.empty() || detail::seconds_since(start) < window)) {
+        const double t0 = detail::now_seconds();
+        fn();
+        t.push_back(detail::seconds_since(t0));
+      }
+    } catch (const OutOfMemory&) {
+      stop();
+    }
+    if (stopped_) {
+      try {
+        while (filler && detail::seconds_since(start) < window) filler();
+      } catch (const OutOfMemory&) {
+        clear_tape();
+        filler = nullptr;  // not even that fits beside what is still allocated: wait instead
+      }
+      return -1;
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+
+  // Runs fn (an allocation, untimed); stops this rank if it runs out of memory.
+  template <class F>
+  void prepare(F&& fn) {
+    if (stopped_) return;
+    try {
+      fn();
+    } catch (const OutOfMemory&) {
+      stop();
+    }
+  }
+
+  bool stopped() const { return stopped_; }
+  std::function<void()> filler;  // a stopped rank's work: what it last could do
+
+ private:
+  void stop() {
+    clear_tape();
+    stopped_ = true;
+  }
+  Comm& comm_;
+  int repeats_;
+  bool stopped_ = false;
+};
+
 Tensor random_tensor(const Shape& shape, Device device, const char* name) {
   Tensor t = Tensor::empty(shape, DType::f32, device);
   ops::normal_(t, rng_key(0, name), 0, 0.0f, 1.0f);
@@ -53,12 +129,18 @@ std::string cache_folder(const ProfilerOptions& o) {
   return "";
 }
 
-std::string cache_path(const ProfilerOptions& o, const std::string& label, const GPTConfig& model,
-                       int seq, int threads) {
+// The key: the device, the model's shape, the sequence length, the dtype, the micro-batch
+// sizes tried and the OpenMP threads per rank; for CPU devices also every rank's device:
+// ranks that share a machine's cores slow each other down, so a CPU device's speed depends
+// on the devices beside it. v2: measured over common windows (Together).
+std::string cache_path(const ProfilerOptions& o, const std::string& label, const std::vector<std::string>& cluster,
+                       const GPTConfig& model, int seq) {
   const std::string folder = cache_folder(o);
   if (folder.empty()) return "";
-  const std::string key = str(label, "|", model_to_json(model).dump(), "|T=", seq, "|f32|m<=",
-                              o.max_micro_batch, "|threads=", threads);
+  std::string neighbours;
+  for (const std::string& l : cluster) neighbours += l + ",";
+  const std::string key = str("v2|", label, "|cluster=", neighbours, "|", model_to_json(model).dump(), "|T=", seq,
+                              "|f32|m<=", o.max_micro_batch, "|threads=", omp_get_max_threads());
   return folder + "/device-" + str(std::hex, rng_key(0, key)) + ".json";
 }
 
@@ -117,52 +199,61 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string&
   bind(model.L + 1);
 
   const int64_t T = seq, C = model.C;
-  // Every rank measures micro-batch m at the same time, as the ranks compute in training:
-  // emulated devices sharing a machine contend for its cores then as they do now. A rank
-  // whose memory ran out waits for the others' larger sizes.
-  bool stopped = false;
+  Together together(comm, o.repeats);
   for (int m = 1; m <= o.max_micro_batch; m *= 2) {
-    comm.barrier();
     MicroBatchSample s;
     s.m = m;
-    if (!stopped) {
-      try {
-        const Tensor x = random_tensor({m, T, C}, device, "profile.x");
-        const Tensor dy = random_tensor({m, T, C}, device, "profile.dy");
-        s.block_fwd_s = median_time(o.repeats, [&] {
-          NoGradGuard no_grad;
-          gpt.block(0, Var(x));
-        });
-        const int64_t base = alloc.stats().in_use;
-        alloc.reset_peak();
-        s.block_bwd_s = median_time(o.repeats, [&] {
-          Var in(x, true);
-          backward(gpt.block(0, in), dy);
-        });
-        s.block_act_bytes = (double)(alloc.stats().peak - base);
-        const Tensor tokens = random_tokens(m, T, model.V, device);
-        // The embedding's gradient lives in the engine's gathered buffers (the memory model's
-        // `gathered` term), not in the head's working memory.
-        Tensor dwte = Tensor::zeros({model.V, C}, DType::f32, device), dwpe = Tensor::zeros({model.T, C}, DType::f32, device);
-        const int64_t head_base = alloc.stats().in_use;
-        alloc.reset_peak();
-        s.head_s = median_time(o.repeats, [&] {
-          Var h;
-          {
-            NoGradGuard no_grad;
-            h = Var(gpt.embed(tokens).value(), true);
-          }
-          backward(cross_entropy(gpt.head(h), tokens, 1.0f / (float)(m * T)));
-          ops::embedding_backward(dwte, dwpe, h.grad(), tokens);
-        });
-        s.head_bytes = (double)(alloc.stats().peak - head_base);
-        d.samples.push_back(s);
-      } catch (const OutOfMemory&) {
-        clear_tape();
-        stopped = true;  // this micro-batch does not fit: the largest measured is the limit
+    Tensor x, dy, tokens, dwte, dwpe;
+    auto free_if_stopped = [&] {  // the filler needs the room
+      if (together.stopped()) x = dy = tokens = dwte = dwpe = Tensor();
+    };
+    together.prepare([&] {
+      x = random_tensor({m, T, C}, device, "profile.x");
+      dy = random_tensor({m, T, C}, device, "profile.dy");
+    });
+    free_if_stopped();
+    s.block_fwd_s = together.time([&] {
+      NoGradGuard no_grad;
+      gpt.block(0, Var(x));
+    });
+    free_if_stopped();
+    const int64_t base = alloc.stats().in_use;
+    alloc.reset_peak();
+    s.block_bwd_s = together.time([&] {
+      Var in(x, true);
+      backward(gpt.block(0, in), dy);
+    });
+    s.block_act_bytes = (double)(alloc.stats().peak - base);
+    free_if_stopped();
+    // The embedding's gradient lives in the engine's gathered buffers (the memory model's
+    // `gathered` term), not in the head's working memory.
+    together.prepare([&] {
+      tokens = random_tokens(m, T, model.V, device);
+      dwte = Tensor::zeros({model.V, C}, DType::f32, device);
+      dwpe = Tensor::zeros({model.T, C}, DType::f32, device);
+    });
+    free_if_stopped();
+    const int64_t head_base = alloc.stats().in_use;
+    alloc.reset_peak();
+    s.head_s = together.time([&] {
+      Var h;
+      {
+        NoGradGuard no_grad;
+        h = Var(gpt.embed(tokens).value(), true);
       }
+      backward(cross_entropy(gpt.head(h), tokens, 1.0f / (float)(m * T)));
+      ops::embedding_backward(dwte, dwpe, h.grad(), tokens);
+    });
+    s.head_bytes = (double)(alloc.stats().peak - head_base);
+    if (!together.stopped()) {
+      d.samples.push_back(s);
+      // Once this rank's memory runs out, it keeps computing at its largest micro-batch.
+      together.filler = [&gpt, m, T, C, device] {
+        Var in(Tensor::zeros({m, T, C}, DType::f32, device), true);
+        backward(gpt.block(0, in), Tensor::zeros({m, T, C}, DType::f32, device));
+      };
     }
-    if (comm.all_reduce_max(stopped ? 0.0 : 1.0) == 0) break;
+    if (comm.all_reduce_max(together.stopped() ? 0.0 : 1.0) == 0) break;
     if (progress) progress->update(m);
   }
   GPUMIX_CHECK(!d.samples.empty(), "profiling ", label, ": not even a micro-batch of 1 sequence (T = ", seq,
@@ -180,7 +271,7 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string&
     Tensor p = random_tensor({n}, device, "profile.p"), g = random_tensor({n}, device, "profile.g");
     AdamW opt(gpt.layout(), 0, n, device, AdamWConfig{});
     int step = 0;
-    d.optimizer_s_per_param = median_time(o.repeats, [&] { opt.step(p, g, 1e-3f, ++step); }) / (double)n;
+    d.optimizer_s_per_param = Together(comm, o.repeats).time([&] { opt.step(p, g, 1e-3f, ++step); }) / (double)n;
   }
 
   // Fixed working memory: on a CPU device the engine keeps nothing besides the modelled
@@ -192,7 +283,7 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string&
   while (k > 32 && 3 * k * k * 4 > free_bytes() / 2) k /= 2;
   Tensor a = random_tensor({k, k}, device, "profile.a"), b = random_tensor({k, k}, device, "profile.b"),
          c = Tensor::empty({k, k}, DType::f32, device);
-  d.peak_flops = 2.0 * k * k * k / median_time(o.repeats, [&] { ops::gemm(c, a, b, false, false); });
+  d.peak_flops = 2.0 * k * k * k / Together(comm, o.repeats).time([&] { ops::gemm(c, a, b, false, false); });
   return d;
 }
 
@@ -277,8 +368,9 @@ std::vector<std::string> all_gather_strings(Comm& comm, const std::string& mine,
 
 Profile profile_cluster(const GPTConfig& model, int seq_len, const std::string& device_label,
                         Device device, Comm& comm, const ProfilerOptions& o) {
-  const int threads = 1;  // the cache key must not depend on the machine's load
-  const std::string cache = cache_path(o, device_label, model, seq_len, threads);
+  const std::vector<std::string> labels = all_gather_strings(comm, device_label, device);
+  const std::string cache =
+      cache_path(o, device_label, device.is_cpu() ? labels : std::vector<std::string>{}, model, seq_len);
   std::string error;
   json mine;
   // Measured together or not at all (see measure_device): one rank without a cached

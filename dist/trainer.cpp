@@ -502,6 +502,7 @@ void slow_down_if_injected(int rank, Device device) {
 // the planner, and the drift monitor that compares measured compute times with the plan's.
 class Replanner {
  public:
+  static constexpr int kMaxDriftSteps = 64;
   struct Change {
     std::vector<double> factors;       // per rank: measured / predicted, relative to the others
     bool adopted = false;              // a new plan replaced the running one
@@ -559,6 +560,10 @@ class Replanner {
       if (next.predicted.step_s < 0.95 * current.predicted.step_s) {
         plan_ = std::move(next);
         change_.adopted = true;
+        // A device whose speed keeps changing (the load of a shared machine) would be
+        // re-planned back and forth: each adopted re-plan doubles the steps that must
+        // confirm the next drift.
+        drift_.steps = std::min(2 * drift_.steps, kMaxDriftSteps);
       }
     } catch (const InfeasiblePlan&) {
       // The corrected devices cannot hold any plan the model trusts: keep the running one.

@@ -2,7 +2,6 @@
 // them (dist/profiler.h), and writes the profile file that `gpumix plan --profile` reads.
 // The ranks run as threads of this process, one per --devices entry.
 #include <CLI/CLI.hpp>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -52,9 +51,8 @@ int cmd_profile(int argc, char** argv) {
   const int ranks = (int)devices.size();
   const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
   dist::run_local(ranks, [&](dist::Comm& comm) {
-    omp_set_num_threads(std::max(1, cores / ranks));
     dist::EngineOptions rank;
-    dist::configure_rank_device(rank, Device::cpu(comm.rank()), devices[comm.rank()]);
+    dist::start_local_rank(comm, devices, cores, rank);
     const dist::Profile profile =
         dist::profile_cluster(model, T, rank.device_label, rank.device, comm, options);
     if (comm.rank() == 0) {

@@ -20,9 +20,10 @@ export GPUMIX_CACHE=$work/profiles
 # name | devices: speed skew, equal memory (the cluster of the issue: slowdowns 1, 1.5, 3);
 # memory skew, equal speed (the small device cannot hold a third of the training state);
 # both (a fast device with little memory, slower ones with much). Three emulated ranks share
-# this machine's cores; the memory and both clusters run every device at least 1.5x slower
-# than the host so that together they need at most ~1.5 of 2 cores and do not slow each
-# other down (devices of a real cluster do not share cores). The speed cluster needs 2.
+# this machine's two cores (devices of a real cluster do not): each cluster needs at most
+# 2.0 cores (the speed cluster: 1 + 2/3 + 1/3), the ranks are packed onto cores by that
+# demand, and a slow device's kernels take F x their CPU time, so a neighbour on the same
+# core does not change its speed (dist/launch.h, core/ops.cpp).
 clusters=(
   "speed|cpu:mem=1GiB,cpu:mem=1GiB:slow=1.5,cpu:mem=1GiB:slow=3"
   "memory|cpu:mem=160MiB:slow=2,cpu:mem=160MiB:slow=2,cpu:mem=14MiB:slow=2"

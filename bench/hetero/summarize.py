@@ -51,8 +51,9 @@ out = []
 out.append("# Heterogeneous clusters: GPUMix vs even vs proportional (bench/hetero)\n")
 out.append(f"gpt-nano (L=4, C=128, 4096-token BPE vocabulary) on `{'/usr/share/games/fortunes'}`, "
            f"global batch 24 x 128 tokens, {steps} steps per run, three emulated CPU ranks "
-           "(threads of one process, 2 cores in all; every kernel of a `slow=F` device is "
-           "followed by a wait of (F - 1) x its time). Re-planning is off so that each plan "
+           "(threads of one process, 2 cores in all, placed by `dist::place_ranks`: the fast "
+           "device on a core of its own; every kernel of a `slow=F` device takes F x its CPU "
+           "time). Re-planning is off so that each plan "
            "runs as predicted. Medians over steps 3 and later.\n")
 out.append(f"Machine load (1/5/15 min) before: {load_before}; after: {load_after}.\n")
 out.append("Command: `bench/hetero/run.sh` (STEPS, GPUMIX override).\n")

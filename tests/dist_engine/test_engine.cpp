@@ -501,9 +501,8 @@ TEST_F(EngineTest, NearTheMemoryLimitGpumixPlansNeverRunOutOfMemoryAndEvenOnesDo
   {
     EmulatedDevices roomy({64 * MiB, 64 * MiB, 64 * MiB});
     run_local(3, [&](Comm& comm) {
-      omp_set_num_threads(1);
       EngineOptions e;
-      configure_rank_device(e, Device::cpu(comm.rank()), roomy.devices()[comm.rank()]);
+      start_local_rank(comm, roomy.devices(), 3, e);
       const Profile p = profile_cluster(config, (int)o.seq, "cpu:r" + std::to_string(comm.rank()), e.device,
                                         comm, quiet_profiler());
       if (comm.rank() == 0) measured = p;
@@ -574,6 +573,87 @@ TEST_F(EngineTest, NearTheMemoryLimitGpumixPlansNeverRunOutOfMemoryAndEvenOnesDo
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
   }
+}
+
+// ---- the profiler and the placement of thread ranks -------------------------------------------
+
+// Profiles the devices of `capacities` (rank r labelled labels[r]), each rank as the gpumix
+// program starts it.
+Profile profile_devices(const GPTConfig& config, int seq, const std::vector<double>& capacities,
+                        const std::vector<std::string>& labels, const ProfilerOptions& options) {
+  EmulatedDevices devices(capacities);
+  Profile result;
+  run_local((int)labels.size(), [&](Comm& comm) {
+    EngineOptions e;
+    start_local_rank(comm, devices.devices(), (int)labels.size(), e);
+    const Profile p = profile_cluster(config, seq, labels[comm.rank()], e.device, comm, options);
+    if (comm.rank() == 0) result = p;
+  });
+  return result;
+}
+
+const DeviceProfile& device_named(const Profile& p, const std::string& name) {
+  for (const DeviceProfile& d : p.devices)
+    if (d.name == name) return d;
+  throw std::runtime_error("no device " + name + " in the profile");
+}
+
+// A rank whose memory runs out at a small micro-batch keeps its place in every measurement
+// (it computes meanwhile) while the others go on to the largest size; and the cache tells
+// clusters apart, because a CPU device's speed depends on the devices that share its cores.
+TEST_F(EngineTest, ProfilerGoesOnPastASmallDeviceAndCachesPerCluster) {
+  const TrainOptions o = tiny_options(data_dir(), out("unused"));
+  const GPTConfig config = resolve_model(o, (int64_t)data::TokenFile(o.data).vocab_size(), o.seq);
+  ProfilerOptions options = quiet_profiler();
+  options.max_micro_batch = 8;
+  const double MiB = 1 << 20;
+  const Profile roomy = profile_devices(config, (int)o.seq, {64 * MiB, 64 * MiB}, {"cpu:a", "cpu:b"}, options);
+  ASSERT_EQ(device_named(roomy, "cpu:a").samples.size(), 4u);  // m = 1, 2, 4, 8
+
+  // What the profiler holds at micro-batch m (measure_device): one block, the embedding and
+  // the head with their gradients; the block's input and gradient; the larger of the
+  // block's activations and the head's working set (tokens, embedding gradients, its own).
+  const int64_t T = o.seq, C = config.C;
+  auto held = [&](int k) {
+    const MicroBatchSample& s = device_named(roomy, "cpu:a").samples[k];
+    const double units = 8.0 * (double)(config.unit_params(0) + config.unit_params(1) + config.unit_params(config.L + 1));
+    const double head = 4.0 * (double)(s.m * T + (int64_t)config.V * C + config.T * C) + s.head_bytes;
+    return units + 8.0 * (double)(s.m * T * C) + std::max(s.block_act_bytes, head);
+  };
+  const double small = 0.5 * (held(1) + held(2));  // m = 2 fits, m = 4 does not
+
+  options.cache_dir = out("profile-cache");
+  auto cached_files = [&] {
+    int n = 0;
+    for (const auto& f : fs::directory_iterator(options.cache_dir)) n += f.is_regular_file();
+    return n;
+  };
+  const Profile mixed = profile_devices(config, (int)o.seq, {64 * MiB, small}, {"cpu:big", "cpu:small"}, options);
+  EXPECT_EQ(device_named(mixed, "cpu:big").samples.size(), 4u);
+  EXPECT_EQ(device_named(mixed, "cpu:small").samples.size(), 2u) << "capacity " << small / MiB << " MiB";
+  EXPECT_EQ(cached_files(), 2);
+
+  const Profile again = profile_devices(config, (int)o.seq, {64 * MiB, small}, {"cpu:big", "cpu:small"}, options);
+  EXPECT_EQ(cached_files(), 2);
+  EXPECT_EQ(device_named(again, "cpu:big").samples.back().block_bwd_s,
+            device_named(mixed, "cpu:big").samples.back().block_bwd_s);  // read back, not measured
+
+  profile_devices(config, (int)o.seq, {64 * MiB, 64 * MiB}, {"cpu:big", "cpu:other"}, options);
+  EXPECT_EQ(cached_files(), 4) << "cpu:big beside another device must be measured again";
+}
+
+TEST(Launch, RanksGetCpusOfTheirOwnOrSharePackedByDemand) {
+  using Cpus = std::vector<std::vector<int>>;
+  // Enough CPUs: each rank its own, threads_per_rank of them.
+  EXPECT_EQ(place_ranks({1, 1}, 2, 4), (Cpus{{0, 1}, {2, 3}}));
+  EXPECT_EQ(place_ranks({3, 1, 1.5}, 1, 3), (Cpus{{0}, {1}, {2}}));
+  // Three one-thread ranks on two CPUs: the fast device alone; the slow=1.5 and slow=3 ones,
+  // which compute 2/3 and 1/3 of the time, together.
+  EXPECT_EQ(place_ranks({1, 1.5, 3}, 1, 2), (Cpus{{0}, {1}, {1}}));
+  EXPECT_EQ(place_ranks({3, 1.5, 1}, 1, 2), (Cpus{{1}, {1}, {0}}));
+  EXPECT_EQ(place_ranks({2, 2, 2, 2}, 1, 2), (Cpus{{0}, {1}, {0}, {1}}));
+  // Ranks of several threads each outnumber the CPUs: left to the operating system.
+  EXPECT_EQ(place_ranks({1, 1}, 2, 3), (Cpus{{}, {}}));
 }
 
 }  // namespace
