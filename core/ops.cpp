@@ -1,6 +1,7 @@
 // Validation and the one dispatch point of every tensor op.
 #include "core/ops.h"
 
+#include <omp.h>
 #include <time.h>
 
 #include <algorithm>
@@ -14,22 +15,26 @@ namespace gpumix::ops {
 namespace {
 
 // Emulated slowdown (DESIGN.md "Devices and emulation"): a device with slowdown f > 1 takes
-// f x each op's own CPU time, by waiting after the op. Counting CPU time rather than wall
-// time makes emulated devices that share a machine's cores keep their speeds: the time an
-// op spent waiting for a core that another rank held comes out of the wait. What is owed
-// carries over from op to op, so waits too short to sleep and sleeps that overran even out
-// (a little credit is kept, never much). Real devices have f = 1: no cost beyond one lookup.
+// f x each op's own time, by waiting after the op. On one OpenMP thread an op's own time
+// is its CPU time, so that emulated devices sharing a machine's cores keep their speeds:
+// the time an op spent waiting for a core that another rank held comes out of the wait.
+// With several threads it is the wall time (the caller's CPU time would miss the others';
+// such ranks get cores of their own, dist/launch.h). What is owed carries over from op to
+// op, so waits too short to sleep and sleeps that overran even out (a little credit is
+// kept, never much). Real devices have f = 1: no cost beyond one lookup.
 class SlowdownGuard {
  public:
   explicit SlowdownGuard(Device device) : factor_(device_props(device).slowdown) {
     if (factor_ > 1) {
       wall_ = now_s();
-      cpu_ = thread_cpu_s();
+      alone_ = omp_get_max_threads() == 1;
+      if (alone_) cpu_ = thread_cpu_s();
     }
   }
   ~SlowdownGuard() {
     if (factor_ <= 1) return;
-    owed_s = std::max(owed_s + factor_ * (thread_cpu_s() - cpu_) - (now_s() - wall_), -kMaxCredit_s);
+    const double wall = now_s() - wall_, own = alone_ ? thread_cpu_s() - cpu_ : wall;
+    owed_s = std::max(owed_s + factor_ * own - wall, -kMaxCredit_s);
     if (owed_s < kMinSleep_s) return;
     const double t0 = now_s();
     std::this_thread::sleep_for(std::chrono::duration<double>(owed_s));
@@ -48,6 +53,7 @@ class SlowdownGuard {
   }
   static thread_local double owed_s;  // this thread's wait still to serve (< 0: credit)
   double factor_, wall_ = 0, cpu_ = 0;
+  bool alone_ = false;
 };
 thread_local double SlowdownGuard::owed_s = 0;
 

@@ -177,13 +177,7 @@ Cluster cluster_from_json(const json& j) {
   return c;
 }
 
-Cluster read_cluster(const std::string& path) {
-  try {
-    return cluster_from_json(read_json_file(path));
-  } catch (const FormatError& e) {
-    throw FormatError(path + ": " + e.what());
-  }
-}
+Cluster read_cluster(const std::string& path) { return read_json_file(path, cluster_from_json); }
 
 void write_cluster(const Cluster& c, const std::string& path) { write_json_file(cluster_to_json(c), path); }
 

@@ -130,7 +130,7 @@ std::string format_bytes(double bytes) {
   return buf;
 }
 
-json read_json_file(const std::string& path) {
+json parse_json_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open '" + path + "' for reading");
   try {

@@ -45,7 +45,21 @@ double bytes_field(const nlohmann::json& j, const std::string& key, const std::s
 // "24.0 GiB", "731 MiB": for messages and tables.
 std::string format_bytes(double bytes);
 
-nlohmann::json read_json_file(const std::string& path);
+nlohmann::json parse_json_file(const std::string& path);  // FormatError "<path>: not valid JSON: ..."
+
+// The JSON file at `path` converted by from_json (profile_from_json, ...): an error in its
+// text or in one of its fields is a FormatError "<path>: <what>"; a file that cannot be
+// opened, a runtime_error that names it.
+template <class F>
+auto read_json_file(const std::string& path, F&& from_json) -> decltype(from_json(nlohmann::json())) {
+  const nlohmann::json j = parse_json_file(path);
+  try {
+    return from_json(j);
+  } catch (const FormatError& e) {
+    throw FormatError(path + ": " + e.what());
+  }
+}
+
 void write_json_file(const nlohmann::json& j, const std::string& path);
 
 }  // namespace gpumix::dist

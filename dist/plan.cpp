@@ -232,13 +232,7 @@ Plan plan_from_json(const json& j) {
   return p;
 }
 
-Plan read_plan(const std::string& path) {
-  try {
-    return plan_from_json(read_json_file(path));
-  } catch (const FormatError& e) {
-    throw FormatError(path + ": " + e.what());
-  }
-}
+Plan read_plan(const std::string& path) { return read_json_file(path, plan_from_json); }
 
 void write_plan(const Plan& p, const std::string& path) { write_json_file(plan_to_json(p), path); }
 

@@ -557,7 +557,9 @@ bool use_exact(const Profile& p, int64_t B, const PlannerOptions& opts) {
 }
 
 void check_batch(int64_t B) {
-  if (B < 1) throw std::invalid_argument("global batch must be >= 1, got " + std::to_string(B));
+  if (B < 1 || B > kMaxGlobalBatch)
+    throw std::invalid_argument("global batch must be in [1, " + std::to_string(kMaxGlobalBatch) +
+                                "] sequences, got " + std::to_string(B));
 }
 
 }  // namespace
@@ -565,7 +567,7 @@ void check_batch(int64_t B) {
 Plan plan_gpumix(const Profile& profile, int64_t B, const PlannerOptions& opts) {
   check_batch(B);
   const bool exact = use_exact(profile, B, opts);
-  CostModel cost(profile, opts.memory, (int)std::min<int64_t>(B, 1 << 16));
+  CostModel cost(profile, opts.memory, (int)B);
   Search search(cost, B, opts, exact);
   search.run(candidate_sets(cost, exact, opts.allow_leave_out));
   if (!search.found()) throw_infeasible(cost, B, opts);
@@ -627,13 +629,13 @@ Plan even_shares_plan(const CostModel& cost, const std::string& name, int64_t B,
 
 Plan plan_even(const Profile& profile, int64_t B, const PlannerOptions& opts) {
   check_batch(B);
-  CostModel cost(profile, opts.memory, (int)std::min<int64_t>(B, 1 << 16));
+  CostModel cost(profile, opts.memory, (int)B);
   return even_shares_plan(cost, "even", B, split_by_weight(std::vector<double>(profile.num_ranks(), 1.0), B));
 }
 
 Plan plan_proportional(const Profile& profile, int64_t B, const PlannerOptions& opts) {
   check_batch(B);
-  CostModel cost(profile, opts.memory, (int)std::min<int64_t>(B, 1 << 16));
+  CostModel cost(profile, opts.memory, (int)B);
   // Throughput at the largest profiled micro-batch (what Poplar / Whale measure).
   std::vector<double> w;
   for (int i = 0; i < profile.num_ranks(); i++) {
@@ -652,7 +654,7 @@ Plan plan_proportional(const Profile& profile, int64_t B, const PlannerOptions& 
 Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts) {
   check_batch(B);
   const int N = profile.num_ranks();
-  CostModel cost(profile, opts.memory, (int)std::min<int64_t>(B, 1 << 16));
+  CostModel cost(profile, opts.memory, (int)B);
   CommTimes assumed;  // free by default
   if (opts.cephalo_comm_scale > 0) {
     assumed = cost.comm(N, profile.num_nodes(), true);

@@ -47,6 +47,9 @@ struct InfeasiblePlan : std::runtime_error {
   double missing_bytes;
 };
 
+// The most sequences per step the planners take (their searches grow with the batch).
+constexpr int64_t kMaxGlobalBatch = int64_t(1) << 16;
+
 Plan plan_gpumix(const Profile& profile, int64_t global_batch, const PlannerOptions& opts = {});
 
 // Baselines: they return their plan even when it does not fit (Plan::fits() false,

@@ -259,13 +259,7 @@ Profile profile_from_json(const json& j) {
   return p;
 }
 
-Profile read_profile(const std::string& path) {
-  try {
-    return profile_from_json(read_json_file(path));
-  } catch (const FormatError& e) {
-    throw FormatError(path + ": " + e.what());
-  }
-}
+Profile read_profile(const std::string& path) { return read_json_file(path, profile_from_json); }
 
 void write_profile(const Profile& p, const std::string& path) {
   write_json_file(profile_to_json(p), path);

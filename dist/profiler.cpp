@@ -368,6 +368,8 @@ std::vector<std::string> all_gather_strings(Comm& comm, const std::string& mine,
 
 Profile profile_cluster(const GPTConfig& model, int seq_len, const std::string& device_label,
                         Device device, Comm& comm, const ProfilerOptions& o) {
+  GPUMIX_CHECK(o.repeats >= 1 && o.max_micro_batch >= 1, "profiling needs at least 1 repeat and a largest "
+               "micro-batch of at least 1, got ", o.repeats, " repeats and ", o.max_micro_batch);
   const std::vector<std::string> labels = all_gather_strings(comm, device_label, device);
   const std::string cache =
       cache_path(o, device_label, device.is_cpu() ? labels : std::vector<std::string>{}, model, seq_len);

@@ -77,6 +77,12 @@ std::vector<RankWork> work_from_plan_file(const std::string& path, int64_t globa
     throw std::invalid_argument("plan " + path + " is for " + std::to_string(plan.ranks.size()) +
                                 " ranks but " + std::to_string(ranks) + " are running; make the plan for "
                                 "this cluster or run as many ranks");
+  for (const auto& r : plan.ranks)
+    if (r.left_out())
+      throw std::invalid_argument("plan " + path + " leaves rank " + std::to_string(r.rank) + " (" + r.device +
+                                  ") out, but this trainer keeps every rank in every collective, where that "
+                                  "rank would hold gathered units its plan does not count; make the plan "
+                                  "with `gpumix plan --no-leave-out`, or run without that device");
   if (plan.global_batch != global_batch)
     throw std::invalid_argument("plan " + path + " has global batch " + std::to_string(plan.global_batch) +
                                 " but --batch is " + std::to_string(global_batch) + "; pass --batch " +

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "dist/planner.h"
+
 namespace gpumix::tools {
 
 int64_t parse_bytes(const std::string& text) {
@@ -31,7 +33,7 @@ int64_t parse_bytes(const std::string& text) {
 }
 
 void check_global_batch_flag(int64_t global_batch) {
-  constexpr int64_t kMaxGlobalBatch = int64_t(1) << 16;
+  using dist::kMaxGlobalBatch;
   if (global_batch > kMaxGlobalBatch)
     throw std::invalid_argument("--global-batch " + std::to_string(global_batch) + " is more than the planners handle (" +
                                 std::to_string(kMaxGlobalBatch) + " sequences per step)");

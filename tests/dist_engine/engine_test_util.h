@@ -143,6 +143,10 @@ inline std::vector<float> read_array(const std::string& ckpt, const std::string&
 //   1e-3 in its k updates, while a wrong gradient (a missing micro-batch, a double-counted
 //   rank, a wrong scale) moves most elements by ~lr per step and fails by orders of
 //   magnitude.
+//   Which elements are such noise depends on the order of the additions, and so on the
+//   compiler too (its contraction and vectorisation of them): at most 1 element in 10,000
+//   (at least 1) may therefore exceed the allowance, by no more than both plans moving it
+//   fully apart, 2 k lr (params_agree).
 constexpr double kLossRtol = 1e-5;
 constexpr double kParamRtol = 1e-5;
 inline double param_atol(int steps, double lr) { return 1e-3 * steps * lr; }
@@ -170,6 +174,12 @@ inline Mismatch compare(const std::vector<double>& x, const std::vector<double>&
     }
   }
   return m;
+}
+
+// Master weights of two plans after `steps` AdamW steps at peak rate lr (see above).
+inline bool params_agree(const Mismatch& m, size_t elements, int steps, double lr) {
+  const size_t noise = std::max<size_t>(1, elements / 10000);
+  return m.excess <= 1 || (m.count <= noise && std::fabs(m.value - m.ref) <= 2 * steps * lr + kParamRtol * std::fabs(m.ref));
 }
 
 inline std::string describe(const Mismatch& m, const char* what) {

@@ -105,7 +105,7 @@ void expect_same_training(const std::string& out, const std::string& ckpt, const
   const std::vector<float> p = read_array(ckpt), p_ref = read_array(ref_ckpt);
   ASSERT_EQ(p.size(), p_ref.size());
   const Mismatch params = compare(to_double(p), to_double(p_ref), kParamRtol, param_atol(steps, lr));
-  EXPECT_LE(params.excess, 1) << describe(params, "master weights");
+  EXPECT_TRUE(params_agree(params, p.size(), steps, lr)) << describe(params, "master weights");
   std::printf(", master weights worst %.3g x allowance (%zu over; [%zu] %.9g vs %.9g)", params.excess, params.count, params.worst, params.value, params.ref);
   // The first moment is a running mean of gradients: the gradient's tolerance (rtol) plus
   // an absolute term for gradients that are rounding noise (1e-3 of the largest moment).

@@ -478,6 +478,13 @@ class BadInputs : public Tools {
     nlohmann::json plan = nlohmann::json::parse(read_file(path("m_plan.json")));
     plan["global_batch"] = "eight";
     write_file(path("m_plan_wrong_type.json"), plan.dump());
+    plan = nlohmann::json::parse(read_file(path("m_plan.json")));
+    nlohmann::json left_out = plan["ranks"][0];
+    for (const char* k : {"batch", "micro_batch", "num_micro_batches", "share"}) left_out[k] = 0;
+    left_out["rank"] = 1;
+    left_out["left_out"] = true;
+    plan["ranks"].push_back(left_out);
+    write_file(path("m_plan_left_out.json"), plan.dump());
     const std::string plan_text = read_file(path("m_plan.json"));
     write_file(path("m_plan_trunc.json"), plan_text.substr(0, plan_text.size() / 2));
     write_file(path("m_cluster.json"),
@@ -564,6 +571,8 @@ TEST_F(BadInputs, Train) {
                  {"m_plan_wrong_type.json", "global_batch"}),
       train_case("--plan for another number of ranks", {"--devices", "cpu,cpu", "--plan", path("m_plan.json")},
                  {"is for 1 ranks but 2 are running"}),
+      train_case("--plan that leaves a rank out", {"--devices", "cpu,cpu", "--plan", path("m_plan_left_out.json")},
+                 {"leaves rank 1", "gpumix plan --no-leave-out"}),
   });
   expect_base_intact();
 }
