@@ -28,7 +28,7 @@ struct Device {
 struct DeviceProps {
   std::string name;      // "cpu", "NVIDIA H200", "cpu (emulated)"
   int64_t capacity = 0;  // bytes the allocator lets tensors hold
-  double slowdown = 1;   // emulation: each kernel waits (slowdown - 1) x its own time
+  double slowdown = 1;   // emulation: each kernel takes slowdown x its own time (core/ops.cpp)
   bool emulated = false;
 };
 

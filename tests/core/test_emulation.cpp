@@ -1,5 +1,5 @@
-// Emulated slowdown: an op on a device with slowdown f waits (f - 1) x its own time after
-// it runs. A functional check with loose bounds, not a benchmark.
+// Emulated slowdown: an op on a device with slowdown f takes f x its own time (it waits after
+// it runs). A functional check with loose bounds, not a benchmark.
 #include <gtest/gtest.h>
 
 #include <chrono>
