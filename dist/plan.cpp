@@ -133,7 +133,7 @@ json plan_to_json(const Plan& p) {
   return json{{"format", "gpumix-plan"},
               {"version", 1},
               {"planner", p.planner},
-              {"model", model_to_json(p.model)},
+              {"model", config_to_json(p.model)},
               {"seq_len", p.seq_len},
               {"global_batch", p.global_batch},
               {"fits", p.fits()},

@@ -112,31 +112,12 @@ void Profile::validate() const {
   check_range(comm.reduce_scatter.uneven_factor, 1, 100, "profile: comm.reduce_scatter.uneven_factor");
 }
 
-json model_to_json(const GPTConfig& c) {
-  return json{{"name", c.name}, {"L", c.L}, {"NH", c.NH}, {"C", c.C}, {"V", c.V}, {"T", c.T}};
-}
-
 GPTConfig model_from_json(const json& j, const std::string& where) {
-  GPTConfig c;
-  if (j.is_string()) {
-    try {
-      return gpt_preset(j.get<std::string>());
-    } catch (const std::invalid_argument& e) {
-      format_error(where, e.what());
-    }
-  }
-  c.name = string_field_or(j, "name", where, "custom");
-  c.L = (int)int_field(j, "L", where);
-  c.NH = (int)int_field(j, "NH", where);
-  c.C = (int)int_field(j, "C", where);
-  c.V = (int)int_field(j, "V", where);
-  c.T = (int)int_field(j, "T", where);
   try {
-    c.validate();
+    return config_from_json(j, where);
   } catch (const std::invalid_argument& e) {
-    format_error(where, e.what());
+    throw FormatError(e.what());
   }
-  return c;
 }
 
 static json link_to_json(const LinkProfile& l) {
@@ -191,7 +172,7 @@ json profile_to_json(const Profile& p) {
   for (const RankInfo& r : p.ranks) ranks.push_back({{"device", r.device}, {"node", r.node}});
   return json{{"format", "gpumix-profile"},
               {"version", 1},
-              {"model", model_to_json(p.model)},
+              {"model", config_to_json(p.model)},
               {"seq_len", p.seq_len},
               {"devices", devices},
               {"ranks", ranks},

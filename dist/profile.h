@@ -102,8 +102,8 @@ Profile profile_from_json(const nlohmann::json& j);  // validates
 Profile read_profile(const std::string& path);
 void write_profile(const Profile& p, const std::string& path);
 
-// Shared with the plan and cluster files.
-nlohmann::json model_to_json(const GPTConfig& c);
+// config_from_json (nn/gpt_config.h) for the profile and plan files: its errors as
+// FormatError, so that reading a file names it.
 GPTConfig model_from_json(const nlohmann::json& j, const std::string& where);
 
 }  // namespace gpumix::dist

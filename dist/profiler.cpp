@@ -139,7 +139,7 @@ std::string cache_path(const ProfilerOptions& o, const std::string& label, const
   if (folder.empty()) return "";
   std::string neighbours;
   for (const std::string& l : cluster) neighbours += l + ",";
-  const std::string key = str("v2|", label, "|cluster=", neighbours, "|", model_to_json(model).dump(), "|T=", seq,
+  const std::string key = str("v2|", label, "|cluster=", neighbours, "|", config_to_json(model).dump(), "|T=", seq,
                               "|f32|m<=", o.max_micro_batch, "|threads=", omp_get_max_threads());
   return folder + "/device-" + str(std::hex, rng_key(0, key)) + ".json";
 }
@@ -412,7 +412,7 @@ Profile profile_cluster(const GPTConfig& model, int seq_len, const std::string& 
   for (int r = 0; r < comm.size(); ++r) {
     // Each rank's entry is validated as the one device of a one-rank profile.
     const json d = json::parse(texts[r]);
-    const json one = {{"model", model_to_json(model)}, {"seq_len", seq_len},
+    const json one = {{"model", config_to_json(model)}, {"seq_len", seq_len},
                       {"devices", json::array({d})}, {"ranks", json::array({d.at("name")})}};
     const DeviceProfile device_profile = profile_from_json(one).devices[0];
     bool known = false;

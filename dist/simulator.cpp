@@ -192,7 +192,7 @@ json simulation_to_json(const Simulation& s) {
     entries.push_back(j);
   }
   return json{{"cluster", s.cluster},       {"ranks", s.ranks},
-              {"model", model_to_json(s.model)}, {"seq_len", s.seq_len},
+              {"model", config_to_json(s.model)}, {"seq_len", s.seq_len},
               {"global_batch", s.global_batch},   {"planners", entries}};
 }
 

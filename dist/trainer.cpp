@@ -378,7 +378,7 @@ std::string save(const TrainOptions& o, const GPTConfig& config, const std::vect
   std::string dir;
   if (comm.rank() == 0) {
     CheckpointMeta meta;
-    meta.model = model_to_json(config);
+    meta.model = config_to_json(config);
     meta.data_position = {{"next_batch", step}, {"seed", o.seed}};
     meta.rng = {{"seed", o.seed}};
     meta.tokenizer_hash = tokenizer_hash;
@@ -399,7 +399,7 @@ int load(const std::string& where, const GPTConfig& config, Engine& engine, Comm
   int64_t step = -1;
   try {
     const CheckpointReader reader = open_checkpoint(where);
-    reader.check_model(model_to_json(config));
+    reader.check_model(config_to_json(config));
     GPUMIX_CHECK(!tokenizer_hash || !reader.tokenizer_hash() || reader.tokenizer_hash() == tokenizer_hash,
                  "checkpoint ", reader.dir(), " was trained with another tokenizer; resume with the "
                  "run's own (--tokenizer <run>/tokenizer.bpe)");

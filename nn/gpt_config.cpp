@@ -65,6 +65,43 @@ void GPTConfig::validate() const {
                                 " is not a multiple of NH (heads) = " + std::to_string(NH));
 }
 
+nlohmann::json config_to_json(const GPTConfig& c) {
+  return {{"name", c.name}, {"L", c.L}, {"NH", c.NH}, {"C", c.C}, {"V", c.V}, {"T", c.T}};
+}
+
+GPTConfig config_from_json(const nlohmann::json& j, const std::string& where) {
+  if (j.is_string()) {
+    try {
+      return gpt_preset(j.get<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(where + ": " + e.what());
+    }
+  }
+  if (!j.is_object())
+    throw std::invalid_argument(where + ": must be an object {\"L\", \"NH\", \"C\", \"V\", \"T\"} or a preset's name");
+  auto dimension = [&](const char* key) {
+    const auto v = j.find(key);
+    if (v == j.end()) throw std::invalid_argument(where + "." + key + ": missing");
+    if (!v->is_number_integer() || *v < 1 || *v > (1 << 30))
+      throw std::invalid_argument(where + "." + key + ": must be a positive integer, got " + v->dump());
+    return v->get<int>();
+  };
+  GPTConfig c;
+  const auto name = j.find("name");
+  c.name = name != j.end() && name->is_string() ? name->get<std::string>() : "custom";
+  c.L = dimension("L");
+  c.NH = dimension("NH");
+  c.C = dimension("C");
+  c.V = dimension("V");
+  c.T = dimension("T");
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(where + ": " + e.what());
+  }
+  return c;
+}
+
 GPTConfig gpt_preset(const std::string& name) {
   for (const GPTConfig& p : kPresets)
     if (p.name == name) return p;

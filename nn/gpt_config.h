@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace gpumix {
 
 struct GPTConfig {
@@ -41,5 +43,11 @@ struct GPTConfig {
 // listing the known names when `name` is not one.
 GPTConfig gpt_preset(const std::string& name);
 std::vector<std::string> gpt_preset_names();
+
+// The model as JSON, as checkpoints, profiles and plans hold it: {"name", "L", "NH", "C",
+// "V", "T"}. Reading also takes a preset's name ("gpt2"). A missing or wrong-typed field
+// or an invalid shape throws std::invalid_argument naming `where` and the field.
+nlohmann::json config_to_json(const GPTConfig& c);
+GPTConfig config_from_json(const nlohmann::json& j, const std::string& where);
 
 }  // namespace gpumix

@@ -117,18 +117,6 @@ GPTConfig resolve_model(const TrainOptions& o, int64_t vocab, int64_t seq) {
   return c;
 }
 
-GPTConfig config_from_json(const json& j) {
-  GPTConfig c;
-  c.name = j.at("name").get<std::string>();
-  c.L = j.at("L");
-  c.NH = j.at("NH");
-  c.C = j.at("C");
-  c.V = j.at("V");
-  c.T = j.at("T");
-  c.validate();
-  return c;
-}
-
 // ---- checkpoints ---------------------------------------------------------------------------
 
 CheckpointReader open_checkpoint(const std::string& where) {
@@ -164,7 +152,7 @@ std::string generate(const GenerateOptions& o) {
   GPUMIX_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
   const CheckpointReader reader = open_checkpoint(o.ckpt);
   const std::string& dir = reader.dir();
-  const GPTConfig config = config_from_json(reader.model());
+  const GPTConfig config = config_from_json(reader.model(), dir + "/meta.json: model");
   // The tokenizer sits in the run folder, the checkpoint folder's parent.
   const fs::path tok_path = fs::path(dir).parent_path() / kTokenizerFile;
   GPUMIX_CHECK(fs::exists(tok_path), "no tokenizer next to checkpoint ", dir, " (expected ",

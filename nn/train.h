@@ -77,7 +77,6 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer);
 
 // The preset with the flags' overrides, the data's vocabulary and sequence length `seq`.
 GPTConfig resolve_model(const TrainOptions& o, int64_t vocab, int64_t seq);
-GPTConfig config_from_json(const nlohmann::json& j);
 
 // A checkpoint folder given directly, or the latest complete one of a run folder.
 CheckpointReader open_checkpoint(const std::string& where);

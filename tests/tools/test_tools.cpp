@@ -453,13 +453,17 @@ class BadInputs : public Tools {
     write_file(path("m_trunc.tok"), tokens_bytes.substr(0, tokens_bytes.size() / 2 + 1));
     // Checkpoints: one with a truncated master.bin, one with a truncated meta.json, an
     // empty run folder, and an intact copy without the tokenizer beside it.
-    for (const char* c : {"m_ckpt_trunc_bin", "m_ckpt_trunc_meta", "m_ckpt_no_tok"}) {
+    for (const char* c : {"m_ckpt_trunc_bin", "m_ckpt_trunc_meta", "m_ckpt_no_tok", "m_ckpt_bad_model"}) {
       fs::create_directories(path(c));
       fs::copy(base() + "/ckpt-000003", path(std::string(c) + "/ckpt-000003"), fs::copy_options::recursive);
     }
     fs::resize_file(path("m_ckpt_trunc_bin/ckpt-000003/master.bin"), 1000);
     const std::string meta = read_file(base() + "/ckpt-000003/meta.json");
     write_file(path("m_ckpt_trunc_meta/ckpt-000003/meta.json"), meta.substr(0, meta.size() / 2));
+    nlohmann::json bad_model = nlohmann::json::parse(meta);
+    bad_model["model"]["NH"] = "four";
+    write_file(path("m_ckpt_bad_model/ckpt-000003/meta.json"), bad_model.dump());
+    fs::copy_file(tokenizer(), path("m_ckpt_bad_model/tokenizer.bpe"));
     fs::create_directories(path("m_ckpt_empty"));
     // A profile of one small emulated device, and its plan (both good), then bad copies.
     Result r = gpumix({"profile", "--devices", "cpu:mem=64MiB", "--model", "gpt-nano", "--seq", "16", "--vocab",
@@ -593,6 +597,8 @@ TEST_F(BadInputs, Generate) {
       {"truncated meta.json", generate(path("m_ckpt_trunc_meta") + ckpt3, {}), {"meta.json", "not valid JSON"}},
       {"empty run folder", generate(path("m_ckpt_empty"), {}), {"m_ckpt_empty", "no checkpoint"}},
       {"no tokenizer beside the checkpoint", generate(path("m_ckpt_no_tok") + ckpt3, {}), {"tokenizer"}},
+      {"meta.json with a wrong-typed model field", generate(path("m_ckpt_bad_model") + ckpt3, {}),
+       {"meta.json: model.NH", "positive integer", "\"four\""}},
       {"--tokens beyond int", generate(base(), {"--tokens", "99999999999"}), {"--tokens", "99999999999"}},
       {"--tokens negative", generate(base(), {"--tokens", "-5"}), {"--tokens", "-5"}},
       {"--top-k negative", generate(base(), {"--top-k", "-3"}), {"--top-k", "-3"}},
