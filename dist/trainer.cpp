@@ -782,9 +782,7 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
   };
 
   // Validation: the eval windows split over the ranks like the batch.
-  auto evaluate = [&](int64_t windows) {
-    const int64_t total = windows > 0 ? std::min(windows, val_loader.num_eval_windows())
-                                      : val_loader.num_eval_windows();
+  auto evaluate = [&](int64_t total) {
     const auto [w0, w1] = proportional_rows(work, o.batch, rank, total);
     double sum = 0;
     const int64_t chunk = std::max<int64_t>(1, work[rank].batch);
@@ -895,9 +893,14 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
     }
     const bool eval_now = (o.eval_interval > 0 && step % o.eval_interval == 0) || step == last;
     double val = NAN;
+    // The first --eval-windows windows during training (0: all); all of them at the end.
+    const int64_t val_windows = step == last || o.eval_windows <= 0
+                                    ? val_loader.num_eval_windows()
+                                    : std::min<int64_t>(o.eval_windows, val_loader.num_eval_windows());
     if (eval_now) {
-      val = evaluate(step == last ? 0 : o.eval_windows);
+      val = evaluate(val_windows);
       line["val_loss"] = val;
+      line["val_windows"] = val_windows;
       result.val_loss = val;
     }
     // Drift: a device slower (or faster) than planned re-plans; the new shares take effect
@@ -928,7 +931,7 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
     if (lead && !o.quiet)
       std::printf("step %d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f ms | %s tok/s%s%s\n", step, o.steps,
                   loss, norm, lr, ms, human_count(rate).c_str(), busy_text.c_str(),
-                  eval_now ? str(" | val ", val).c_str() : "");
+                  eval_now ? str(" | val ", val, " (", val_windows, " windows)").c_str() : "");
     if (lead && !replan_text.empty()) {
       std::printf("step %d: %s\n", step, replan_text.c_str());
       if (planner->last_change().adopted) std::printf("%s", plan_table(planner->plan()).c_str());

@@ -115,7 +115,7 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay");
   app.add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0: off)");
   app.add_option("--eval-interval", o.eval_interval, "steps between validation passes (0: end only)");
-  app.add_option("--eval-windows", o.eval_windows, "validation windows per pass");
+  app.add_option("--eval-windows", o.eval_windows, "validation windows of the evaluations during training (the last uses all; 0: all)");
   app.add_option("--ckpt-interval", o.ckpt_interval, "steps between checkpoints (0: end only)");
   app.add_option("--seed", o.seed, "random seed (initialisation and batch order)");
   app.add_option("--threads", o.threads, "CPU threads in all (default: all cores)");
