@@ -21,6 +21,10 @@
                           in place (rank 2 gets a smaller batch and share), the run goes on
                           without a restart, and its losses are those of the same run without
                           the slowdown (within fp32 rounding: balancing changes speed only).
+  slowdown_recovery       rank 2's device runs 4x slower from step 3 and at its speed again
+                          from step 12: a re-plan takes rows from it, a later one gives them
+                          back, and that one waits for twice --drift-steps drifting steps (each
+                          adopted re-plan doubles them); the losses are the steady run's.
 """
 import argparse
 import json
@@ -190,39 +194,62 @@ def main():
             same = subprocess.run([args.ckpt_tool, "same", os.path.join(out, "ckpt-000002"),
                                    os.path.join(out, "ckpt-000003")], capture_output=True, text=True)
             check(same.returncode != 0, f"nonfinite_skip {fault}: step 3 did not train")
-    elif c == "slowdown_replan":
-        def plan_of(text):  # "b/m/r, b/m/r, ..." -> [(b, m, r), ...]
-            return [tuple(float(x) for x in rank.split("/")) for rank in text.split(", ")]
-        def cmd(out):
-            c = train_cmd(out, 10, extra=["--devices", "cpu,cpu,cpu", "--plan", "gpumix",
-                                          "--drift-threshold", "0.5", "--drift-steps", "2"])
-            c[c.index("--batch") + 1] = "12"
-            c[c.index("--ckpt-interval") + 1] = "0"
-            return c
-        base_out, out = os.path.join(work, "steady"), os.path.join(work, "slowed")
-        rc, text, _ = run(cmd(base_out))
-        check(rc == 0, f"slowdown_replan: the run without a slowdown failed:\n{text[-2000:]}")
-        rc, text, _ = run(cmd(out), {"GPUMIX_FAULT": "2:slow:3:20"})
-        if not check(rc == 0, f"slowdown_replan: the slowed run failed:\n{text[-2000:]}"):
-            return
-        with open(os.path.join(out, "log.jsonl")) as f:
-            lines = [json.loads(x) for x in f if x.strip()]
-        first = plan_of(lines[0]["plan"])
-        adopted = [l for l in lines if l.get("replan", {}).get("adopted") and l["step"] >= 3]
-        if check(adopted, "slowdown_replan: no re-plan after rank 2 slowed down:\n" + text[-3000:]):
-            after = plan_of(adopted[-1]["replan"]["plan"])
-            check(after[2][0] < first[2][0] and after[2][2] < first[2][2],
-                  f"slowdown_replan: rank 2's batch/share went {first[2]} -> {after[2]}, not down")
-            check(adopted[-1]["replan"]["factors"][2] > 2,
-                  f"slowdown_replan: rank 2's measured factor {adopted[-1]['replan']['factors']}")
-            check("re-planned and re-sharded" in text, "slowdown_replan: the re-plan is not reported:\n" + text[-2000:])
-        base, got = losses(base_out), losses(out)
-        check(sorted(got) == list(range(1, 11)), f"slowdown_replan: logged steps {sorted(got)}")
-        for step, loss in base.items():
-            check(abs(got.get(step, float("inf")) - loss) <= 1e-4 * abs(loss),
-                  f"slowdown_replan: step {step} loss {got.get(step)} vs {loss} without the slowdown")
+    elif c in ("slowdown_replan", "slowdown_recovery"):
+        slowdown_case(c)
     else:
         check(False, f"unknown case {c}")
+
+
+def plan_of(text):  # "b/m/r, b/m/r, ..." -> [(b, m, r), ...]
+    return [tuple(float(x) for x in rank.split("/")) for rank in text.split(", ")]
+
+
+def slowdown_case(c):
+    """3 equal devices planned by GPUMix, with and without GPUMIX_FAULT slowing rank 2."""
+    recovery = c == "slowdown_recovery"
+    steps, batch = (24, 48) if recovery else (10, 12)
+    # Recovery: devices emulated at half speed, so that the three fit in two cores and the
+    # fault's 4x slowdown (slow=8) and recovery (slow=2 again) show undiluted.
+    devices, fault = (("cpu:slow=2,cpu:slow=2,cpu:slow=2", "2:slow:3:8,2:slow:12:2") if recovery
+                      else ("cpu,cpu,cpu", "2:slow:3:20"))
+    def cmd(out):
+        c = train_cmd(out, steps, extra=["--devices", devices, "--plan", "gpumix",
+                                         "--drift-threshold", "0.5", "--drift-steps", "2"])
+        c[c.index("--batch") + 1] = str(batch)
+        c[c.index("--ckpt-interval") + 1] = "0"
+        return c
+    base_out, out = os.path.join(work, "steady"), os.path.join(work, "slowed")
+    rc, text, _ = run(cmd(base_out))
+    check(rc == 0, f"{c}: the run without a slowdown failed:\n{text[-2000:]}")
+    rc, text, _ = run(cmd(out), {"GPUMIX_FAULT": fault})
+    if not check(rc == 0, f"{c}: the slowed run failed:\n{text[-2000:]}"):
+        return
+    with open(os.path.join(out, "log.jsonl")) as f:
+        lines = [json.loads(x) for x in f if x.strip()]
+    first = plan_of(lines[0]["plan"])
+    adopted = [l for l in lines if l.get("replan", {}).get("adopted") and l["step"] >= 3]
+    if recovery:
+        slowed = [l for l in adopted if l["step"] < 12]
+        back = [l for l in adopted if l["step"] >= 12]
+        if check(slowed and back, f"{c}: re-plans at steps {[l['step'] for l in adopted]}, expected one "
+                                  "after step 3 and one after step 12:\n" + text[-3000:]):
+            low, final = plan_of(slowed[-1]["replan"]["plan"]), plan_of(back[-1]["replan"]["plan"])
+            check(low[2][0] < first[2][0] and final[2][0] > low[2][0],
+                  f"{c}: rank 2's batch went {first[2][0]} -> {low[2][0]} -> {final[2][0]}")
+            # Drifting from step 12 on, confirmed after 2 x 2 steps at the earliest.
+            check(back[0]["step"] >= 15, f"{c}: re-planned back at step {back[0]['step']}, before 4 "
+                                         "drifting steps (12-15) confirmed it")
+    elif check(adopted, f"{c}: no re-plan after rank 2 slowed down:\n" + text[-3000:]):
+        after = plan_of(adopted[-1]["replan"]["plan"])
+        check(after[2][0] < first[2][0] and after[2][2] < first[2][2],
+              f"{c}: rank 2's batch/share went {first[2]} -> {after[2]}, not down")
+        check(adopted[-1]["replan"]["factors"][2] > 2, f"{c}: rank 2's measured factor {adopted[-1]['replan']['factors']}")
+        check("re-planned and re-sharded" in text, f"{c}: the re-plan is not reported:\n" + text[-2000:])
+    base, got = losses(base_out), losses(out)
+    check(sorted(got) == list(range(1, steps + 1)), f"{c}: logged steps {sorted(got)}")
+    for step, loss in base.items():
+        check(abs(got.get(step, float("inf")) - loss) <= 1e-4 * abs(loss),
+              f"{c}: step {step} loss {got.get(step)} vs {loss} without the slowdown")
 
 
 try:
