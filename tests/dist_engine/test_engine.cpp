@@ -488,6 +488,27 @@ ProfilerOptions quiet_profiler() {
   return p;
 }
 
+// Profiles the devices of `capacities` (rank r labelled labels[r]), each rank as the gpumix
+// program starts it.
+Profile profile_devices(const GPTConfig& config, int seq, const std::vector<double>& capacities,
+                        const std::vector<std::string>& labels, const ProfilerOptions& options) {
+  EmulatedDevices devices(capacities);
+  Profile result;
+  run_local((int)labels.size(), [&](Comm& comm) {
+    EngineOptions e;
+    start_local_rank(comm, devices.devices(), (int)labels.size(), e);
+    const Profile p = profile_cluster(config, seq, labels[comm.rank()], e.device, comm, options);
+    if (comm.rank() == 0) result = p;
+  });
+  return result;
+}
+
+const DeviceProfile& device_named(const Profile& p, const std::string& name) {
+  for (const DeviceProfile& d : p.devices)
+    if (d.name == name) return d;
+  throw std::runtime_error("no device " + name + " in the profile");
+}
+
 TEST_F(EngineTest, NearTheMemoryLimitGpumixPlansNeverRunOutOfMemoryAndEvenOnesDo) {
   TrainOptions o = tiny_options(data_dir(), out("unused"));
   o.steps = 2;
@@ -497,17 +518,8 @@ TEST_F(EngineTest, NearTheMemoryLimitGpumixPlansNeverRunOutOfMemoryAndEvenOnesDo
   const double MiB = 1 << 20;
 
   // The profile of three roomy devices, each its own device type.
-  Profile measured;
-  {
-    EmulatedDevices roomy({64 * MiB, 64 * MiB, 64 * MiB});
-    run_local(3, [&](Comm& comm) {
-      EngineOptions e;
-      start_local_rank(comm, roomy.devices(), 3, e);
-      const Profile p = profile_cluster(config, (int)o.seq, "cpu:r" + std::to_string(comm.rank()), e.device,
-                                        comm, quiet_profiler());
-      if (comm.rank() == 0) measured = p;
-    });
-  }
+  const Profile measured = profile_devices(config, (int)o.seq, {64 * MiB, 64 * MiB, 64 * MiB},
+                                           {"cpu:r0", "cpu:r1", "cpu:r2"}, quiet_profiler());
   // The profiler's smoothing: per sequence never dearer for a larger micro-batch, in total
   // never cheaper.
   for (const DeviceProfile& d : measured.devices) {
@@ -576,27 +588,6 @@ TEST_F(EngineTest, NearTheMemoryLimitGpumixPlansNeverRunOutOfMemoryAndEvenOnesDo
 }
 
 // ---- the profiler and the placement of thread ranks -------------------------------------------
-
-// Profiles the devices of `capacities` (rank r labelled labels[r]), each rank as the gpumix
-// program starts it.
-Profile profile_devices(const GPTConfig& config, int seq, const std::vector<double>& capacities,
-                        const std::vector<std::string>& labels, const ProfilerOptions& options) {
-  EmulatedDevices devices(capacities);
-  Profile result;
-  run_local((int)labels.size(), [&](Comm& comm) {
-    EngineOptions e;
-    start_local_rank(comm, devices.devices(), (int)labels.size(), e);
-    const Profile p = profile_cluster(config, seq, labels[comm.rank()], e.device, comm, options);
-    if (comm.rank() == 0) result = p;
-  });
-  return result;
-}
-
-const DeviceProfile& device_named(const Profile& p, const std::string& name) {
-  for (const DeviceProfile& d : p.devices)
-    if (d.name == name) return d;
-  throw std::runtime_error("no device " + name + " in the profile");
-}
 
 // A rank whose memory runs out at a small micro-batch keeps its place in every measurement
 // (it computes meanwhile) while the others go on to the largest size; and the cache tells
