@@ -21,6 +21,11 @@ using json = nlohmann::json;
 
 namespace {
 
+double median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 // Median time of fn over `repeats` runs after one warm-up.
 template <class F>
 double median_time(int repeats, F&& fn) {
@@ -31,8 +36,7 @@ double median_time(int repeats, F&& fn) {
     fn();
     t.push_back(detail::seconds_since(t0));
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median(t);
 }
 
 // Emulated devices share this machine's cores, so a rank computes slower while the others
@@ -81,8 +85,7 @@ class Together {
       }
       return -1;
     }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return median(t);
   }
 
   // Runs fn (an allocation, untimed); stops this rank if it runs out of memory.
