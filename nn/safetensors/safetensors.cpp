@@ -158,15 +158,18 @@ Reader::Reader(const std::string& path) : path_(path) {
       t.dtype = known->dtype;
       const auto sh = value.find("shape");
       if (sh == value.end() || !sh->is_array()) throw fail(tensor + ": field 'shape' is missing or not an array");
-      // Bytes = elements x dtype size, bounded by the data region so nothing overflows.
+      // Bytes = elements x dtype size, with overflow caught (a zero dimension still wins).
       uint64_t bytes = known->size;
+      bool overflow = false, empty = false;
       for (const auto& d : *sh) {
-        if (!d.is_number_unsigned())
+        if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t)INT64_MAX)
           throw fail(tensor + ": field 'shape' must hold non-negative integers, got " + sh->dump());
         const uint64_t dim = d.get<uint64_t>();
-        t.shape.push_back((int64_t)std::min<uint64_t>(dim, INT64_MAX));
-        bytes = dim == 0 ? 0 : bytes > data_size / dim ? data_size + 1 : bytes * dim;
+        t.shape.push_back((int64_t)dim);
+        empty |= dim == 0;
+        overflow |= __builtin_mul_overflow(bytes, dim, &bytes);
       }
+      if (empty) bytes = 0, overflow = false;
       const auto off = value.find("data_offsets");
       if (off == value.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
           !(*off)[1].is_number_unsigned())
@@ -179,9 +182,9 @@ Reader::Reader(const std::string& path) : path_(path) {
       if (t.end > data_size)
         throw fail(tensor + ": data_offsets " + range_str(t.begin, t.end) + " run past the data region (" +
                    std::to_string(data_size) + " bytes): the file is truncated or the header is wrong");
-      if (bytes != t.end - t.begin)
+      if (overflow || bytes != t.end - t.begin)
         throw fail(tensor + ": shape " + shape_str(t.shape) + " of " + dtype + " is " +
-                   (bytes > data_size ? "more than the whole data region" : std::to_string(bytes) + " bytes") +
+                   (overflow ? "more than 2^64 bytes" : std::to_string(bytes) + " bytes") +
                    " but data_offsets " + range_str(t.begin, t.end) + " hold " + std::to_string(t.end - t.begin));
       tensors_.push_back(std::move(t));
     }
