@@ -19,6 +19,7 @@
 #include "nn/checkpoint.h"
 #include "nn/data/bpe.h"
 #include "nn/data/corpus.h"
+#include "nn/data/file_util.h"
 #include "nn/data/loader.h"
 #include "nn/data/token_file.h"
 #include "nn/gpt.h"
@@ -146,26 +147,45 @@ void print_settings(const std::vector<std::pair<std::string, std::string>>& rows
 
 // ---- generation ----------------------------------------------------------------------------
 
-std::string generate(const GenerateOptions& o) {
-  if (o.threads > 0) omp_set_num_threads(o.threads);
-  GPUMIX_CHECK(o.tokens >= 0, "--tokens must be >= 0, got ", o.tokens);
-  GPUMIX_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
-  const CheckpointReader reader = open_checkpoint(o.ckpt);
+hf::Gpt2Model read_checkpoint_model(const std::string& where) {
+  const CheckpointReader reader = open_checkpoint(where);
   const std::string& dir = reader.dir();
-  const GPTConfig config = config_from_json(reader.model(), dir + "/meta.json: model");
+  hf::Gpt2Model m;
+  m.config = config_from_json(reader.model(), dir + "/meta.json: model");
   // The tokenizer sits in the run folder, the checkpoint folder's parent.
   const fs::path tok_path = fs::path(dir).parent_path() / kTokenizerFile;
   GPUMIX_CHECK(fs::exists(tok_path), "no tokenizer next to checkpoint ", dir, " (expected ",
                tok_path.string(), ")");
-  const data::Tokenizer tok = data::Tokenizer::load(tok_path.string());
-  GPUMIX_CHECK(tok.vocab_size() == config.V, "tokenizer ", tok_path.string(), " has vocabulary ",
-               tok.vocab_size(), " but the model has ", config.V);
+  m.tokenizer = data::Tokenizer::load(tok_path.string());
+  GPUMIX_CHECK(m.tokenizer.vocab_size() == m.config.V, "tokenizer ", tok_path.string(), " has vocabulary ",
+               m.tokenizer.vocab_size(), " but the model has ", m.config.V);
+  m.params.resize((size_t)m.config.total_params());
+  reader.read_slice("master", 0, m.params.data(), (int64_t)m.params.size());
+  return m;
+}
+
+std::string generate(const GenerateOptions& o) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  GPUMIX_CHECK(o.tokens >= 0, "--tokens must be >= 0, got ", o.tokens);
+  GPUMIX_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
+  GPUMIX_CHECK(o.ckpt.empty() != o.model.empty(), "pass one of --ckpt RUN (a GPUMix run or checkpoint) and "
+               "--model DIR (a Hugging Face GPT-2 folder)");
+  const hf::Gpt2Model loaded = o.model.empty() ? read_checkpoint_model(o.ckpt) : hf::read_model(o.model);
+  const GPTConfig& config = loaded.config;
+  const data::Tokenizer& tok = loaded.tokenizer;
   GPT model(config, Device::cpu(), 0);
-  reader.read_slice("master", 0, model.params().data<float>(), model.num_params());
+  std::copy(loaded.params.begin(), loaded.params.end(), model.params().data<float>());
 
   std::vector<int32_t> ids = tok.encode(o.prompt);
   if (ids.empty()) ids.push_back(tok.eot_id());
-  const size_t prompt_len = ids.size();
+  if (!o.dump_logits.empty()) {
+    // The prompt's logits, to compare with another implementation (tests/hf/make_hf_golden.py).
+    const int64_t T = std::min<int64_t>((int64_t)ids.size(), config.T);
+    const std::vector<int32_t> context(ids.begin(), ids.begin() + T);
+    json j = {{"source", "gpumix generate"}, {"prompt", o.prompt}, {"tokens", context},
+              {"logits", model.logits(Tensor::from_vector(context, {1, T})).to_vector()}};  // (T, V)
+    data::write_file_atomic(o.dump_logits, j.dump());
+  }
   std::vector<float> probs(config.V);
   for (int i = 0; i < o.tokens; ++i) {
     const int64_t T = std::min<int64_t>((int64_t)ids.size(), config.T);
@@ -200,7 +220,6 @@ std::string generate(const GenerateOptions& o) {
     }
     ids.push_back(next);
   }
-  (void)prompt_len;
   return tok.decode(ids);
 }
 

@@ -15,6 +15,7 @@
 #include "nn/checkpoint.h"
 #include "nn/data/token_file.h"
 #include "nn/gpt_config.h"
+#include "nn/hf/gpt2.h"
 
 namespace gpumix {
 
@@ -81,6 +82,11 @@ GPTConfig resolve_model(const TrainOptions& o, int64_t vocab, int64_t seq);
 // A checkpoint folder given directly, or the latest complete one of a run folder.
 CheckpointReader open_checkpoint(const std::string& where);
 
+// The model of a checkpoint (`where` as open_checkpoint takes it): its config, master
+// weights and the run's tokenizer (tokenizer.bpe in the run folder, the checkpoint's
+// parent) - the same three parts a Hugging Face folder gives (hf::read_model).
+hf::Gpt2Model read_checkpoint_model(const std::string& where);
+
 // A boxed two-column table of resolved settings, on stdout.
 void print_settings(const std::vector<std::pair<std::string, std::string>>& rows);
 // 1234 -> "1.2k", 2.5e6 -> "2.50M".
@@ -88,6 +94,8 @@ std::string human_count(double x);
 
 struct GenerateOptions {
   std::string ckpt;             // run folder (its latest checkpoint) or a checkpoint folder
+  std::string model;            // or a Hugging Face GPT-2 folder (nn/hf/gpt2.h)
+  std::string dump_logits;      // when set: write the prompt's ids and logits there as JSON
   std::string prompt;
   int tokens = 100;
   float temperature = 0.8f;

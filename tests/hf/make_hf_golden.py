@@ -313,13 +313,21 @@ def check(folder, logits_path):
             raise SystemExit(f"{name}: shape {tuple(params[name].shape)}, expected {shape}")
     with open(logits_path) as f:
         got = json.load(f)
+    # The folder's tokenizer, read as GPT-2 reads it, must encode the prompt as GPUMix did.
+    with open(os.path.join(folder, "vocab.json"), encoding="utf-8") as f:
+        encoder = json.load(f)
+    with open(os.path.join(folder, "merges.txt"), encoding="utf-8") as f:
+        merges = [tuple(line.split(" ")) for line in f.read().split("\n")[1:] if line]
+    ids = Gpt2Encoder(encoder, merges).encode(got["prompt"])[:len(got["tokens"])] or [encoder[EOT]]
+    if ids != got["tokens"]:
+        raise SystemExit(f"the prompt {got['prompt']!r} encodes as {ids} here but as {got['tokens']} in GPUMix")
     tokens = torch.tensor(got["tokens"]).reshape(1, -1)
     want = torch.tensor(got["logits"], dtype=torch.float64).reshape(1, tokens.shape[1], -1)
     with torch.no_grad():
         ours = forward({k: v.double() for k, v in params.items()}, tokens, config["n_layer"], config["n_head"])
     diff = (ours - want).abs().max().item()
     print(f"{folder}: {config['n_layer']} layers, n_embd {config['n_embd']}, vocab {config['vocab_size']}, "
-          f"{tokens.shape[1]} tokens: max |logit| {want.abs().max().item():.4f}, "
+          f"{tokens.shape[1]} tokens (encoded alike): max |logit| {want.abs().max().item():.4f}, "
           f"max |PyTorch - GPUMix| {diff:.3e}")
 
 
