@@ -354,6 +354,38 @@ TEST_F(Tools, GenerateContinuesThePromptAndIsGreedyAtTemperatureZero) {
   EXPECT_EQ(s.out, s2.out) << "the same seed sampled different text";
 }
 
+// ---- export: a Hugging Face GPT-2 folder ----------------------------------------------------
+
+TEST_F(Tools, ExportedFolderGeneratesAsTheCheckpoint) {
+  const std::string out = path("exported");
+  const Result e = gpumix({"export", "--ckpt", base(), "--out", out}, dir_);
+  ASSERT_EQ(e.code, 0) << show(e);
+  for (const char* f : {"model.safetensors", "config.json", "vocab.json", "merges.txt"})
+    EXPECT_TRUE(fs::is_regular_file(out + "/" + f)) << f;
+  const std::vector<std::string> greedy = {"--prompt", "The meaning of", "--tokens", "12", "--temperature", "0",
+                                           "--threads", "1"};
+  std::vector<std::string> from_ckpt = {"generate", "--ckpt", base(), "--dump-logits", path("ckpt_logits.json")};
+  std::vector<std::string> from_model = {"generate", "--model", out, "--dump-logits", path("model_logits.json")};
+  from_ckpt.insert(from_ckpt.end(), greedy.begin(), greedy.end());
+  from_model.insert(from_model.end(), greedy.begin(), greedy.end());
+  const Result a = gpumix(from_ckpt, dir_), b = gpumix(from_model, dir_);
+  ASSERT_EQ(a.code, 0) << show(a);
+  ASSERT_EQ(b.code, 0) << show(b);
+  EXPECT_EQ(a.out, b.out);
+  // fp32 export: the same logits, bit for bit.
+  const nlohmann::json la = nlohmann::json::parse(read_file(path("ckpt_logits.json")));
+  const nlohmann::json lb = nlohmann::json::parse(read_file(path("model_logits.json")));
+  EXPECT_EQ(la["tokens"], lb["tokens"]);
+  EXPECT_EQ(la["logits"], lb["logits"]);
+  EXPECT_EQ(la["logits"].size(), la["tokens"].size() * 512);
+  // bf16: a loadable folder too.
+  const Result h = gpumix({"export", "--ckpt", base(), "--out", path("exported_bf16"), "--dtype", "bf16"}, dir_);
+  ASSERT_EQ(h.code, 0) << show(h);
+  EXPECT_EQ(nlohmann::json::parse(read_file(path("exported_bf16/config.json")))["torch_dtype"], "bfloat16");
+  const Result g = gpumix({"generate", "--model", path("exported_bf16"), "--prompt", "The", "--tokens", "4"}, dir_);
+  EXPECT_EQ(g.code, 0) << show(g);
+}
+
 TEST_F(Tools, GenerateFromAnUnknownCheckpoint) {
   const Result r = gpumix({"generate", "--ckpt", path("no_such_run"), "--prompt", "x"}, dir_);
   expect_failure(r, {"no_such_run", "does not exist"});
@@ -604,6 +636,44 @@ TEST_F(BadInputs, Generate) {
       {"--top-k negative", generate(base(), {"--top-k", "-3"}), {"--top-k", "-3"}},
       {"--temperature nan", generate(base(), {"--temperature", "nan"}), {"--temperature", "nan"}},
   });
+  expect_base_intact();
+}
+
+TEST_F(BadInputs, ExportAndHuggingFaceFolders) {
+  const std::string never = path("m_never_exported");
+  fs::create_directories(path("m_full"));
+  write_file(path("m_full/keep.txt"), "keep");
+  // Hugging Face folders made from an export of the base run, then damaged.
+  Result r = gpumix({"export", "--ckpt", base(), "--out", path("m_hf")}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  for (const char* c : {"m_hf_trunc", "m_hf_config", "m_hf_no_merges"}) {
+    fs::create_directories(path(c));
+    for (const auto& f : fs::directory_iterator(path("m_hf"))) fs::copy_file(f.path(), fs::path(path(c)) / f.path().filename());
+  }
+  const std::string weights = read_file(path("m_hf/model.safetensors"));
+  write_file(path("m_hf_trunc/model.safetensors"), weights.substr(0, weights.size() - 100));
+  nlohmann::json config = nlohmann::json::parse(read_file(path("m_hf/config.json")));
+  config["n_embd"] = 48;
+  write_file(path("m_hf_config/config.json"), config.dump());
+  fs::remove(path("m_hf_no_merges/merges.txt"));
+  run_cases({
+      {"export: missing checkpoint", {"export", "--ckpt", path("no_such_run"), "--out", never}, {"no_such_run", "does not exist"}, {never}},
+      {"export: truncated checkpoint", {"export", "--ckpt", path("m_ckpt_trunc_bin") + "/ckpt-000003", "--out", never},
+       {"master.bin", "truncated"}, {never}},
+      {"export: into a folder that holds files", {"export", "--ckpt", base(), "--out", path("m_full")},
+       {"m_full", "exists and is not empty", "nothing was written"}, {}, {path("m_full/keep.txt")}},
+      {"export: --dtype fp16", {"export", "--ckpt", base(), "--out", never, "--dtype", "fp16"}, {"--dtype", "fp16"}, {never}},
+      {"generate: --ckpt and --model", {"generate", "--ckpt", base(), "--model", path("m_hf"), "--prompt", "x"},
+       {"--ckpt", "--model"}},
+      {"generate: --model without config.json", {"generate", "--model", path("m_ckpt_empty"), "--prompt", "x"},
+       {"m_ckpt_empty", "has no config.json"}},
+      {"generate: truncated model.safetensors", {"generate", "--model", path("m_hf_trunc"), "--prompt", "x"},
+       {"model.safetensors", "run past the data region", "truncated"}},
+      {"generate: config.json contradicting the tensors", {"generate", "--model", path("m_hf_config"), "--prompt", "x"},
+       {"transformer.wte.weight", "n_embd = 48"}},
+      {"generate: no merges.txt", {"generate", "--model", path("m_hf_no_merges"), "--prompt", "x"}, {"has no merges.txt"}},
+  });
+  EXPECT_EQ(read_file(path("m_full/keep.txt")), "keep");
   expect_base_intact();
 }
 
