@@ -11,6 +11,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "autograd/tape.h"
 #include "core/ops.h"
@@ -67,17 +68,35 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
                "Debian's fortunes package)");
   RunData d;
   d.tokenizer_path = o.tokenizer.empty() ? (fs::path(o.out) / kTokenizerFile).string() : o.tokenizer;
+  // With --init-from the run's tokenizer is the folder's: rank 0 saves it into the run folder
+  // once the data is known good, and the other ranks load it from there.
+  std::optional<data::Tokenizer> imported;
+  if (!o.init_from.empty() && may_train_tokenizer) {
+    imported = data::Tokenizer::load(o.init_from);
+    GPUMIX_CHECK(!fs::exists(d.tokenizer_path) || data::Tokenizer::load(d.tokenizer_path).hash() == imported->hash(),
+                 "run folder ", o.out, " holds a tokenizer (", d.tokenizer_path, ") other than ", o.init_from,
+                 "'s; pass another --out, or the --init-from folder this run started from");
+  }
+  const auto keep_imported = [&] {
+    if (!imported || fs::exists(d.tokenizer_path)) return;
+    fs::create_directories(fs::path(d.tokenizer_path).parent_path());
+    imported->save(d.tokenizer_path);
+    std::printf("tokenizer of %s (%d tokens) -> %s\n", o.init_from.c_str(), imported->vocab_size(),
+                d.tokenizer_path.c_str());
+  };
   if (fs::is_regular_file(o.data) && data::is_token_file(o.data)) {
     d.file = std::make_unique<data::TokenFile>(o.data);
     d.tokens = d.file->tokens();
     d.vocab = (int64_t)d.file->vocab_size();
-    if (fs::exists(d.tokenizer_path)) {
-      const data::Tokenizer tok = data::Tokenizer::load(d.tokenizer_path);
-      GPUMIX_CHECK(tok.vocab_size() == d.vocab, "token file ", o.data, " has vocabulary ", d.vocab,
-                   " but tokenizer ", d.tokenizer_path, " has ", tok.vocab_size(),
-                   "; pass the --tokenizer that encoded it");
+    if (imported || fs::exists(d.tokenizer_path)) {
+      const data::Tokenizer tok = imported ? *imported : data::Tokenizer::load(d.tokenizer_path);
+      const std::string source = imported ? "the tokenizer of " + o.init_from : "tokenizer " + d.tokenizer_path;
+      GPUMIX_CHECK(tok.vocab_size() == d.vocab, "token file ", o.data, " has vocabulary ", d.vocab, " but ", source,
+                   " has ", tok.vocab_size(), "; pass the --tokenizer that encoded it (with --init-from: a token "
+                   "file made with the folder's tokenizer, or the text)");
       d.tokenizer_hash = tok.hash();
     }
+    keep_imported();
     return d;
   }
   GPUMIX_CHECK(!fs::is_regular_file(o.data) || !looks_binary(o.data), "training data '", o.data,
@@ -87,7 +106,10 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
   const std::string text = data::read_corpus(o.data);
   GPUMIX_CHECK(!text.empty(), "training corpus '", o.data, "' is empty; pass a corpus with text in it");
   data::Tokenizer tok;
-  if (fs::exists(d.tokenizer_path)) {
+  if (imported) {
+    tok = *imported;
+    keep_imported();
+  } else if (fs::exists(d.tokenizer_path)) {
     tok = data::Tokenizer::load(d.tokenizer_path);
   } else {
     GPUMIX_CHECK(may_train_tokenizer, "tokenizer ", d.tokenizer_path, " is missing");
@@ -106,7 +128,38 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
   return d;
 }
 
+namespace {
+
+// --init-from's config.json, once no flag contradicts the folder and its weights match it:
+// checked before the run writes anything.
+GPTConfig init_from_config(const TrainOptions& o) {
+  GPUMIX_CHECK(o.tokenizer.empty(), "--tokenizer ", o.tokenizer, " contradicts --init-from ", o.init_from,
+               ", whose vocab.json and merges.txt are the tokenizer; drop one of them");
+  GPUMIX_CHECK(!o.layers && !o.heads && !o.channels, "--layers/--heads/--channels contradict --init-from ",
+               o.init_from, ", whose config.json gives the model's shape; drop them");
+  const GPTConfig c = hf::read_config(o.init_from);
+  GPUMIX_CHECK(o.seq <= c.T, "--seq ", o.seq, " exceeds the context of ", o.init_from, " (n_positions ", c.T,
+               " in its config.json); pass --seq ", c.T, " or less");
+  hf::Weights(o.init_from, c);  // names, shapes, dtypes: every contradiction with config.json
+  return c;
+}
+
+}  // namespace
+
+int64_t resolve_seq(const TrainOptions& o) {
+  const int64_t context = o.init_from.empty() ? gpt_preset(o.model).T  // an unknown name fails here
+                                              : init_from_config(o).T;
+  return o.seq > 0 ? o.seq : context;
+}
+
 GPTConfig resolve_model(const TrainOptions& o, int64_t vocab, int64_t seq) {
+  if (!o.init_from.empty()) {
+    const GPTConfig c = init_from_config(o);
+    GPUMIX_CHECK(c.V == vocab, o.init_from, "/config.json: vocab_size ", c.V, " but the data's vocabulary is ",
+                 vocab, "; train on text (encoded with the folder's tokenizer) or on a token file it made");
+    GPUMIX_CHECK(seq <= c.T, "sequence length ", seq, " exceeds n_positions ", c.T, " of ", o.init_from);
+    return c;  // the context stays n_positions: training on shorter windows uses wpe's first rows
+  }
   GPTConfig c = gpt_preset(o.model);
   if (o.layers) c.L = o.layers;
   if (o.heads) c.NH = o.heads;

@@ -26,6 +26,8 @@ struct TrainOptions {
   int64_t token_count = 0;
   int64_t token_vocab = 0;
   std::string tokenizer;        // tokenizer file; default: <out>/tokenizer.bpe, trained if absent
+  std::string init_from;        // a Hugging Face GPT-2 folder (nn/hf/gpt2.h) to start from: its
+                                // config.json is the model, vocab.json + merges.txt the tokenizer
   std::string model = "gpt-nano";  // preset name
   int layers = 0, heads = 0, channels = 0;  // explicit shape overrides (0 = the preset's)
   std::string out = "runs/gpt";  // run folder: tokenizer, log.jsonl, checkpoints
@@ -73,10 +75,17 @@ struct RunData {
 
 // Reads o.data. A text corpus is encoded with the run's tokenizer, which is trained (with
 // the model preset's vocabulary) and saved when absent and `may_train_tokenizer`; other
-// ranks pass false and load what rank 0 saved.
+// ranks pass false and load what rank 0 saved. With o.init_from the run's tokenizer is the
+// folder's, saved as <out>/tokenizer.bpe (which, if present, must be the same).
 RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer);
 
-// The preset with the flags' overrides, the data's vocabulary and sequence length `seq`.
+// The sequence length of a run: --seq, or the model's context (the preset's, or
+// n_positions of o.init_from's config.json, which --seq must not exceed).
+int64_t resolve_seq(const TrainOptions& o);
+
+// The preset with the flags' overrides, the data's vocabulary and sequence length `seq`;
+// or, with o.init_from, its config.json (context n_positions), whose vocab_size must be
+// the data's and which no shape flag may override.
 GPTConfig resolve_model(const TrainOptions& o, int64_t vocab, int64_t seq);
 
 // A checkpoint folder given directly, or the latest complete one of a run folder.

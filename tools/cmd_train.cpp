@@ -101,7 +101,11 @@ int cmd_train(int argc, char** argv) {
   CLI::App app{"Train a GPT on a text corpus or token file, on one or several ranks"};
   app.add_option("--data", o.data, "text corpus, folder of fortune files, or token file")->required();
   app.add_option("--tokenizer", o.tokenizer, "tokenizer file (default: <out>/tokenizer.bpe, trained if absent)");
-  app.add_option("--model", o.model, "model preset (gpt-nano, gpt-micro, gpt-mini, gpt2, ...)");
+  auto* model = app.add_option("--model", o.model, "model preset (gpt-nano, gpt-micro, gpt-mini, gpt2, ...)");
+  app.add_option("--init-from", o.init_from,
+                 "start from a Hugging Face GPT-2 folder (model.safetensors, config.json, vocab.json, "
+                 "merges.txt): its shape, weights and tokenizer")
+      ->excludes(model);
   app.add_option("--layers", o.layers, "override the preset's number of layers");
   app.add_option("--heads", o.heads, "override the preset's number of heads");
   app.add_option("--channels", o.channels, "override the preset's channels");

@@ -50,7 +50,7 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, cons
     json ranks = json::array();
     for (const RankWork& w : work) ranks.push_back({{"batch", w.batch}, {"micro_batch", w.micro_batch}, {"share", w.share}});
     meta.plan = {{"ranks", ranks}, {"global_batch", o.batch}};
-    meta.extra = {{"lr", o.lr}, {"steps", o.steps}, {"seq", config.T}};
+    meta.extra = {{"lr", o.lr}, {"steps", o.steps}, {"seq", o.seq > 0 ? o.seq : (int64_t)config.T}};
     attempt([&] { dir = writer.commit(meta); });
   }
   comm.agree("checkpoint: committing step " + std::to_string(step), {}, error);

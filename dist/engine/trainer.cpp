@@ -25,6 +25,7 @@
 #include "dist/engine/whole_model_engine.h"
 #include "dist/plan/simulator.h"
 #include "nn/data/loader.h"
+#include "nn/hf/gpt2.h"
 #include "nn/optim.h"
 
 namespace gpumix::dist {
@@ -114,12 +115,6 @@ void slow_down_if_injected(int rank, Device device) {
   configure_device(device, props);
 }
 
-// --seq, or the preset's context; an unknown --model fails here, before anything is written.
-int64_t seq_of(const TrainOptions& o) {
-  const GPTConfig preset = gpt_preset(o.model);
-  return o.seq > 0 ? o.seq : preset.T;
-}
-
 std::vector<double> ms_of(const std::vector<double>& seconds) {
   std::vector<double> ms;
   for (double x : seconds) ms.push_back(x * 1e3);
@@ -151,6 +146,7 @@ class Training {
   void choose_device();
   void choose_plan(const std::vector<RankWork>& given_work);
   void make_engine();
+  void init_from();
   void resume();
   void print_settings() const;
   void open_log();
@@ -219,7 +215,7 @@ Training::Training(const TrainOptions& o, Comm& comm, const EngineOptions& engin
       lead_(rank_ == 0),
       resuming_(!o.resume.empty()),
       log_path_(fs::path(o.out) / "log.jsonl"),
-      seq_(seq_of(o)),
+      seq_(resolve_seq(o)),  // an unknown --model fails here, before anything is written
       tokens_per_step_(o.batch * seq_),
       scale_(1.0f / (float)tokens_per_step_),
       last_(o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps) {
@@ -300,6 +296,21 @@ void Training::make_engine() {
                                               engine_options_.prefetch);
 }
 
+// --init-from: every rank reads its own slices of the folder's weights (a resume reads the
+// checkpoint's instead).
+void Training::init_from() {
+  if (o_.init_from.empty() || resuming_) return;
+  std::string error;
+  try {
+    const hf::Weights weights(o_.init_from, config_);
+    for (const OwnedSlice& s : engine_->slices()) weights.read(s.flat_offset, s.master.numel(), s.master.data<float>());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  comm_.agree("init-from", {}, error);
+  if (lead_) std::printf("initialised from %s\n", o_.init_from.c_str());
+}
+
 void Training::resume() {
   if (!resuming_) return;
   start_ = load_checkpoint(o_.resume, config_, *engine_, comm_, run_.tokenizer_hash);
@@ -321,6 +332,7 @@ void Training::print_settings() const {
       {"batch x seq", std::to_string(o_.batch) + " x " + std::to_string(seq_) + " = " +
                           std::to_string(o_.batch * seq_) + " tokens/step"},
       {"steps", std::to_string(o_.steps) + (resuming_ ? " (from step " + std::to_string(start_) + ")" : "")},
+      {"init from", o_.init_from.empty() ? "(random, seed " + std::to_string(o_.seed) + ")" : o_.init_from},
       {"lr", str(o_.lr, " warmup ", schedule_.warmup, " cosine to ", schedule_.min_lr)},
       {"weight decay / clip", str(o_.weight_decay, " / ", o_.grad_clip)},
       {"ranks", str(ranks_, " (", comm_.backend(), ")")},
@@ -627,6 +639,7 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
   run.choose_device();
   run.choose_plan(given_work);
   run.make_engine();
+  run.init_from();
   run.resume();
   run.print_settings();
   run.open_log();

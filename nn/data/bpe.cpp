@@ -644,8 +644,14 @@ void Tokenizer::save(const std::string& path) const {
 
 Tokenizer Tokenizer::load(const std::string& path) {
   if (std::filesystem::is_directory(path)) {
-    return load_gpt2((std::filesystem::path(path) / "vocab.json").string(),
-                     (std::filesystem::path(path) / "merges.txt").string());
+    const std::filesystem::path dir(path);
+    for (const char* file : {"vocab.json", "merges.txt"}) {
+      if (!std::filesystem::is_regular_file(dir / file)) {
+        throw std::runtime_error("tokenizer folder '" + path + "' has no " + file +
+                                 ": a folder given as a tokenizer holds GPT-2's vocab.json and merges.txt");
+      }
+    }
+    return load_gpt2((dir / "vocab.json").string(), (dir / "merges.txt").string());
   }
   const std::string text = read_file(path);
   std::istringstream in(text);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/error.h"
 #include "nn/data/file_util.h"
 #include "nn/gpt.h"
 
@@ -133,27 +134,36 @@ Gpt2Model read_model(const std::string& dir) {
                              " but vocab.json and merges.txt make " + std::to_string(m.tokenizer.vocab_size()) +
                              " tokens (256 bytes + " + std::to_string(m.tokenizer.num_merges()) +
                              " merges + <|endoftext|>); GPUMix needs them equal");
+  m.params.resize((size_t)c.total_params());
+  Weights(dir, c).read(0, c.total_params(), m.params.data());
+  return m;
+}
 
-  const safetensors::Reader st(in(dir, weights_file));
+namespace {
+
+std::string existing_weights(const std::string& dir) {
+  if (!fs::is_regular_file(in(dir, weights_file))) throw missing_file(dir, weights_file);
+  return in(dir, weights_file);
+}
+
+}  // namespace
+
+Weights::Weights(const std::string& dir, const GPTConfig& config) : config_(config), file_(existing_weights(dir)) {
+  const GPTConfig& c = config_;
+  const safetensors::Reader& st = file_;
   const auto fail = [&](const std::string& problem) {
     return std::runtime_error("weights file '" + st.path() + "': " + problem);
   };
   // GPT2LMHeadModel's names, or GPT2Model's (no "transformer." prefix: the original gpt2).
-  const std::string have = st.find("transformer.wte.weight") ? prefix : st.find("wte.weight") ? "" : "?";
-  if (have == "?")
+  if (st.find("transformer.wte.weight"))
+    prefix_ = prefix;
+  else if (!st.find("wte.weight"))
     throw fail("has neither 'transformer.wte.weight' nor 'wte.weight': not a GPT-2 model (" +
                std::to_string(st.tensors().size()) + " tensors" +
                (st.tensors().empty() ? std::string() : ", the first '" + st.tensors()[0].name + "'") + ")");
-  const auto file_name = [&](const std::string& name) { return have + name.substr(std::strlen(prefix)); };
-
-  const std::vector<ParamInfo> layout = gpt_param_layout(c);
-  const std::vector<TensorName> names = tensor_names(c);
-  m.params.assign((size_t)c.total_params(), 0.0f);
   std::set<std::string> used;
-  std::vector<float> buffer;
-  for (size_t i = 0; i < names.size(); ++i) {
-    const TensorName& t = names[i];
-    const std::string name = file_name(t.name);
+  for (const TensorName& t : tensor_names(c)) {
+    const std::string name = prefix_ + t.name.substr(std::strlen(prefix));
     const safetensors::TensorInfo* info = st.find(name);
     if (!info)
       throw fail("has no tensor '" + name + "' (config.json: n_layer = " + std::to_string(c.L) +
@@ -161,20 +171,15 @@ Gpt2Model read_model(const std::string& dir) {
     if (info->shape != t.shape)
       throw fail("tensor '" + name + "' has shape " + safetensors::shape_str(info->shape) + " but config.json's " +
                  fields_of(t, c) + " make it " + safetensors::shape_str(t.shape));
-    float* dst = m.params.data() + layout[i].offset;
-    if (t.transposed) {
-      buffer.resize((size_t)info->numel());
-      st.read_f32(*info, buffer.data());
-      transpose(buffer.data(), t.shape[0], t.shape[1], dst);
-    } else {
-      st.read_f32(*info, dst);
-    }
+    if (info->dtype != safetensors::DType::F32 && info->dtype != safetensors::DType::BF16 &&
+        info->dtype != safetensors::DType::F16)
+      throw fail("tensor '" + name + "' is " + safetensors::dtype_name(info->dtype) + "; weights must be F32, BF16 or F16");
     used.insert(name);
   }
   // What else the file may hold: mask buffers, and a head tied to wte.
   for (const safetensors::TensorInfo& t : st.tensors()) {
     if (used.count(t.name)) continue;
-    const std::string rest = t.name.rfind(have, 0) == 0 ? t.name.substr(have.size()) : t.name;
+    const std::string rest = t.name.rfind(prefix_, 0) == 0 ? t.name.substr(prefix_.size()) : t.name;
     int block = -1;
     char tail[32] = {};
     if (std::sscanf(rest.c_str(), "h.%d.%31s", &block, tail) == 2) {
@@ -188,16 +193,46 @@ Gpt2Model read_model(const std::string& dir) {
       if (t.shape != vc)
         throw fail("tensor 'lm_head.weight' has shape " + safetensors::shape_str(t.shape) + ", not the " +
                    safetensors::shape_str(vc) + " of the embedding");
-      buffer.resize((size_t)t.numel());
-      st.read_f32(t, buffer.data());
-      if (std::memcmp(buffer.data(), m.params.data(), buffer.size() * sizeof(float)) != 0)
+      std::vector<float> head((size_t)t.numel()), wte((size_t)t.numel());
+      st.read_f32(t, head.data());
+      st.read_f32(*st.find(prefix_ + "wte.weight"), wte.data());
+      if (head != wte)
         throw fail("tensor 'lm_head.weight' differs from the token embedding: an untied LM head, which GPUMix's "
                    "model (its head is tied to wte) cannot hold");
       continue;
     }
     throw fail("tensor '" + t.name + "' is not a weight of GPT2LMHeadModel; GPUMix would lose it");
   }
-  return m;
+}
+
+void Weights::read(int64_t offset, int64_t count, float* out) const {
+  const std::vector<ParamInfo> layout = gpt_param_layout(config_);
+  const std::vector<TensorName> names = tensor_names(config_);
+  GPUMIX_CHECK(offset >= 0 && count >= 0 && offset + count <= config_.total_params(), "Weights::read: [", offset,
+               ", ", offset + count, ") is outside the ", config_.total_params(), " parameters");
+  std::vector<float> whole;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const int64_t begin = std::max(offset, layout[i].offset);
+    const int64_t end = std::min(offset + count, layout[i].offset + layout[i].shape.numel());
+    if (begin >= end) continue;
+    const TensorName& t = names[i];
+    const safetensors::TensorInfo& info = *file_.find(prefix_ + t.name.substr(std::strlen(prefix)));
+    float* dst = out + (begin - offset);
+    const bool all = begin == layout[i].offset && end - begin == layout[i].shape.numel();
+    if (all && !t.transposed) {
+      file_.read_f32(info, dst);
+      continue;
+    }
+    // A part, or a transposed matrix: the whole tensor once, in GPUMix's orientation.
+    whole.resize((size_t)info.numel());
+    file_.read_f32(info, whole.data());
+    if (t.transposed) {
+      std::vector<float> ours(whole.size());
+      transpose(whole.data(), t.shape[0], t.shape[1], ours.data());
+      whole.swap(ours);
+    }
+    std::copy(whole.begin() + (begin - layout[i].offset), whole.begin() + (end - layout[i].offset), dst);
+  }
 }
 
 void write_model(const std::string& dir, const GPTConfig& config, const float* params,

@@ -17,6 +17,7 @@
 // Glossary: L layers, NH heads, C channels, V vocabulary, T context (n_positions).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,20 @@ GPTConfig read_config(const std::string& dir);
 // equal to wte. A tensor missing, of the wrong shape (naming the config fields it
 // contradicts), unknown, or an untied head is an error naming the file and the tensor.
 Gpt2Model read_model(const std::string& dir);
+
+// The weights of a folder, checked as read_model does when opened, read in parts: a rank
+// of a sharded run reads only its own slices of the flat layout.
+class Weights {
+ public:
+  Weights(const std::string& dir, const GPTConfig& config);
+  // Elements [offset, offset + count) of the flat layout (gpt_param_layout) into `out`.
+  void read(int64_t offset, int64_t count, float* out) const;
+
+ private:
+  GPTConfig config_;
+  safetensors::Reader file_;
+  std::string prefix_;  // "transformer." or "" (GPT2Model's names)
+};
 
 // Writes the folder `dir`, which must not exist or be empty: the weights (`params`, the
 // flat fp32 layout of `config`) as `dtype` (F32, or BF16 rounded to nearest even), the

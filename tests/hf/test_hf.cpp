@@ -310,6 +310,21 @@ TEST(HfModel, ExportWritesHuggingFaceNamesAndLayoutBitwise) {
   EXPECT_EQ(read_file(out + "/merges.txt"), read_file(kGolden + "/merges.txt"));
 }
 
+TEST(HfModel, WeightsReadInPartsAsAShardedRankReadsThem) {
+  const hf::Gpt2Model m = hf::read_model(kGolden);
+  const hf::Weights w(kGolden, m.config);
+  const int64_t P = m.config.total_params();
+  // Cuts inside tensors, across tensors, inside transposed matrices, empty and whole.
+  for (const auto& [offset, count] : std::vector<std::pair<int64_t, int64_t>>{
+           {0, P}, {0, 0}, {5, 1}, {13000, 7777}, {P - 3, 3}, {14000, 1}, {20001, 4096}}) {
+    std::vector<float> part((size_t)count, NAN);
+    w.read(offset, count, part.data());
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), m.params.begin() + offset)) << offset << " + " << count;
+  }
+  std::vector<float> one(1);
+  EXPECT_ERROR_HAS(w.read(P, 1, one.data()), "outside the " + std::to_string(P) + " parameters");
+}
+
 TEST(HfModel, Bf16ExportIsTheRoundedFp32) {
   TempDir dir;
   const hf::Gpt2Model m = hf::read_model(kGolden);

@@ -386,6 +386,32 @@ TEST_F(Tools, ExportedFolderGeneratesAsTheCheckpoint) {
   EXPECT_EQ(g.code, 0) << show(g);
 }
 
+TEST_F(Tools, InitFromAGpt2FolderTrainsGeneratesAndExportsItsTokenizer) {
+  // tests/hf/golden: a GPT-2 made in PyTorch with its own vocab.json + merges.txt.
+  const std::string golden = GPUMIX_HF_GOLDEN_DIR, run = path("from_hf"), out = path("from_hf_exported");
+  const Result t = gpumix({"train", "--data", kCorpus, "--init-from", golden, "--steps", "4", "--batch", "4",
+                           "--seq", "8", "--threads", "1", "--quiet", "--out", run},
+                          dir_);
+  ASSERT_EQ(t.code, 0) << show(t);
+  EXPECT_NE(t.out.find("initialised from " + golden), std::string::npos) << t.out;
+  const Result g = gpumix({"generate", "--ckpt", run, "--prompt", "Don't", "--tokens", "6", "--temperature", "0"}, dir_);
+  ASSERT_EQ(g.code, 0) << show(g);
+  EXPECT_EQ(g.out.rfind("Don't", 0), 0u) << g.out;
+  // The fine-tuned model goes back out with GPT-2's ids, and its context n_positions (16),
+  // not the 8 it was trained on.
+  const Result e = gpumix({"export", "--ckpt", run, "--out", out}, dir_);
+  ASSERT_EQ(e.code, 0) << show(e);
+  EXPECT_EQ(nlohmann::json::parse(read_file(out + "/vocab.json")), nlohmann::json::parse(read_file(golden + "/vocab.json")));
+  EXPECT_EQ(read_file(out + "/merges.txt"), read_file(golden + "/merges.txt"));
+  EXPECT_EQ(nlohmann::json::parse(read_file(out + "/config.json"))["n_positions"], 16);
+  // Continued with --resume and the same --init-from (which gives the shape).
+  const Result r = gpumix({"train", "--data", kCorpus, "--init-from", golden, "--resume", run, "--steps", "6",
+                           "--batch", "4", "--seq", "8", "--threads", "1", "--quiet", "--out", run},
+                          dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(log_losses(run).size(), 6u);
+}
+
 TEST_F(Tools, GenerateFromAnUnknownCheckpoint) {
   const Result r = gpumix({"generate", "--ckpt", path("no_such_run"), "--prompt", "x"}, dir_);
   expect_failure(r, {"no_such_run", "does not exist"});
@@ -674,6 +700,29 @@ TEST_F(BadInputs, ExportAndHuggingFaceFolders) {
       {"generate: no merges.txt", {"generate", "--model", path("m_hf_no_merges"), "--prompt", "x"}, {"has no merges.txt"}},
   });
   EXPECT_EQ(read_file(path("m_full/keep.txt")), "keep");
+  // train --init-from those folders: refused before the run folder gets anything.
+  const std::string golden = GPUMIX_HF_GOLDEN_DIR;
+  const auto init_from = [&](const std::string& name, const std::string& folder, std::vector<std::string> extra,
+                             std::vector<std::string> says, const std::string& data = kCorpus) {
+    const std::string run = path("m_hf_run_" + std::to_string(counter_++));
+    std::vector<std::string> args = {"train", "--data", data, "--init-from", folder, "--steps", "2", "--batch",
+                                     "2", "--threads", "1", "--quiet", "--out", run};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return BadInput{name, args, std::move(says), {run + "/tokenizer.bpe"}, {}, run};
+  };
+  run_cases({
+      init_from("--init-from a missing folder", path("no_such_folder"), {}, {"no_such_folder", "has no config.json"}),
+      init_from("--init-from with truncated weights", path("m_hf_trunc"), {}, {"model.safetensors", "truncated"}),
+      init_from("--init-from whose config.json contradicts the tensors", path("m_hf_config"), {},
+                {"transformer.wte.weight", "n_embd = 48"}),
+      init_from("--init-from without merges.txt", path("m_hf_no_merges"), {}, {"has no merges.txt"}),
+      init_from("--init-from with --model", golden, {"--model", "gpt-micro"}, {"--init-from", "--model"}),
+      init_from("--init-from with --layers", golden, {"--layers", "3"}, {"--layers/--heads/--channels contradict"}),
+      init_from("--init-from with --tokenizer", golden, {"--tokenizer", tokenizer()}, {"contradicts --init-from"}),
+      init_from("--init-from with a longer --seq", golden, {"--seq", "64"}, {"--seq 64 exceeds the context", "n_positions 16"}),
+      init_from("--init-from with a token file of another tokenizer", golden, {},
+                {"has vocabulary 512 but the tokenizer of"}, tokens()),
+  });
   expect_base_intact();
 }
 
