@@ -171,8 +171,7 @@ Weights::Weights(const std::string& dir, const GPTConfig& config) : config_(conf
     if (info->shape != t.shape)
       throw fail("tensor '" + name + "' has shape " + safetensors::shape_str(info->shape) + " but config.json's " +
                  fields_of(t, c) + " make it " + safetensors::shape_str(t.shape));
-    if (info->dtype != safetensors::DType::F32 && info->dtype != safetensors::DType::BF16 &&
-        info->dtype != safetensors::DType::F16)
+    if (!safetensors::converts_to_f32(info->dtype))
       throw fail("tensor '" + name + "' is " + safetensors::dtype_name(info->dtype) + "; weights must be F32, BF16 or F16");
     used.insert(name);
   }

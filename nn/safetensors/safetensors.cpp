@@ -66,6 +66,7 @@ std::string range_str(uint64_t begin, uint64_t end) {
 
 const char* dtype_name(DType t) { return entry_of(t).name; }
 size_t dtype_size(DType t) { return entry_of(t).size; }
+bool converts_to_f32(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
 
 int64_t TensorInfo::numel() const {
   // A zero dimension first: the other dimensions of an empty tensor are not bounded.
@@ -234,23 +235,19 @@ void Reader::read_f32(const std::string& name, const std::vector<int64_t>& shape
 }
 
 void Reader::read_f32(const TensorInfo& t, float* out) const {
+  if (!converts_to_f32(t.dtype))
+    throw FormatError("safetensors file '" + path_ + "': tensor '" + t.name + "' is " + dtype_name(t.dtype) +
+                      "; weights must be F32, BF16 or F16");
   const uint8_t* p = map_ + data_begin_ + t.begin;
   const int64_t n = t.numel();
-  switch (t.dtype) {
-    case DType::F32:
-      std::memcpy(out, p, (size_t)n * 4);
-      return;
-    case DType::BF16:
-    case DType::F16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        out[i] = t.dtype == DType::BF16 ? bf16_bits_to_f32(h) : f16_to_f32(h);
-      }
-      return;
-    default:
-      throw FormatError("safetensors file '" + path_ + "': tensor '" + t.name + "' is " + dtype_name(t.dtype) +
-                        "; weights must be F32, BF16 or F16");
+  if (t.dtype == DType::F32) {
+    std::memcpy(out, p, (size_t)n * 4);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {  // BF16 or F16
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    out[i] = t.dtype == DType::BF16 ? bf16_bits_to_f32(h) : f16_to_f32(h);
   }
 }
 

@@ -36,6 +36,7 @@ inline constexpr uint64_t max_header_bytes = 100'000'000;
 enum class DType : uint8_t { BOOL, U8, I8, F8_E5M2, F8_E4M3, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64 };
 const char* dtype_name(DType t);
 size_t dtype_size(DType t);
+bool converts_to_f32(DType t);  // F32, BF16, F16: what read_f32 reads
 
 struct TensorInfo {
   std::string name;
