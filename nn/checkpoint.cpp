@@ -879,7 +879,7 @@ void check_model_config(const std::string& dir, const nlohmann::json& saved, con
   throw CheckpointError("checkpoint " + dir + " was written for model " + config_text(saved) +
                         " but the current model is " + config_text(current) +
                         (diff.empty() ? "" : " (differs in " + diff + ")") +
-                        "; use the same --model or start a new run");
+                        "; use the same --model (or the same --init-from, for a run that started from one) or start a new run");
 }
 
 // ---- reader ----------------------------------------------------------------------------------

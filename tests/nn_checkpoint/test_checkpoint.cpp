@@ -408,7 +408,7 @@ TEST(Checkpoint, OtherModelConfigIsAClearError) {
   EXPECT_HAS(msg, "checkpoint " + dir + " was written for model {C=128, L=4, NH=4, T=64, V=512, name=gpt-nano}");
   EXPECT_HAS(msg, "but the current model is {C=384, L=6,");
   EXPECT_HAS(msg, "differs in C: 128 vs 384, L: 4 vs 6");
-  EXPECT_HAS(msg, "use the same --model or start a new run");
+  EXPECT_HAS(msg, "use the same --model (or the same --init-from, for a run that started from one) or start a new run");
   EXPECT_NO_THROW(check_model_config(dir, model_a(), model_a()));
 }
 
