@@ -358,7 +358,7 @@ TEST_F(Tools, GenerateFromAnUnknownCheckpoint) {
   const Result r = gpumix({"generate", "--ckpt", path("no_such_run"), "--prompt", "x"}, dir_);
   expect_failure(r, {"no_such_run", "does not exist"});
   const Result t = gpumix({"generate", "--ckpt", base(), "--temperature", "-1"}, dir_);
-  expect_failure(t, {"--temperature", "-1"});
+  expect_failure(t, {"temperature", "-1"});
 }
 
 }  // namespace
@@ -600,9 +600,9 @@ TEST_F(BadInputs, Generate) {
       {"meta.json with a wrong-typed model field", generate(path("m_ckpt_bad_model") + ckpt3, {}),
        {"meta.json: model.NH", "positive integer", "\"four\""}},
       {"--tokens beyond int", generate(base(), {"--tokens", "99999999999"}), {"--tokens", "99999999999"}},
-      {"--tokens negative", generate(base(), {"--tokens", "-5"}), {"--tokens", "-5"}},
-      {"--top-k negative", generate(base(), {"--top-k", "-3"}), {"--top-k", "-3"}},
-      {"--temperature nan", generate(base(), {"--temperature", "nan"}), {"--temperature", "nan"}},
+      {"--tokens negative", generate(base(), {"--tokens", "-5"}), {"number of tokens", "-5"}},
+      {"--top-k negative", generate(base(), {"--top-k", "-3"}), {"top-k", "-3"}},
+      {"--temperature nan", generate(base(), {"--temperature", "nan"}), {"temperature", "nan"}},
   });
   expect_base_intact();
 }
