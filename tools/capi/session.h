@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/launch.h"
+#include "dist/engine/launch.h"
 #include "nn/gpt.h"
 #include "nn/run_lock.h"
 #include "nn/train.h"
