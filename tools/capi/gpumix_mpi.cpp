@@ -4,7 +4,7 @@
 
 #include <mpi.h>
 
-#include "dist/comm_mpi.h"
+#include "dist/comm/comm_mpi.h"
 #include "tools/capi/session.h"
 
 namespace {
