@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -146,6 +147,9 @@ std::vector<RankWork> plan_work(const PlanRequest& request, bool have_devices, i
   if (lists && plan != "given")
     throw std::invalid_argument("--plan " + plan + " contradicts --batches/--micro-batches/--shares; drop one of "
                                 "them (or say --plan given)");
+  if (plan_file && !std::filesystem::exists(plan))
+    throw std::invalid_argument("--plan " + plan + " is neither a planner (auto, gpumix, even, proportional, cephalo, "
+                                "given) nor a plan file: cannot open " + plan);
   if (plan_file) return work_from_plan_file(plan, global_batch, ranks);
   if (plan != "given" && !(plan == "even" && !have_devices)) engine.planner = plan;
   std::vector<RankWork> work = build_work(global_batch, ranks, request.batches, request.micro_batches, request.shares);
