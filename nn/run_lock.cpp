@@ -5,11 +5,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <thread>
 
 #include "core/error.h"
 
@@ -31,11 +32,16 @@ std::string holder_line() {
   return str("pid ", getpid(), " on ", host, ", started ", when);
 }
 
+// The holder writes its name just after it takes the lock: give it a moment to.
 std::string read_holder(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line.empty() ? "a process that has not written its name yet" : line;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    if (!line.empty()) return line;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return "a process that has not written its name";
 }
 
 }  // namespace

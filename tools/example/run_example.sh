@@ -104,7 +104,8 @@ EOF
     expect_ids uneven.out "model 0 rank [0-9] generated:" "$(generate uneven/model-0 "$licenses")" 3
     ;;
   fortran)
-    mpifort -Wall -Werror "$here/train.f90" $(pkg-config --cflags --libs gpumix-fortran) -o train_f
+    # (-Wno-missing-include-dirs: the system folders that pkg-config prefixes with the sysroot)
+    mpifort -Wall -Wno-missing-include-dirs -Werror "$here/train.f90" $(pkg-config --cflags --libs gpumix-fortran) -o train_f
     mpirun -np 2 ./train_f "$text" run | tee f.out
     grep -q "expected error: gpumix_forward: logits must be (vocab, seq, batch)" f.out
     mpirun -np 2 "$gpumix" "${cli[@]}" --out cli2 >/dev/null
