@@ -32,9 +32,9 @@
  *     gpumix_get_metrics, gpumix_checkpoint, gpumix_last_error.
  *
  * Errors: a collective call fails on every rank alike, each returning -1 (NULL) with the
- * same message, whether one rank or all of them found the problem. Only a rank that dies, or
- * that fails inside a collective that its peers have already entered, makes the job abort
- * as `mpirun gpumix train` does (MPI_Abort), since the others could not be told. */
+ * same message naming the rank, whether one rank or all of them found the problem: a rank's
+ * error meets its peers at their next collective, which then fails too. Only a rank that
+ * dies (or MPI itself failing) ends the job, as under `mpirun gpumix train`. */
 #ifndef GPUMIX_MPI_H
 #define GPUMIX_MPI_H
 
