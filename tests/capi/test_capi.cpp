@@ -15,34 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "capi_test_util.h"
 #include "tools/capi/gpumix.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-// The bytes of the tiny corpus as ids (vocabulary 256).
-std::vector<int32_t> corpus_bytes() {
-  std::ifstream in(std::string(GPUMIX_TESTS_DATA_DIR) + "/tiny_corpus.txt", std::ios::binary);
-  std::vector<int32_t> ids;
-  for (char c; in.get(c);) ids.push_back((unsigned char)c);
-  return ids;
-}
-
-gpumix_config tiny_config(const std::string& out) {
-  static std::string out_text;  // the config points at it while the session is created
-  out_text = out;
-  gpumix_config c;
-  gpumix_config_default(&c);
-  c.vocab = 256;
-  c.seq = 16;
-  c.global_batch = 4;
-  c.total_steps = 4;
-  c.lr = 3e-3f;
-  c.threads = 1;
-  c.out_dir = out_text.c_str();
-  return c;
-}
+using gpumix::capi::test::corpus_bytes;
+using gpumix::capi::test::TinyConfig;
 
 std::string error() { return gpumix_last_error(); }
 
@@ -65,8 +46,8 @@ class CApi : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     tokens_ = corpus_bytes();
-    const gpumix_config c = tiny_config(dir_ + "/trained");
-    trained_ = gpumix_session_create(&c);
+    const TinyConfig cfg(dir_ + "/trained");
+    trained_ = gpumix_session_create(&cfg.c);
     ASSERT_NE(trained_, nullptr) << error();
     ASSERT_EQ(gpumix_train(trained_, tokens_.data(), (int64_t)tokens_.size(), 2), 0) << error();
   }
@@ -148,9 +129,9 @@ TEST_F(CApi, GenerateSamplesWhatTheGpumixProgramSamples) {
 }
 
 TEST_F(CApi, ASessionThatOnlyLoadsACheckpoint) {
-  gpumix_config c = tiny_config("");
-  c.out_dir = nullptr;
-  gpumix_session* s = gpumix_session_create(&c);
+  TinyConfig cfg("");
+  cfg.c.out_dir = nullptr;
+  gpumix_session* s = gpumix_session_create(&cfg.c);
   ASSERT_NE(s, nullptr) << error();
   std::vector<float> logits(16 * 256);
   expect_error(gpumix_forward(s, tokens_.data(), nullptr, 1, 16, logits.data()),
@@ -171,24 +152,24 @@ TEST_F(CApi, ASessionThatOnlyLoadsACheckpoint) {
 }
 
 TEST_F(CApi, OneSessionPerRunFolder) {
-  const gpumix_config c = tiny_config(dir_ + "/one_folder");
-  gpumix_session* first = gpumix_session_create(&c);
+  const TinyConfig cfg(dir_ + "/one_folder");
+  gpumix_session* first = gpumix_session_create(&cfg.c);
   ASSERT_NE(first, nullptr) << error();
-  EXPECT_EQ(gpumix_session_create(&c), nullptr);
+  EXPECT_EQ(gpumix_session_create(&cfg.c), nullptr);
   for (const std::string& part : {dir_ + "/one_folder is in use by another run",
                                   "pid " + std::to_string(::getpid()) + " on ", std::string("out_dir")})
     EXPECT_NE(error().find(part), std::string::npos) << "'" << part << "' missing from: " << error();
   gpumix_session_destroy(first);
-  gpumix_session* second = gpumix_session_create(&c);
+  gpumix_session* second = gpumix_session_create(&cfg.c);
   EXPECT_NE(second, nullptr) << error();
   gpumix_session_destroy(second);
   // A folder that already holds a run is refused too (gpumix_load it into a new folder).
-  const gpumix_config used = tiny_config(dir_ + "/trained2");
-  gpumix_session* s = gpumix_session_create(&used);
+  const TinyConfig used(dir_ + "/trained2");
+  gpumix_session* s = gpumix_session_create(&used.c);
   ASSERT_NE(s, nullptr);
   ASSERT_EQ(gpumix_train(s, tokens_.data(), (int64_t)tokens_.size(), 1), 0) << error();
   gpumix_session_destroy(s);
-  EXPECT_EQ(gpumix_session_create(&used), nullptr);
+  EXPECT_EQ(gpumix_session_create(&used.c), nullptr);
   EXPECT_NE(error().find("already holds a run"), std::string::npos) << error();
 }
 
@@ -222,15 +203,16 @@ TEST_F(CApi, BadCallsSayWhatIsWrong) {
 }
 
 TEST_F(CApi, BadConfigsSayWhatIsWrong) {
-  gpumix_config c = tiny_config(dir_ + "/never");
+  const TinyConfig never(dir_ + "/never");
+  gpumix_config c = never.c;
   c.plan = "bogus";
   EXPECT_EQ(gpumix_session_create(&c), nullptr);
   EXPECT_NE(error().find("bogus"), std::string::npos) << error();
-  c = tiny_config(dir_ + "/never");
+  c = never.c;
   c.devices = "gpu:mem=1GiB";
   EXPECT_EQ(gpumix_session_create(&c), nullptr);
   EXPECT_NE(error().find("unknown device type 'gpu'"), std::string::npos) << error();
-  c = tiny_config(dir_ + "/never");
+  c = never.c;
   c.seq = -3;
   EXPECT_EQ(gpumix_session_create(&c), nullptr);
   EXPECT_NE(error().find("seq (-3)"), std::string::npos) << error();
@@ -246,10 +228,10 @@ TEST_F(CApi, APlanFileGivesTheRanksTheirWork) {
     "C": 128, "V": 256, "T": 16}, "seq_len": 16, "global_batch": 4,
     "ranks": [{"device": "cpu", "batch": 1, "micro_batch": 1, "share": 0.25},
               {"device": "cpu", "batch": 3, "micro_batch": 2, "share": 0.75}]})";
-  gpumix_config c = tiny_config(dir_ + "/planned");
-  c.devices = "cpu,cpu";
-  c.plan = plan.c_str();
-  gpumix_session* s = gpumix_session_create(&c);
+  TinyConfig cfg(dir_ + "/planned");
+  cfg.c.devices = "cpu,cpu";
+  cfg.c.plan = plan.c_str();
+  gpumix_session* s = gpumix_session_create(&cfg.c);
   ASSERT_NE(s, nullptr) << error();
   ASSERT_EQ(gpumix_train(s, tokens_.data(), (int64_t)tokens_.size(), 2), 0) << error();
   gpumix_metrics planned{}, whole{};
@@ -258,10 +240,10 @@ TEST_F(CApi, APlanFileGivesTheRanksTheirWork) {
   // The same model as the one-rank session's (fp32 rounding apart: tests/dist_engine's 1e-5).
   EXPECT_NEAR(planned.loss, whole.loss, 1e-5 * whole.loss);
   gpumix_session_destroy(s);
-  c = tiny_config(dir_ + "/planned3");
-  c.devices = "cpu,cpu,cpu";
-  c.plan = plan.c_str();
-  EXPECT_EQ(gpumix_session_create(&c), nullptr);
+  TinyConfig three(dir_ + "/planned3");
+  three.c.devices = "cpu,cpu,cpu";
+  three.c.plan = plan.c_str();
+  EXPECT_EQ(gpumix_session_create(&three.c), nullptr);
   EXPECT_NE(error().find("is for 2 ranks but 3 are running"), std::string::npos) << error();
 }
 

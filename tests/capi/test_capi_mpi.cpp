@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "capi_test_util.h"
 #include "tools/capi/gpumix_mpi.h"
 
 namespace {
@@ -38,27 +39,8 @@ void check(bool ok, const std::string& what) {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-std::vector<int32_t> corpus_bytes() {
-  std::ifstream in(std::string(GPUMIX_TESTS_DATA_DIR) + "/tiny_corpus.txt", std::ios::binary);
-  std::vector<int32_t> ids;
-  for (char c; in.get(c);) ids.push_back((unsigned char)c);
-  return ids;
-}
-
-struct Config {
-  std::string out;
-  gpumix_config c;
-  explicit Config(const std::string& dir) : out(dir) {
-    gpumix_config_default(&c);
-    c.vocab = 256;
-    c.seq = 16;
-    c.global_batch = 4;
-    c.total_steps = 4;
-    c.lr = 3e-3f;
-    c.threads = 1;
-    c.out_dir = out.c_str();
-  }
-};
+using gpumix::capi::test::corpus_bytes;
+using Config = gpumix::capi::test::TinyConfig;
 
 // The losses of a run's log, step by step.
 std::vector<double> log_losses(const std::string& run) {

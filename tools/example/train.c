@@ -4,7 +4,7 @@
  * mean loss, a forward pass, sampling, and the same model again in a session that only
  * loads the checkpoint.
  *
- *   cc train.c $(pkg-config --cflags --libs gpumix) -o train && ./train [text-file [out-dir]]
+ *   cc train.c $(pkg-config --cflags --libs gpumix) -lm -o train && ./train [text-file [out-dir]]
  *
  * Prints "generated: ID ..." (the ids sampled after the prompt: the first 8 tokens, 16 new
  * ids at temperature 0.8, top-k 20, seed 7) and "checkpoint: DIR", for tools/example/
@@ -16,24 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int32_t* read_bytes(const char* path, int64_t* n) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char* bytes = malloc((size_t)size);
-  int32_t* tokens = malloc(sizeof(int32_t) * (size_t)size);
-  if (!bytes || !tokens || fread(bytes, 1, (size_t)size, f) != (size_t)size) {
-    fclose(f);
-    return NULL;
-  }
-  fclose(f);
-  for (long i = 0; i < size; ++i) tokens[i] = bytes[i];
-  free(bytes);
-  *n = size;
-  return tokens;
-}
+#include "read_bytes.h"
 
 #define CHECK(call)                                                   \
   do {                                                                \

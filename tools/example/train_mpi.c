@@ -18,24 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int32_t* read_bytes(const char* path, int64_t* n) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char* bytes = malloc((size_t)size);
-  int32_t* tokens = malloc(sizeof(int32_t) * (size_t)size);
-  if (!bytes || !tokens || fread(bytes, 1, (size_t)size, f) != (size_t)size) {
-    fclose(f);
-    return NULL;
-  }
-  fclose(f);
-  for (long i = 0; i < size; ++i) tokens[i] = bytes[i];
-  free(bytes);
-  *n = size;
-  return tokens;
-}
+#include "read_bytes.h"
 
 enum { PROMPT = 8, NEW = 16, STEPS = 6 };
 

@@ -230,31 +230,26 @@ contains
     config%threads = c%threads
   end subroutine
 
+  ! A NUL-terminated copy of s in chars and its address in p; NULL when s is unallocated.
+  subroutine to_c_string(s, chars, p)
+    character(len=:), allocatable, intent(in) :: s
+    character(kind=c_char), allocatable, target, intent(inout) :: chars(:)
+    type(c_ptr), intent(out) :: p
+    p = c_null_ptr
+    if (.not. allocated(s)) return
+    chars = c_chars(s)
+    p = c_loc(chars)
+  end subroutine
+
   ! The C struct of a config, pointing into `strings` (which must outlive its use).
   subroutine to_c(config, strings, c)
     type(gpumix_config), intent(in) :: config
     type(c_strings), intent(inout), target :: strings
     type(c_config), intent(out) :: c
-    c%model = c_null_ptr
-    c%devices = c_null_ptr
-    c%plan = c_null_ptr
-    c%out_dir = c_null_ptr
-    if (allocated(config%model)) then
-      strings%model = c_chars(config%model)
-      c%model = c_loc(strings%model)
-    end if
-    if (allocated(config%devices)) then
-      strings%devices = c_chars(config%devices)
-      c%devices = c_loc(strings%devices)
-    end if
-    if (allocated(config%plan)) then
-      strings%plan = c_chars(config%plan)
-      c%plan = c_loc(strings%plan)
-    end if
-    if (allocated(config%out_dir)) then
-      strings%out_dir = c_chars(config%out_dir)
-      c%out_dir = c_loc(strings%out_dir)
-    end if
+    call to_c_string(config%model, strings%model, c%model)
+    call to_c_string(config%devices, strings%devices, c%devices)
+    call to_c_string(config%plan, strings%plan, c%plan)
+    call to_c_string(config%out_dir, strings%out_dir, c%out_dir)
     c%vocab = config%vocab
     c%seq = config%seq
     c%global_batch = config%global_batch
