@@ -13,10 +13,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "core/rng.h"
-#include "kernels/philox.h"
 #include "nn/checkpoint.h"
 #include "nn/data/bpe.h"
 #include "nn/data/corpus.h"
@@ -24,6 +20,7 @@
 #include "nn/data/loader.h"
 #include "nn/data/token_file.h"
 #include "nn/gpt.h"
+#include "nn/hf/gpt2.h"
 #include "nn/optim.h"
 
 namespace gpumix {
@@ -200,80 +197,55 @@ void print_settings(const std::vector<std::pair<std::string, std::string>>& rows
 
 // ---- generation ----------------------------------------------------------------------------
 
-hf::Gpt2Model read_checkpoint_model(const std::string& where) {
-  const CheckpointReader reader = open_checkpoint(where);
+data::Tokenizer checkpoint_tokenizer(const CheckpointReader& reader, int64_t vocab) {
   const std::string& dir = reader.dir();
-  hf::Gpt2Model m;
-  m.config = config_from_json(reader.model(), dir + "/meta.json: model");
   // The tokenizer sits in the run folder, the checkpoint folder's parent.
   const fs::path tok_path = fs::path(dir).parent_path() / kTokenizerFile;
   GPUMIX_CHECK(fs::exists(tok_path), "no tokenizer next to checkpoint ", dir, " (expected ",
-               tok_path.string(), ")");
-  m.tokenizer = data::Tokenizer::load(tok_path.string());
-  GPUMIX_CHECK(m.tokenizer.vocab_size() == m.config.V, "tokenizer ", tok_path.string(), " has vocabulary ",
-               m.tokenizer.vocab_size(), " but the model has ", m.config.V);
-  m.params.resize((size_t)m.config.total_params());
-  reader.read_slice("master", 0, m.params.data(), (int64_t)m.params.size());
-  return m;
+               tok_path.string(), "; a run trained on token ids has none: pass --prompt-ids)");
+  data::Tokenizer tok = data::Tokenizer::load(tok_path.string());
+  GPUMIX_CHECK(tok.vocab_size() == vocab, "tokenizer ", tok_path.string(), " has vocabulary ", tok.vocab_size(),
+               " but the model has ", vocab);
+  return tok;
 }
 
 std::string generate(const GenerateOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  GPUMIX_CHECK(o.tokens >= 0, "--tokens must be >= 0, got ", o.tokens);
-  GPUMIX_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
   GPUMIX_CHECK(o.ckpt.empty() != o.model.empty(), "pass one of --ckpt RUN (a GPUMix run or checkpoint) and "
                "--model DIR (a Hugging Face GPT-2 folder)");
-  const hf::Gpt2Model loaded = o.model.empty() ? read_checkpoint_model(o.ckpt) : hf::read_model(o.model);
-  const GPTConfig& config = loaded.config;
-  const data::Tokenizer& tok = loaded.tokenizer;
-  GPT model(config, Device::cpu(), 0);
-  std::copy(loaded.params.begin(), loaded.params.end(), model.params().data<float>());
-
-  std::vector<int32_t> ids = tok.encode(o.prompt);
-  if (ids.empty()) ids.push_back(tok.eot_id());
+  GPUMIX_CHECK(o.prompt_ids.empty() || o.prompt.empty(),
+               "a prompt as text and as token ids contradict each other; give one");
+  std::unique_ptr<GPT> model;
+  std::optional<data::Tokenizer> tok;  // not needed for a prompt of ids
+  if (!o.model.empty()) {
+    hf::Gpt2Model m = hf::read_model(o.model);
+    model = std::make_unique<GPT>(m.config, Device::cpu(), 0);
+    std::copy(m.params.begin(), m.params.end(), model->params().data<float>());
+    tok = std::move(m.tokenizer);
+  } else {
+    const CheckpointReader reader = open_checkpoint(o.ckpt);
+    model = load_model(reader);
+    if (o.prompt_ids.empty()) tok = checkpoint_tokenizer(reader, model->config().V);
+  }
+  std::vector<int32_t> ids = o.prompt_ids;
+  if (ids.empty()) ids = tok->encode(o.prompt);
+  if (ids.empty()) ids.push_back(tok->eot_id());
   if (!o.dump_logits.empty()) {
     // The prompt's logits, to compare with another implementation (tests/hf/make_hf_golden.py).
-    const int64_t T = std::min<int64_t>((int64_t)ids.size(), config.T);
+    const int64_t T = std::min<int64_t>((int64_t)ids.size(), model->config().T);
     const std::vector<int32_t> context(ids.begin(), ids.begin() + T);
-    json j = {{"source", "gpumix generate"}, {"prompt", o.prompt}, {"tokens", context},
-              {"logits", model.logits(Tensor::from_vector(context, {1, T})).to_vector()}};  // (T, V)
+    check_token_ids(context.data(), T, model->config().V, "prompt id");
+    const json j = {{"source", "gpumix generate"}, {"prompt", o.prompt}, {"tokens", context},
+                    {"logits", model->logits(Tensor::from_vector(context, {1, T})).to_vector()}};  // (T, V)
     data::write_file_atomic(o.dump_logits, j.dump());
   }
-  std::vector<float> probs(config.V);
-  for (int i = 0; i < o.tokens; ++i) {
-    const int64_t T = std::min<int64_t>((int64_t)ids.size(), config.T);
-    std::vector<int32_t> context(ids.end() - T, ids.end());
-    const Tensor logits = model.logits(Tensor::from_vector(context, {1, T}));
-    const float* last = logits.data<float>() + (T - 1) * config.V;  // (V)
-    int32_t next = 0;
-    if (o.temperature == 0) {
-      next = (int32_t)(std::max_element(last, last + config.V) - last);
-    } else {
-      // Top-k on the scaled logits, then sample with a counter-based uniform.
-      std::vector<int32_t> order(config.V);
-      for (int v = 0; v < config.V; ++v) order[v] = v;
-      const int k = o.top_k > 0 ? std::min(o.top_k, config.V) : config.V;
-      std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                        [&](int32_t a, int32_t b) { return last[a] > last[b]; });
-      double total = 0;
-      for (int j = 0; j < k; ++j) {
-        probs[j] = std::exp((last[order[j]] - last[order[0]]) / o.temperature);
-        total += probs[j];
-      }
-      const double u = philox_uniform_at(rng_key(o.seed, "generate"), (uint64_t)i) * total;
-      double acc = 0;
-      next = order[k - 1];
-      for (int j = 0; j < k; ++j) {
-        acc += probs[j];
-        if (u < acc) {
-          next = order[j];
-          break;
-        }
-      }
-    }
-    ids.push_back(next);
+  sample_tokens(*model, ids, o);
+  if (!o.prompt_ids.empty()) {
+    std::string out;
+    for (int32_t id : ids) out += (out.empty() ? "" : " ") + std::to_string(id);
+    return out;
   }
-  return tok.decode(ids);
+  return tok->decode(ids);
 }
 
 }  // namespace gpumix

@@ -15,7 +15,8 @@
 #include "nn/checkpoint.h"
 #include "nn/data/token_file.h"
 #include "nn/gpt_config.h"
-#include "nn/hf/gpt2.h"
+#include "nn/data/bpe.h"
+#include "nn/infer.h"
 
 namespace gpumix {
 
@@ -91,29 +92,27 @@ GPTConfig resolve_model(const TrainOptions& o, int64_t vocab, int64_t seq);
 // A checkpoint folder given directly, or the latest complete one of a run folder.
 CheckpointReader open_checkpoint(const std::string& where);
 
-// The model of a checkpoint (`where` as open_checkpoint takes it): its config, master
-// weights and the run's tokenizer (tokenizer.bpe in the run folder, the checkpoint's
-// parent) - the same three parts a Hugging Face folder gives (hf::read_model).
-hf::Gpt2Model read_checkpoint_model(const std::string& where);
+// The run's tokenizer of a checkpoint: tokenizer.bpe in its run folder (the checkpoint
+// folder's parent), whose vocabulary must be the model's `vocab`.
+data::Tokenizer checkpoint_tokenizer(const CheckpointReader& reader, int64_t vocab);
 
 // A boxed two-column table of resolved settings, on stdout.
 void print_settings(const std::vector<std::pair<std::string, std::string>>& rows);
 // 1234 -> "1.2k", 2.5e6 -> "2.50M".
 std::string human_count(double x);
 
-struct GenerateOptions {
+struct GenerateOptions : SampleOptions {
   std::string ckpt;             // run folder (its latest checkpoint) or a checkpoint folder
   std::string model;            // or a Hugging Face GPT-2 folder (nn/hf/gpt2.h)
   std::string dump_logits;      // when set: write the prompt's ids and logits there as JSON
   std::string prompt;
-  int tokens = 100;
-  float temperature = 0.8f;
-  int top_k = 40;               // 0: the whole vocabulary
-  uint64_t seed = 42;
+  std::vector<int32_t> prompt_ids;  // instead of `prompt`: token ids, no tokenizer needed
   int threads = 0;
 };
 
-// Returns the prompt followed by the generated text.
+// Returns the prompt followed by the generated text (sample_tokens, through the run
+// folder's tokenizer); with prompt_ids, the prompt's ids then the generated ones,
+// space-separated.
 std::string generate(const GenerateOptions& options);
 
 }  // namespace gpumix

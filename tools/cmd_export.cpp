@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "nn/hf/gpt2.h"
@@ -20,14 +21,16 @@ int cmd_export(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  const gpumix::hf::Gpt2Model m = gpumix::read_checkpoint_model(ckpt);
-  gpumix::hf::write_model(out, m.config, m.params.data(), m.tokenizer,
+  const gpumix::CheckpointReader reader = gpumix::open_checkpoint(ckpt);
+  const std::unique_ptr<gpumix::GPT> model = gpumix::load_model(reader);
+  const gpumix::GPTConfig& c = model->config();
+  const gpumix::data::Tokenizer tokenizer = gpumix::checkpoint_tokenizer(reader, c.V);
+  gpumix::hf::write_model(out, c, model->params().data<float>(), tokenizer,
                           dtype == "bf16" ? gpumix::safetensors::DType::BF16 : gpumix::safetensors::DType::F32);
   std::printf("wrote %s: model.safetensors (%lld parameters, %s), config.json (n_layer %d, n_head %d, n_embd %d, "
               "n_positions %d, vocab_size %d), vocab.json, merges.txt\n",
-              out.c_str(), (long long)m.config.total_params(), dtype.c_str(), m.config.L, m.config.NH, m.config.C,
-              m.config.T, m.config.V);
-  if (m.tokenizer.pretokenizer() == gpumix::data::Pretokenizer::gpumix_v1)
+              out.c_str(), (long long)c.total_params(), dtype.c_str(), c.L, c.NH, c.C, c.T, c.V);
+  if (tokenizer.pretokenizer() == gpumix::data::Pretokenizer::gpumix_v1)
     std::printf("note: this run's tokenizer is a version-1 file (GPUMix's ASCII pre-tokenizer); GPT-2's tokenizer "
                 "reading vocab.json + merges.txt splits non-ASCII text differently, ASCII text the same\n");
   return 0;
