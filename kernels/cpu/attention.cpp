@@ -171,3 +171,29 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 }
 
 }  // namespace gpumix::kernels::cpu
+
+namespace gpumix::kernels::cpu {
+
+// bf16: the fp32 kernels on widened copies (milestone 1; tiles in bf16 follow).
+void attention_forward(uint16_t* out, float* lse, const uint16_t* qkv, int B, int T, int C,
+                       int NH) {
+  const int64_t n_qkv = (int64_t)B * T * 3 * C, n_out = (int64_t)B * T * C;
+  std::vector<float> qkv32(n_qkv), out32(n_out);
+  bf16_to_f32(qkv32.data(), qkv, n_qkv);
+  attention_forward(out32.data(), lse, qkv32.data(), B, T, C, NH);
+  f32_to_bf16(out, out32.data(), n_out);
+}
+
+void attention_backward(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv,
+                        const uint16_t* out, const float* lse, int B, int T, int C, int NH) {
+  const int64_t n_qkv = (int64_t)B * T * 3 * C, n_out = (int64_t)B * T * C;
+  std::vector<float> qkv32(n_qkv), dqkv32(n_qkv), dout32(n_out), out32(n_out);
+  bf16_to_f32(qkv32.data(), qkv, n_qkv);
+  bf16_to_f32(dqkv32.data(), dqkv, n_qkv);
+  bf16_to_f32(dout32.data(), dout, n_out);
+  bf16_to_f32(out32.data(), out, n_out);
+  attention_backward(dqkv32.data(), dout32.data(), qkv32.data(), out32.data(), lse, B, T, C, NH);
+  f32_to_bf16(dqkv, dqkv32.data(), n_qkv);
+}
+
+}  // namespace gpumix::kernels::cpu
