@@ -3,8 +3,9 @@
 //
 // A oneDNN primitive is costly to create (far more than a small GEMM) and cheap to run, so
 // each one is created once per (types, shape, layouts, alpha, beta, bias, threads) and kept
-// in a process-wide cache; primitives are safe to run from several threads at once (oneDNN
-// is built with DNNL_ENABLE_CONCURRENT_EXEC), each thread on its own stream. Transposes and
+// in a process-wide cache. Several threads (ranks) may run one primitive at once: each
+// passes its own scratchpad (user scratchpad mode; a primitive's library-managed
+// scratchpad would be shared by them, and the products garbled) and its own stream. Transposes and
 // leading dimensions are strides of the memory descriptors: nothing is copied here (oneDNN
 // packs internally). beta != 0 is a sum post-op, which reads C once and, for a bf16 C,
 // rounds old + new once; beta == 0 never reads C (it may hold NaN), as BLAS.
@@ -19,6 +20,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/cpu.h"
@@ -47,7 +49,7 @@ struct GemmKey {
 
 struct GemmPrimitive {
   dnnl::matmul matmul;
-  memory::desc a, b, c, bias;
+  memory::desc a, b, c, bias, scratchpad;
 };
 
 struct Cache {
@@ -97,6 +99,7 @@ std::shared_ptr<const GemmPrimitive> create(const GemmKey& key) {
     p->bias = key.batch == 1 ? memory::desc(dims{1, key.n}, in_type, dims{key.n, 1})
                              : memory::desc(dims{1, 1, key.n}, in_type, dims{key.n, key.n, 1});
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
   if (key.beta != 0.0f) {
     dnnl::post_ops ops;
@@ -108,6 +111,7 @@ std::shared_ptr<const GemmPrimitive> create(const GemmKey& key) {
                                : dnnl::matmul::desc(p->a, p->b, p->c);
     const dnnl::matmul::primitive_desc pd(desc, attr, engine());
     p->matmul = dnnl::matmul(pd);
+    p->scratchpad = pd.scratchpad_desc();
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mu);
     c.impl[(int)key.kind] = pd.impl_info_str();
@@ -187,6 +191,13 @@ void gemm_any(GemmKind kind, bool trans_a, bool trans_b, int m, int n, int k, fl
       {DNNL_ARG_WEIGHTS, memory(p->b, eng, const_cast<In*>(b))},
       {DNNL_ARG_DST, memory(p->c, eng, c)}};
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(p->bias, eng, const_cast<In*>(bias)));
+  struct alignas(64) Line {
+    char bytes[64];
+  };
+  thread_local std::vector<Line> scratch;  // cache-line aligned, grown to the largest need
+  const size_t scratch_bytes = p->scratchpad.get_size();
+  if (scratch.size() * 64 < scratch_bytes) scratch.resize((scratch_bytes + 63) / 64);
+  args.emplace(DNNL_ARG_SCRATCHPAD, memory(p->scratchpad, eng, scratch.data()));
   thread_local dnnl::stream stream(eng);
   p->matmul.execute(stream, args);
   stream.wait();

@@ -3,10 +3,12 @@
 // operands exactly and accumulate in fp32, so a result in fp32 is held to fp32's
 // tolerance over k terms and a bf16 result to that plus its one final rounding.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -159,6 +161,35 @@ TEST(GemmBf16, PrimitivesAreCachedAndTheBf16PathIsNamed) {
   if (cpu::isa_supported(cpu::Isa::avx512_bf16) && !std::getenv("DNNL_MAX_CPU_ISA"))
     EXPECT_NE(impl.find("bf16"), std::string::npos) << impl;
   std::printf("oneDNN bf16->bf16 matmul: %s\n", impl.c_str());
+}
+
+TEST(Gemm, ConcurrentThreadsShareCachedPrimitivesSafely) {
+  // Ranks run as threads of one process, each with its own OpenMP team, and meet the same
+  // shapes: they run one cached primitive at once. Each must get its own product (a
+  // primitive's shared scratchpad once garbled them).
+  const int n_threads = 3, iters = 40;
+  std::vector<double> worst(n_threads, 0.0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n_threads; t++)
+    threads.emplace_back([&, t] {
+      omp_set_num_threads(1);
+      for (int it = 0; it < iters; it++) {
+        const int m = 8 + (it % 5) * 7, n = 16 + (it % 3) * 5, k = 32 + (it % 4) * 3;
+        const auto a = random_floats((size_t)m * k, 1000 * t + it), b = random_floats((size_t)n * k, 7 + it);
+        const auto ah = random_bf16((size_t)m * k, 2000 * t + it), bh = random_bf16((size_t)n * k, 9 + it);
+        std::vector<float> c((size_t)m * n), c_ref(c.size()), ch(c.size()), ch_ref(c.size());
+        cpu::gemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
+        ref::gemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c_ref.data(), n);
+        cpu::gemm(false, true, m, n, k, 1.0f, ah.data(), k, bh.data(), k, 0.0f, ch.data(), n);
+        ref::gemm(false, true, m, n, k, 1.0f, to_f32(ah).data(), k, to_f32(bh).data(), k, 0.0f,
+                  ch_ref.data(), n);
+        for (size_t i = 0; i < c.size(); i++)
+          worst[t] = std::max({worst[t], (double)std::fabs(c[i] - c_ref[i]), (double)std::fabs(ch[i] - ch_ref[i])});
+      }
+    });
+  for (auto& th : threads) th.join();
+  // |c| <= k <= 41 and the sums hold k terms: fp32_rtol(k) * k bounds their rounding.
+  for (int t = 0; t < n_threads; t++) EXPECT_LE(worst[t], fp32_rtol(41) * 41) << "thread " << t;
 }
 
 class MatmulBf16 : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
