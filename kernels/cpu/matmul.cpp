@@ -8,7 +8,9 @@
 // scratchpad would be shared by them, and the products garbled) and its own stream. Transposes and
 // leading dimensions are strides of the memory descriptors: nothing is copied here (oneDNN
 // packs internally). beta != 0 is a sum post-op, which reads C once and, for a bf16 C,
-// rounds old + new once; beta == 0 never reads C (it may hold NaN), as BLAS.
+// rounds old + new once; beta == 0 never reads C (it may hold NaN), as BLAS. Where oneDNN
+// has no bf16 matmul for the CPU (2.6 has none below AVX-512), a bf16 GEMM widens its
+// operands to fp32 and runs the fp32 one: the same result, only slower.
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstdio>
@@ -48,6 +50,7 @@ struct GemmKey {
 };
 
 struct GemmPrimitive {
+  bool widen = false;  // oneDNN cannot do it in bf16 here: widen to fp32 instead
   dnnl::matmul matmul;
   memory::desc a, b, c, bias, scratchpad;
 };
@@ -122,6 +125,18 @@ std::shared_ptr<const GemmPrimitive> create(const GemmKey& key) {
                    key.n, key.k, key.batch, key.threads, pd.impl_info_str());
     }
   } catch (const dnnl::error& e) {
+    if (e.status == dnnl_unimplemented && key.kind != GemmKind::f32) {
+      Cache& c = cache();
+      std::lock_guard<std::mutex> lock(c.mu);
+      c.impl[(int)key.kind] = "widened to f32 (oneDNN has no bf16 matmul for this CPU)";
+      if (verbose() && !c.logged[(int)key.kind]) {
+        c.logged[(int)key.kind] = true;
+        std::fprintf(stderr, "gpumix: oneDNN has no %s matmul for this CPU: widening to f32\n",
+                     gemm_kind_name(key.kind));
+      }
+      p->widen = true;
+      return p;
+    }
     throw std::runtime_error(std::string("gemm: oneDNN cannot create a ") + gemm_kind_name(key.kind) +
                              " matmul for m=" + std::to_string(key.m) + " n=" + std::to_string(key.n) +
                              " k=" + std::to_string(key.k) + " batch=" + std::to_string(key.batch) +
@@ -165,7 +180,48 @@ void scale_c(int m, int n, float beta, T* c, int ldc) {
 template <class In, class Out>
 void gemm_any(GemmKind kind, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
               const In* a, int lda, const In* b, int ldb, float beta, Out* c, int ldc, int batch,
-              int64_t stride_a, int64_t stride_b, int64_t stride_c, const In* bias = nullptr) {
+              int64_t stride_a, int64_t stride_b, int64_t stride_c, const In* bias);
+
+// Elements that `count` matrices of `rows` stored rows of `cols` span.
+int64_t span(int count, int64_t stride, int rows, int cols, int ld) {
+  return (int64_t)(count - 1) * stride + (int64_t)(rows - 1) * ld + cols;
+}
+
+std::vector<float> widened(const uint16_t* p, int64_t n) {
+  std::vector<float> v(n);
+  bf16_to_f32(v.data(), p, n);
+  return v;
+}
+
+// The bf16 GEMM as the fp32 one on widened copies; a bf16 C is rounded once, element by
+// element of its m x n matrices (its padding is left alone).
+template <class Out>
+void gemm_widened(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const uint16_t* a,
+                  int lda, const uint16_t* b, int ldb, float beta, Out* c, int ldc, int batch,
+                  int64_t stride_a, int64_t stride_b, int64_t stride_c, const uint16_t* bias) {
+  const auto a32 = widened(a, span(stride_a ? batch : 1, stride_a, trans_a ? k : m, trans_a ? m : k, lda));
+  const auto b32 = widened(b, span(stride_b ? batch : 1, stride_b, trans_b ? n : k, trans_b ? k : n, ldb));
+  const auto bias32 = bias ? widened(bias, n) : std::vector<float>();
+  if constexpr (sizeof(Out) == 4) {
+    gemm_any(GemmKind::f32, trans_a, trans_b, m, n, k, alpha, a32.data(), lda, b32.data(), ldb,
+             beta, c, ldc, batch, stride_a, stride_b, stride_c, bias ? bias32.data() : nullptr);
+  } else {
+    const int64_t c_span = span(batch, stride_c, m, n, ldc);
+    std::vector<float> c32 = beta != 0.0f ? widened(c, c_span) : std::vector<float>(c_span);
+    gemm_any(GemmKind::f32, trans_a, trans_b, m, n, k, alpha, a32.data(), lda, b32.data(), ldb,
+             beta, c32.data(), ldc, batch, stride_a, stride_b, stride_c, bias ? bias32.data() : nullptr);
+    for (int p = 0; p < batch; p++)
+      for (int i = 0; i < m; i++) {
+        const int64_t row = p * stride_c + (int64_t)i * ldc;
+        f32_to_bf16(c + row, c32.data() + row, n);
+      }
+  }
+}
+
+template <class In, class Out>
+void gemm_any(GemmKind kind, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+              const In* a, int lda, const In* b, int ldb, float beta, Out* c, int ldc, int batch,
+              int64_t stride_a, int64_t stride_b, int64_t stride_c, const In* bias) {
   if (m <= 0 || n <= 0 || batch <= 0) return;
   check_ld("ldc", ldc, n, "C", false);
   if (k <= 0) {
@@ -178,13 +234,20 @@ void gemm_any(GemmKind kind, bool trans_a, bool trans_b, int m, int n, int k, fl
     // Every product lands on the same C: run them in order, as the reference does.
     for (int p = 0; p < batch; p++)
       gemm_any(kind, trans_a, trans_b, m, n, k, alpha, a + p * stride_a, lda, b + p * stride_b,
-               ldb, beta, c, ldc, 1, 0, 0, 0, bias);
+               ldb, beta, c, ldc, 1, (int64_t)0, (int64_t)0, (int64_t)0, bias);
     return;
   }
   const GemmKey key{kind, trans_a, trans_b, bias != nullptr, m, n, k, lda, ldb, ldc, batch,
                     batch > 1 ? stride_a : 0, batch > 1 ? stride_b : 0, batch > 1 ? stride_c : 0,
                     alpha, beta, omp_get_max_threads()};
   const auto p = lookup(key);
+  if constexpr (sizeof(In) == 2) {
+    if (p->widen) {
+      gemm_widened(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch, stride_a,
+                   stride_b, stride_c, bias);
+      return;
+    }
+  }
   const dnnl::engine& eng = engine();
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, memory(p->a, eng, const_cast<In*>(a))},
@@ -230,19 +293,19 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
           int lda, const float* b, int ldb, float beta, float* c, int ldc, int batch,
           int64_t stride_a, int64_t stride_b, int64_t stride_c) {
   gemm_any(GemmKind::f32, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch,
-           stride_a, stride_b, stride_c);
+           stride_a, stride_b, stride_c, (const float*)nullptr);
 }
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const uint16_t* a,
           int lda, const uint16_t* b, int ldb, float beta, uint16_t* c, int ldc, int batch,
           int64_t stride_a, int64_t stride_b, int64_t stride_c) {
   gemm_any(GemmKind::bf16_to_bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
-           ldc, batch, stride_a, stride_b, stride_c);
+           ldc, batch, stride_a, stride_b, stride_c, (const uint16_t*)nullptr);
 }
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const uint16_t* a,
           int lda, const uint16_t* b, int ldb, float beta, float* c, int ldc, int batch,
           int64_t stride_a, int64_t stride_b, int64_t stride_c) {
   gemm_any(GemmKind::bf16_to_f32, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
-           ldc, batch, stride_a, stride_b, stride_c);
+           ldc, batch, stride_a, stride_b, stride_c, (const uint16_t*)nullptr);
 }
 
 // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias: oneDNN adds the bias in its epilogue.
