@@ -1,13 +1,12 @@
 // CPU kernel benchmarks: every fast kernel next to its reference twin (BM_<op>/fast and
 // BM_<op>/ref), reporting GFLOP/s for compute kernels and GB/s for memory-bound ones
-// (bytes = what the kernel must read + write once). Plus gemm vs a direct cblas_sgemm
-// at 1024^3: the wrapper must cost nothing. Wall-clock time: the fast kernels run on
-// every core.
+// (bytes = what the kernel must read + write once), in fp32 (BM_<op>) and bf16
+// (BM_<op>_bf16). Plus the GEMMs at the shapes of a training step (BM_gemm_f32/...,
+// BM_gemm_bf16/...). Wall-clock time: the fast kernels run on every core.
 //
 // Shapes: B 4, T 256 / 1024, C 256 / 768, V 50257 (GPT-2 small-ish). Reference GEMMs
 // run at smaller sizes (a naive 1024^3 triple loop takes seconds); rates stay comparable.
 #include <benchmark/benchmark.h>
-#include <cblas.h>
 
 #include <cstdint>
 #include <random>
@@ -58,22 +57,9 @@ void bm_gemm(benchmark::State& st) {
   st.SetLabel(std::to_string(n) + "^3");
 }
 
-void bm_cblas_sgemm(benchmark::State& st) {
-  const int n = 1024;
-  const auto a = randn((size_t)n * n, 1), b = randn((size_t)n * n, 2);
-  std::vector<float> c((size_t)n * n);
-  for (auto _ : st) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                n, 0.0f, c.data(), n);
-    benchmark::DoNotOptimize(c.data());
-  }
-  set_flops(st, 2.0 * n * n * n);
-  st.SetLabel("1024^3");
-}
-
 // GEMMs at the shapes of a GPT training step (bench/results/cpu-gemm.md): m x n x k with
-// the layout of the op, N = B*T rows. fp32 through oneDNN next to OpenBLAS's cblas_sgemm,
-// and bf16 operands with an fp32 or a bf16 result. beta 1 where the op accumulates.
+// the layout of the op, N = B*T rows: fp32, and bf16 operands with an fp32 or a bf16
+// result, through oneDNN. beta 1 where the op accumulates.
 struct GemmShape {
   const char* name;
   int m, n, k;
@@ -111,18 +97,14 @@ std::vector<T> data(size_t n, uint32_t seed) {
     return randn(n, seed);
 }
 
-// In: float or uint16_t (bf16); Out likewise. Cblas: OpenBLAS's sgemm instead of ours.
-template <class In, class Out, bool Cblas = false>
+// In: float or uint16_t (bf16); Out likewise.
+template <class In, class Out>
 void bm_gemm_shape(benchmark::State& st, const GemmShape& g) {
   const int lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n;
   const auto a = data<In>((size_t)g.m * g.k, 1), b = data<In>((size_t)g.k * g.n, 2);
   std::vector<Out> c((size_t)g.m * g.n);
   for (auto _ : st) {
-    if constexpr (Cblas)
-      cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
-                  g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, g.beta, c.data(), g.n);
-    else
-      cpu::gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, g.beta, c.data(), g.n);
+    cpu::gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, g.beta, c.data(), g.n);
     benchmark::DoNotOptimize(c.data());
   }
   set_flops(st, 2.0 * g.m * g.n * g.k);
@@ -131,9 +113,7 @@ void bm_gemm_shape(benchmark::State& st, const GemmShape& g) {
 void register_train_gemms() {
   for (const GemmShape& g : k_train_gemms) {
     const std::string shape = g.name;
-    benchmark::RegisterBenchmark(("BM_gemm_f32/onednn/" + shape).c_str(), bm_gemm_shape<float, float>, g)
-        ->UseRealTime()->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("BM_gemm_f32/openblas/" + shape).c_str(), bm_gemm_shape<float, float, true>, g)
+    benchmark::RegisterBenchmark(("BM_gemm_f32/" + shape).c_str(), bm_gemm_shape<float, float>, g)
         ->UseRealTime()->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("BM_gemm_bf16/to_f32/" + shape).c_str(), bm_gemm_shape<uint16_t, float>, g)
         ->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -142,7 +122,7 @@ void register_train_gemms() {
   }
 }
 
-// Many small matrices (attention-sized): gemm spreads the batch over threads.
+// Many small matrices (attention-sized) in one batched gemm.
 template <bool Fast>
 void bm_gemm_batched(benchmark::State& st) {
   const int n = 64, batch = 64;
@@ -151,22 +131,6 @@ void bm_gemm_batched(benchmark::State& st) {
   std::vector<float> c(s * batch);
   for (auto _ : st) {
     CALL(gemm, false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, batch, s, s, s);
-    benchmark::DoNotOptimize(c.data());
-  }
-  set_flops(st, 2.0 * n * n * n * batch);
-  st.SetLabel("64 x 64^3");
-}
-
-// The alternative the batched gemm's heuristic rejects: one (threaded) BLAS call after another.
-void bm_gemm_batched_blas_loop(benchmark::State& st) {
-  const int n = 64, batch = 64;
-  const int64_t s = (int64_t)n * n;
-  const auto a = randn(s * batch, 1), b = randn(s * batch, 2);
-  std::vector<float> c(s * batch);
-  for (auto _ : st) {
-    for (int p = 0; p < batch; p++)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data() + p * s, n,
-                  b.data() + p * s, n, 0.0f, c.data() + p * s, n);
     benchmark::DoNotOptimize(c.data());
   }
   set_flops(st, 2.0 * n * n * n * batch);
@@ -505,10 +469,8 @@ int main(int argc, char** argv) {
   add_pair(#op, bm_##op<true, float>, bm_##op<false, float>);           \
   add_pair(#op "_bf16", bm_##op<true, uint16_t>, bm_##op<false, uint16_t>)
   PAIR(gemm);
-  benchmark::RegisterBenchmark("BM_gemm/cblas_sgemm", bm_cblas_sgemm)->UseRealTime()->Unit(benchmark::kMillisecond);
   register_train_gemms();
   PAIR(gemm_batched);
-  benchmark::RegisterBenchmark("BM_gemm_batched/blas_loop", bm_gemm_batched_blas_loop)->UseRealTime()->Unit(benchmark::kMillisecond);
   PAIRS(matmul_fwd);
   PAIRS(matmul_bwd);
   PAIRS(bias_add);

@@ -33,6 +33,11 @@ for exe in "$BENCH" "$KBENCH"; do
 done
 export OMP_NUM_THREADS=$THREADS
 BLAS_DIR=/usr/lib/x86_64-linux-gnu/openblas-openmp  # torch: OpenBLAS (OpenMP), see PEERS.md
+if [[ " ${MODES[*]}" == *" torch-"* ]] && [ ! -d "$BLAS_DIR" ]; then
+  echo "PyTorch runs pinned to OpenBLAS's OpenMP build, not installed here (GPUMix itself no longer" \
+       "uses it): apt-get install libopenblas0-openmp" >&2
+  exit 1
+fi
 LOG=$(mktemp /tmp/compare.XXXXXX)
 trap 'rm -f "$LOG"' EXIT
 

@@ -242,7 +242,9 @@ TEST_P(CrossEntropyBf16, ForwardBackwardMatchRefWithIgnoreIndex) {
     // lse ~ 100 in fp32 over V terms; loss = lse - logit is judged at the scale of lse.
     EXPECT_TRUE(all_close("bf16 crossentropy lse", lse, lse_r, fp32_rtol(V + 1)));
     for (int i = 0; i < N; i++) {
-      if (targets[i] == k_ignore) EXPECT_EQ(loss[i], 0.0f) << i;
+      if (targets[i] == k_ignore) {
+        EXPECT_EQ(loss[i], 0.0f) << i;
+      }
       EXPECT_NEAR(loss[i], loss_r[i], fp32_rtol(V + 1) * 108.0) << i;
     }
     // Accumulating: dlogits += ...; ignored rows keep their values exactly.
