@@ -158,8 +158,9 @@ TEST(GemmBf16, PrimitivesAreCachedAndTheBf16PathIsNamed) {
   EXPECT_FALSE(impl.empty());
   // Where the CPU has bf16 dot products, oneDNN must find its bf16 kernels, not a
   // reference loop (unless DNNL_MAX_CPU_ISA caps it, as the fallback test run does).
-  if (cpu::isa_supported(cpu::Isa::avx512_bf16) && !std::getenv("DNNL_MAX_CPU_ISA"))
+  if (cpu::isa_supported(cpu::Isa::avx512_bf16) && !std::getenv("DNNL_MAX_CPU_ISA")) {
     EXPECT_NE(impl.find("bf16"), std::string::npos) << impl;
+  }
   std::printf("oneDNN bf16->bf16 matmul: %s\n", impl.c_str());
 }
 
