@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(meson ninja-build pkg-config g++ gfortran python3
-          libopenblas-openmp-dev libopenmpi-dev openmpi-bin
+          libdnnl-dev libopenmpi-dev openmpi-bin
           nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
           libpcre2-dev  # GPT-2's Unicode pre-tokenizer regex
           fortunes
