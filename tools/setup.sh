@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(meson ninja-build pkg-config g++ python3
           libopenblas-openmp-dev libopenmpi-dev openmpi-bin
-          nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
+          nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev libbenchmark-dev
           fortunes
           # tools/ci_extra.sh: the ASan + UBSan build and the fuzz targets (clang, its
           # sanitizer and libFuzzer runtimes, its OpenMP, llvm-symbolizer for the reports)
