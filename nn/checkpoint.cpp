@@ -770,6 +770,22 @@ std::vector<std::string> remove_checkpoint_leftovers(const std::string& out_dir)
   return removed;
 }
 
+std::vector<std::string> prune_checkpoints(const std::string& out_dir, int keep) {
+  if (keep < 1) throw CheckpointError("prune_checkpoints: keep " + std::to_string(keep) + " must be at least 1");
+  const CheckpointScan s = scan_checkpoints(out_dir);
+  std::vector<std::string> removed;
+  const size_t surplus = s.complete.size() > size_t(keep) ? s.complete.size() - size_t(keep) : 0;
+  for (size_t i = 0; i < surplus; ++i) {  // oldest first
+    if (s.complete[i] == s.latest_name) continue;
+    const std::string dir = join_path(out_dir, s.complete[i]);
+    const std::string doomed = join_path(out_dir, "." + s.complete[i] + ".old-" + random_nonce());
+    rename_or_throw(dir, doomed);
+    remove_tree(doomed);
+    removed.push_back(dir);
+  }
+  return removed;
+}
+
 void check_model_config(const std::string& dir, const nlohmann::json& saved, const nlohmann::json& current) {
   if (saved == current) return;
   std::string diff;

@@ -183,6 +183,14 @@ std::optional<std::string> find_latest(const std::string& out_dir, std::string* 
 // Returns what it removed.
 std::vector<std::string> remove_checkpoint_leftovers(const std::string& out_dir);
 
+// Keeps the newest `keep` (>= 1) complete checkpoints of out_dir, by step, and the one
+// <out>/latest names whatever its step; deletes the other complete ones, oldest first. Each
+// goes by a rename to a .ckpt-<step>.old-<nonce> leftover and then deletion, so a crash in
+// between leaves a leftover that find_latest ignores, never a half-deleted checkpoint.
+// Call it after commit(): `latest` then names the new checkpoint, so the one it named
+// before stays until the next is committed. Returns the folders it deleted.
+std::vector<std::string> prune_checkpoints(const std::string& out_dir, int keep);
+
 // Throws CheckpointError when the saved model config differs from the current one:
 // "checkpoint <dir> was written for model {C=128, L=4, ...} but the current model is
 // {C=384, L=6, ...} (differs in C: 128 vs 384, L: 4 vs 6); use the same --model or start a

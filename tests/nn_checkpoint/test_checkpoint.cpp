@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -251,6 +252,59 @@ TEST(Checkpoint, NewerStepMovesLatestAndOldOnesStay) {
   EXPECT_EQ(list_checkpoints(t.path()), (std::vector<std::string>{t / "ckpt-000200", t / "ckpt-000100"}));
   CheckpointReader(t / "ckpt-000100").verify();
   CheckpointReader(t / "ckpt-000200").verify();
+}
+
+// ---- keeping the newest N -----------------------------------------------------------------
+TEST(Checkpoint, PruneKeepsTheNewestNAndTheOneLatestNames) {
+  TempDir t;
+  for (int64_t step : {100, 200, 300, 400}) save_simple(t.path(), step, 50, float(step));
+  EXPECT_EQ(prune_checkpoints(t.path(), 2), (std::vector<std::string>{t / "ckpt-000100", t / "ckpt-000200"}));
+  EXPECT_EQ(entries(t.path()), (std::vector<std::string>{"ckpt-000300", "ckpt-000400", "latest"}));
+  CheckpointReader::open_latest(t.path()).verify();
+  EXPECT_TRUE(prune_checkpoints(t.path(), 2).empty());  // nothing more to do
+
+  // `latest` naming an older step (a run restarted from there) keeps that one too.
+  save_simple(t.path(), 500, 50, 5);
+  write_text(t / "latest", "ckpt-000300\n");
+  EXPECT_EQ(prune_checkpoints(t.path(), 1), (std::vector<std::string>{t / "ckpt-000400"}));
+  EXPECT_EQ(entries(t.path()), (std::vector<std::string>{"ckpt-000300", "ckpt-000500", "latest"}));
+  EXPECT_EQ(CheckpointReader::open_latest(t.path()).step(), 300);
+
+  EXPECT_HAS(expect_throw([&] { prune_checkpoints(t.path(), 0); }), "keep 0 must be at least 1");
+}
+
+TEST(Checkpoint, ACrashBetweenCommitAndPruneLeavesAValidLatest) {
+  TempDir t;
+  save_simple(t.path(), 100, 50, 1);
+  save_simple(t.path(), 200, 50, 2);
+  // A process commits step 300 and is killed before it prunes.
+  const pid_t child = ::fork();
+  if (child == 0) {
+    save_simple(t.path(), 300, 50, 3);
+    ::kill(::getpid(), SIGKILL);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  // Every checkpoint is still there and `latest` names the committed one.
+  EXPECT_EQ(read_text(t / "latest"), "ckpt-000300\n");
+  CheckpointReader r = CheckpointReader::open_latest(t.path());
+  EXPECT_EQ(r.step(), 300);
+  r.verify();
+  EXPECT_EQ(scan_checkpoints(t.path()).steps, (std::vector<int64_t>{100, 200, 300}));
+  // The next save's prune catches up.
+  save_simple(t.path(), 400, 50, 4);
+  prune_checkpoints(t.path(), 2);
+  EXPECT_EQ(entries(t.path()), (std::vector<std::string>{"ckpt-000300", "ckpt-000400", "latest"}));
+
+  // A prune killed after its rename and before the deletion leaves a leftover, which
+  // find_latest ignores and remove_checkpoint_leftovers removes.
+  std::filesystem::rename(t / "ckpt-000300", t / ".ckpt-000300.old-killed");
+  std::string note;
+  EXPECT_EQ(*find_latest(t.path(), &note), t / "ckpt-000400");
+  EXPECT_HAS(note, "1 leftover(s) of interrupted saves are ignored");
+  EXPECT_EQ(remove_checkpoint_leftovers(t.path()), std::vector<std::string>{t / ".ckpt-000300.old-killed"});
 }
 
 // ---- several writers, other readers --------------------------------------------------------
