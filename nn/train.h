@@ -24,7 +24,8 @@ struct TrainOptions {
   const int32_t* token_data = nullptr;
   int64_t token_count = 0;
   int64_t token_vocab = 0;
-  std::string tokenizer;        // tokenizer file; default: <out>/tokenizer.bpe, trained if absent
+  std::string tokenizer;        // tokenizer file; default: <out>/tokenizer.bpe, when absent
+                                // copied from the resumed run's folder, or else trained
   std::string model = "gpt-nano";  // preset name
   int layers = 0, heads = 0, channels = 0;  // explicit shape overrides (0 = the preset's)
   std::string out = "runs/gpt";  // run folder: tokenizer, log.jsonl, checkpoints
@@ -80,6 +81,8 @@ GPTConfig resolve_model(const TrainOptions& o, int64_t vocab, int64_t seq);
 
 // A checkpoint folder given directly, or the latest complete one of a run folder.
 CheckpointReader open_checkpoint(const std::string& where);
+// The run folder of `where`: the parent of a checkpoint folder, else `where` itself.
+std::string run_folder_of(const std::string& where);
 
 // A boxed two-column table of resolved settings, on stdout.
 void print_settings(const std::vector<std::pair<std::string, std::string>>& rows);

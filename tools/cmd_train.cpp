@@ -11,6 +11,7 @@
 
 #include "dist/launch.h"
 #include "dist/plan.h"
+#include "nn/train.h"
 #include "tools/command.h"
 #include "tools/size_flag.h"
 
@@ -105,7 +106,8 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--layers", o.layers, "override the preset's number of layers");
   app.add_option("--heads", o.heads, "override the preset's number of heads");
   app.add_option("--channels", o.channels, "override the preset's channels");
-  app.add_option("--out", o.out, "run folder (log.jsonl, tokenizer, checkpoints)");
+  app.add_option("--out", o.out, "run folder (log.jsonl, tokenizer, checkpoints; default runs/gpt, "
+                 "with --resume the resumed run's folder)");
   app.add_option("--resume", o.resume, "continue from a run folder or checkpoint folder");
   app.add_option("--batch,--global-batch", o.batch, "sequences per step, over all ranks");
   app.add_option("--seq", o.seq, "sequence length (default: the model's context)");
@@ -145,6 +147,7 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--drift-steps", engine.drift.steps, "consecutive drifting steps before re-planning")
       ->check(CLI::Range(1, 1000000));
   CLI11_PARSE(app, argc, argv);
+  if (!o.resume.empty() && app.count("--out") == 0) o.out = gpumix::run_folder_of(o.resume);
   if (!device_memory.empty()) o.device_memory = gpumix::tools::parse_bytes(device_memory);
   std::vector<gpumix::dist::ClusterDevice> devices;
   if (!devices_text.empty()) {

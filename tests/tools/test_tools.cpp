@@ -259,7 +259,11 @@ TEST_F(Tools, BatchThatDoesNotFitTheDeviceMemory) {
 TEST_F(Tools, ExistingRunFolderWithoutResume) {
   const std::string log_before = read_file(base() + "/log.jsonl");
   const Result r = gpumix(train_args(base()), dir_);
-  expect_failure(r, {base(), "already holds a run", "--resume"});
+  // A user's mistake on one rank: the message alone, without a collective's wrapper or a
+  // source location.
+  EXPECT_EQ(r.err, "gpumix train: error: run folder " + base() + " already holds a run (" + base() +
+                       "/log.jsonl); continue it with --resume " + base() + ", or pass another --out\n")
+      << show(r);
   EXPECT_EQ(read_file(base() + "/log.jsonl"), log_before);
   expect_base_intact();
 }
@@ -329,6 +333,52 @@ TEST_F(Tools, ResumeIsBitwiseExact) {
   ASSERT_EQ(f.code, 0) << show(f);
   EXPECT_EQ(log_losses(out3), log_losses(full3, 4));
   EXPECT_TRUE(read_file(out3 + "/ckpt-000006/master.bin") == read_file(full3 + "/ckpt-000006/master.bin"));
+}
+
+TEST_F(Tools, ResumeWithoutOutContinuesInTheRunFolderWithItsTokenizer) {
+  // A run whose tokenizer is its own (<run>/tokenizer.bpe, no --tokenizer flag), 6 steps.
+  const std::string run = path("continued");
+  fs::copy(base(), run, fs::copy_options::recursive);
+  auto without_tokenizer_flag = [](std::vector<std::string> args) {
+    auto it = std::find(args.begin(), args.end(), "--tokenizer");
+    args.erase(it, it + 2);
+    return args;
+  };
+  std::vector<std::string> args = without_tokenizer_flag(train_args(run, {"--steps", "9", "--resume", run}));
+  auto out = std::find(args.begin(), args.end(), "--out");
+  args.erase(out, out + 2);
+  const fs::path default_out = fs::current_path() / "runs" / "gpt";
+  const bool default_out_existed = fs::exists(default_out);
+  Result r = gpumix(args, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(r.out.find("trained a"), std::string::npos) << "a new tokenizer was trained\n" << show(r);
+  EXPECT_EQ(fs::exists(default_out), default_out_existed) << default_out << " was written";
+  EXPECT_EQ(gpumix::scan_checkpoints(run).steps, (std::vector<int64_t>{3, 6, 9}));
+  EXPECT_EQ(log_losses(run).size(), 9u);  // steps 1..6, then 7..9 appended
+  EXPECT_TRUE(read_file(run + "/tokenizer.bpe") == read_file(tokenizer()));
+
+  // Into another folder: the resumed run's tokenizer comes along, so the new run folder
+  // generates on its own.
+  const std::string other = path("continued_elsewhere");
+  r = gpumix(without_tokenizer_flag(train_args(other, {"--steps", "9", "--resume", base() + "/ckpt-000006"})), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_TRUE(read_file(other + "/tokenizer.bpe") == read_file(tokenizer()));
+  r = gpumix({"generate", "--ckpt", other, "--prompt", "The", "--tokens", "4", "--threads", "1"}, dir_);
+  EXPECT_EQ(r.code, 0) << show(r);
+
+  // A run folder without its tokenizer: say which one to pass, write nothing.
+  const std::string lost = path("continued_no_tokenizer");
+  fs::copy(base(), lost, fs::copy_options::recursive);
+  fs::remove(lost + "/tokenizer.bpe");
+  const std::string lost_log = read_file(lost + "/log.jsonl");
+  args = without_tokenizer_flag(train_args(lost, {"--steps", "9", "--resume", lost}));
+  out = std::find(args.begin(), args.end(), "--out");
+  args.erase(out, out + 2);
+  r = gpumix(args, dir_);
+  expect_failure(r, {"its run folder has no tokenizer.bpe", "pass the --tokenizer the run was trained with"});
+  EXPECT_FALSE(fs::exists(lost + "/tokenizer.bpe"));
+  EXPECT_EQ(read_file(lost + "/log.jsonl"), lost_log);
+  EXPECT_EQ(gpumix::scan_checkpoints(lost).steps, (std::vector<int64_t>{3, 6}));
 }
 
 // ---- generate ------------------------------------------------------------------------------
@@ -522,6 +572,8 @@ class BadInputs : public Tools {
         EXPECT_NE(r.err.find(part), std::string::npos) << "stderr lacks '" << part << "'\n" << show(r);
       EXPECT_EQ(r.err.find("Sanitizer"), std::string::npos) << show(r);
       EXPECT_EQ(r.err.find("runtime error"), std::string::npos) << show(r);
+      // A user's mistake is told without a source location (those mark internal errors).
+      EXPECT_EQ(r.err.find(".cpp:"), std::string::npos) << show(r);
       for (const std::string& f : c.never_written) EXPECT_FALSE(fs::exists(f)) << f << " was written";
       for (size_t i = 0; i < c.unchanged.size(); ++i)
         EXPECT_TRUE(read_file(c.unchanged[i]) == before[i]) << c.unchanged[i] << " changed";
