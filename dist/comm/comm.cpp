@@ -319,6 +319,10 @@ std::string agreement_error(const std::vector<std::string>& whats,
   return m;
 }
 
+void agree_alone(const std::string& local_error) {
+  if (!local_error.empty()) throw Error(local_error);
+}
+
 uint64_t agreement_hash(const std::string& what, const std::vector<int64_t>& values,
                         bool has_error) {
   uint64_t h = 1469598103934665603ull;

@@ -124,7 +124,8 @@ class Comm {
   // Collective check that every rank passes the same `values` (counts, a shard layout, a
   // plan's numbers). If they differ, or if any rank passes a non-empty `local_error` (a
   // problem it found on its own), every rank throws an Error that starts with `what` and
-  // names the ranks, their values and the local errors.
+  // names the ranks, their values and the local errors. A single rank has nobody to agree
+  // with: it throws its local error as it is.
   virtual void agree(const std::string& what, const std::vector<int64_t>& values,
                      const std::string& local_error = "") = 0;
 
@@ -319,6 +320,8 @@ std::string check_root(int root, int size);
 std::string agreement_error(const std::vector<std::string>& whats,
                             const std::vector<std::vector<int64_t>>& values,
                             const std::vector<std::string>& local_errors);
+// agree() on a single rank: throws `local_error` unwrapped when it is not empty.
+void agree_alone(const std::string& local_error);
 // FNV-1a over what + values: what the MPI backend compares across ranks.
 uint64_t agreement_hash(const std::string& what, const std::vector<int64_t>& values,
                         bool has_error);
