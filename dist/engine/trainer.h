@@ -2,16 +2,19 @@
 // and plan and its own Comm; together they execute the plan as METHOD.md §5 describes:
 //
 // - one rank: the whole model on its device, each micro-batch's forward and backward
-//   in turn (gradient accumulation), AdamW over all parameters;
-// - several ranks: the uneven sharded engine. Rank i owns share r_i of every unit's fp32
-//   master weights and AdamW moments (ShardLayout), runs b_i rows of every global batch as
-//   micro-batches of m_i, layer-major: each unit's parameters are gathered once per pass
-//   (the next unit's gather overlapping the current unit's compute), each micro-batch's
-//   block input is kept, backward recomputes each block from it, and each unit's
-//   gradient is reduce-scattered once per step.
+//   in turn (gradient accumulation), AdamW over all parameters
+//   (dist/engine/whole_model_engine.h);
+// - several ranks: the uneven sharded engine (dist/engine/sharded_engine.h). Rank i owns
+//   share r_i of every unit's fp32 master weights and AdamW moments (ShardLayout), runs b_i
+//   rows of every global batch as micro-batches of m_i, layer-major: each unit's parameters
+//   are gathered once per pass (the next unit's gather overlapping the current unit's
+//   compute), each micro-batch's block input is kept, backward recomputes each block from
+//   it, and each unit's gradient is reduce-scattered once per step.
 //
 // Both give the gradient of the loss summed over the global batch divided by its token
-// count: the same model whatever the plan, up to float rounding.
+// count: the same model whatever the plan, up to float rounding. The step loop around an
+// engine (dist/engine/trainer.cpp) is the same for both: dist/engine/engine.h is the line
+// between them.
 #pragma once
 
 #include <cstdint>
