@@ -50,20 +50,20 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
   if (o.token_data) {
     RunData d;
     GPUMIX_CHECK_INPUT(o.token_count > 0 && o.token_vocab > 0, "caller tokens: ", o.token_count,
-                 " tokens with vocabulary ", o.token_vocab, "; both must be positive");
+                       " tokens with vocabulary ", o.token_vocab, "; both must be positive");
     for (int64_t i = 0; i < o.token_count; ++i)
       GPUMIX_CHECK_INPUT(o.token_data[i] >= 0 && o.token_data[i] < o.token_vocab, "caller tokens: token ",
-                   o.token_data[i], " at position ", i, " is outside the vocabulary of ", o.token_vocab);
+                         o.token_data[i], " at position ", i, " is outside the vocabulary of ", o.token_vocab);
     d.tokens = data::TokenView(o.token_data, (size_t)o.token_count);
     d.vocab = o.token_vocab;
     d.tokenizer_path = "(none: tokens from the caller)";
     return d;
   }
   GPUMIX_CHECK_INPUT(!o.data.empty(), "no training data: pass --data FILE (a text corpus, a folder of "
-               "fortune files, or a token file from `gpumix tokenizer encode`)");
+                     "fortune files, or a token file from `gpumix tokenizer encode`)");
   GPUMIX_CHECK_INPUT(fs::exists(o.data), "training data '", o.data, "' does not exist; pass --data with "
-               "a text corpus or token file (the main job uses /usr/share/games/fortunes from "
-               "Debian's fortunes package)");
+                     "a text corpus or token file (the main job uses /usr/share/games/fortunes from "
+                     "Debian's fortunes package)");
   RunData d;
   d.tokenizer_path = o.tokenizer.empty() ? (fs::path(o.out) / kTokenizerFile).string() : o.tokenizer;
   if (o.tokenizer.empty() && !o.resume.empty() && may_train_tokenizer && !fs::exists(d.tokenizer_path)) {
@@ -81,16 +81,16 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
     if (fs::exists(d.tokenizer_path)) {
       const data::Tokenizer tok = data::Tokenizer::load(d.tokenizer_path);
       GPUMIX_CHECK_INPUT(tok.vocab_size() == d.vocab, "token file ", o.data, " has vocabulary ", d.vocab,
-                   " but tokenizer ", d.tokenizer_path, " has ", tok.vocab_size(),
-                   "; pass the --tokenizer that encoded it");
+                         " but tokenizer ", d.tokenizer_path, " has ", tok.vocab_size(),
+                         "; pass the --tokenizer that encoded it");
       d.tokenizer_hash = tok.hash();
     }
     return d;
   }
   GPUMIX_CHECK_INPUT(!fs::is_regular_file(o.data) || !looks_binary(o.data), "training data '", o.data,
-               "' is neither a token file (it does not start with the magic \"GPMXTOK\") nor text (it "
-               "holds NUL bytes); pass a token file written by `gpumix tokenizer encode` (re-encode a "
-               "damaged one) or a text corpus");
+                     "' is neither a token file (it does not start with the magic \"GPMXTOK\") nor text (it "
+                     "holds NUL bytes); pass a token file written by `gpumix tokenizer encode` (re-encode a "
+                     "damaged one) or a text corpus");
   const std::string text = data::read_corpus(o.data);
   GPUMIX_CHECK_INPUT(!text.empty(), "training corpus '", o.data, "' is empty; pass a corpus with text in it");
   data::Tokenizer tok;
@@ -170,10 +170,10 @@ std::string generate(const GenerateOptions& o) {
   const GPTConfig config = config_from_json(reader.model(), dir + "/meta.json: model");
   const fs::path tok_path = fs::path(run_folder_of(dir)) / kTokenizerFile;
   GPUMIX_CHECK_INPUT(fs::exists(tok_path), "no tokenizer next to checkpoint ", dir, " (expected ",
-               tok_path.string(), ")");
+                     tok_path.string(), ")");
   const data::Tokenizer tok = data::Tokenizer::load(tok_path.string());
   GPUMIX_CHECK_INPUT(tok.vocab_size() == config.V, "tokenizer ", tok_path.string(), " has vocabulary ",
-               tok.vocab_size(), " but the model has ", config.V);
+                     tok.vocab_size(), " but the model has ", config.V);
   GPT model(config, Device::cpu(), 0);
   reader.read_slice("master", 0, model.params().data<float>(), model.num_params());
 

@@ -64,9 +64,9 @@ int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& e
   try {
     const CheckpointReader reader = open_checkpoint(where);
     reader.check_model(config_to_json(config));
-    GPUMIX_CHECK(!tokenizer_hash || !reader.tokenizer_hash() || reader.tokenizer_hash() == tokenizer_hash,
-                 "checkpoint ", reader.dir(), " was trained with another tokenizer; resume with the "
-                 "run's own (--tokenizer <run>/tokenizer.bpe)");
+    GPUMIX_CHECK_INPUT(!tokenizer_hash || !reader.tokenizer_hash() || reader.tokenizer_hash() == tokenizer_hash,
+                       "checkpoint ", reader.dir(), " was trained with another tokenizer; resume with the "
+                       "run's own (--tokenizer <run>/tokenizer.bpe)");
     for (const OwnedSlice& s : engine.slices()) {
       const int64_t n = s.master.numel();
       reader.read_slice("master", s.flat_offset, s.master.data<float>(), n);

@@ -237,9 +237,9 @@ void Training::prepare_run_folder() {
     try {
       fs::create_directories(o_.out);
       // An empty log is a run that failed before its first step: nothing to keep.
-      GPUMIX_CHECK(resuming_ || !fs::exists(log_path_) || fs::file_size(log_path_) == 0, "run folder ", o_.out,
-                   " already holds a run (",
-                   log_path_.string(), "); continue it with --resume ", o_.out, ", or pass another --out");
+      GPUMIX_CHECK_INPUT(resuming_ || !fs::exists(log_path_) || fs::file_size(log_path_) == 0, "run folder ", o_.out,
+                         " already holds a run (",
+                         log_path_.string(), "); continue it with --resume ", o_.out, ", or pass another --out");
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -303,8 +303,8 @@ void Training::make_engine() {
 void Training::resume() {
   if (!resuming_) return;
   start_ = load_checkpoint(o_.resume, config_, *engine_, comm_, run_.tokenizer_hash);
-  GPUMIX_CHECK(start_ < o_.steps, "the checkpoint is at step ", start_, ", not before --steps ", o_.steps,
-               "; pass a larger --steps to train further");
+  GPUMIX_CHECK_INPUT(start_ < o_.steps, "the checkpoint is at step ", start_, ", not before --steps ", o_.steps,
+                     "; pass a larger --steps to train further");
 }
 
 void Training::print_settings() const {
@@ -337,7 +337,7 @@ void Training::print_settings() const {
 void Training::open_log() {
   if (!lead_) return;
   log_.open(log_path_, std::ios::app);
-  GPUMIX_CHECK(log_.good(), "cannot write ", log_path_.string());
+  GPUMIX_CHECK_INPUT(log_.good(), "cannot write ", log_path_.string());
 }
 
 // ---- the steps ------------------------------------------------------------------------------
@@ -579,33 +579,33 @@ void Training::log_line(const json& j) {
 
 void check_options(const TrainOptions& o, const std::vector<RankWork>& given_work, int ranks,
                    const EngineOptions& engine_options) {
-  GPUMIX_CHECK(o.steps >= 1, "--steps must be at least 1, got ", o.steps);
-  GPUMIX_CHECK(o.batch >= 1, "--batch must be at least 1, got ", o.batch);
-  GPUMIX_CHECK(o.seq >= 0, "--seq must be positive, got ", o.seq);
-  GPUMIX_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
+  GPUMIX_CHECK_INPUT(o.steps >= 1, "--steps must be at least 1, got ", o.steps);
+  GPUMIX_CHECK_INPUT(o.batch >= 1, "--batch must be at least 1, got ", o.batch);
+  GPUMIX_CHECK_INPUT(o.seq >= 0, "--seq must be positive, got ", o.seq);
+  GPUMIX_CHECK_INPUT(o.lr > 0, "--lr must be positive, got ", o.lr);
   if (engine_options.planner.empty()) validate_work(given_work, o.batch, ranks);
 }
 
 }  // namespace
 
 void validate_work(const std::vector<RankWork>& work, int64_t global_batch, int ranks) {
-  GPUMIX_CHECK((int)work.size() == ranks, "the plan has ", work.size(), " ranks but ", ranks,
-               " are running; give one batch, micro-batch and share per rank");
+  GPUMIX_CHECK_INPUT((int)work.size() == ranks, "the plan has ", work.size(), " ranks but ", ranks,
+                     " are running; give one batch, micro-batch and share per rank");
   int64_t batch = 0;
   double share = 0;
   for (size_t r = 0; r < work.size(); ++r) {
     const RankWork& w = work[r];
-    GPUMIX_CHECK(w.batch >= 0, "rank ", r, ": batch ", w.batch, " is negative");
-    GPUMIX_CHECK(w.batch == 0 || w.micro_batch >= 1, "rank ", r, ": micro-batch ", w.micro_batch,
-                 " must be at least 1 for its batch of ", w.batch);
-    GPUMIX_CHECK(w.share >= 0 && w.share <= 1, "rank ", r, ": share ", w.share, " is outside [0, 1]");
+    GPUMIX_CHECK_INPUT(w.batch >= 0, "rank ", r, ": batch ", w.batch, " is negative");
+    GPUMIX_CHECK_INPUT(w.batch == 0 || w.micro_batch >= 1, "rank ", r, ": micro-batch ", w.micro_batch,
+                       " must be at least 1 for its batch of ", w.batch);
+    GPUMIX_CHECK_INPUT(w.share >= 0 && w.share <= 1, "rank ", r, ": share ", w.share, " is outside [0, 1]");
     batch += w.batch;
     share += w.share;
   }
-  GPUMIX_CHECK(batch == global_batch, "the plan's batches sum to ", batch, " but the global batch is ",
-               global_batch, "; make them add up (or change --batch)");
-  GPUMIX_CHECK(std::fabs(share - 1.0) <= 1e-6, "the plan's shares sum to ", share,
-               ", not 1; every parameter needs exactly one owner");
+  GPUMIX_CHECK_INPUT(batch == global_batch, "the plan's batches sum to ", batch, " but the global batch is ",
+                     global_batch, "; make them add up (or change --batch)");
+  GPUMIX_CHECK_INPUT(std::fabs(share - 1.0) <= 1e-6, "the plan's shares sum to ", share,
+                     ", not 1; every parameter needs exactly one owner");
 }
 
 std::vector<RankWork> even_work(int64_t global_batch, int ranks) {
