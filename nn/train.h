@@ -43,6 +43,7 @@ struct TrainOptions {
   int eval_interval = 50;       // steps between validation passes (0: only at the end)
   int eval_windows = 32;        // validation windows (of T tokens) per pass
   int ckpt_interval = 0;        // steps between checkpoints (0: only at the end)
+  int keep_checkpoints = 0;     // keep the newest N checkpoints of the run folder (0: all)
   uint64_t seed = 1337;
   int threads = 0;              // OpenMP threads (0: all cores)
   bool recompute = false;       // activation checkpointing per block

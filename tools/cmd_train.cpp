@@ -119,6 +119,9 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--eval-interval", o.eval_interval, "steps between validation passes (0: end only)");
   app.add_option("--eval-windows", o.eval_windows, "validation windows of the evaluations during training (the last uses all; 0: all)");
   app.add_option("--ckpt-interval", o.ckpt_interval, "steps between checkpoints (0: end only)");
+  app.add_option("--keep-checkpoints", o.keep_checkpoints,
+                 "keep the newest N checkpoints, deleting older ones once a newer one is complete (0: all)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--seed", o.seed, "random seed (initialisation and batch order)");
   app.add_option("--threads", o.threads, "CPU threads in all (default: all cores)");
   app.add_flag("--recompute", o.recompute, "recompute block activations in backward (one rank)");

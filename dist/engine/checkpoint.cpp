@@ -51,7 +51,11 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, cons
     for (const RankWork& w : work) ranks.push_back({{"batch", w.batch}, {"micro_batch", w.micro_batch}, {"share", w.share}});
     meta.plan = {{"ranks", ranks}, {"global_batch", o.batch}};
     meta.extra = {{"lr", o.lr}, {"steps", o.steps}, {"seq", config.T}};
-    attempt([&] { dir = writer.commit(meta); });
+    attempt([&] {
+      dir = writer.commit(meta);
+      fault_point(comm.rank(), "prune");  // between the commit and the deletion of old ones
+      if (o.keep_checkpoints > 0) prune_checkpoints(o.out, o.keep_checkpoints);
+    });
   }
   comm.agree("checkpoint: committing step " + std::to_string(step), {}, error);
   return dir;

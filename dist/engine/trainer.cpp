@@ -263,6 +263,7 @@ void Training::load_data() {
   split_ = data::split_train_val(run_.tokens, seq_, o_.val_fraction);
   loader_.emplace(split_.train, seq_, o_.batch, o_.seed);
   val_loader_.emplace(split_.val, seq_, o_.batch, o_.seed);
+  result_.unigram_loss = data::unigram_cross_entropy(split_.train, split_.val, run_.vocab);
 }
 
 void Training::choose_device() {
@@ -428,7 +429,10 @@ json Training::step_line(int step, const StepOutcome& s, const StepTime& t, std:
     line["busy"] = fraction;
     line["busy_ms"] = ms_of(t.busy_s);
   }
-  if (step == start_ + 1) line["plan"] = plan_text();  // b/m/r per rank, as in the settings
+  if (step == start_ + 1) {  // what the whole run shares: the plan, the baseline to beat
+    line["plan"] = plan_text();  // b/m/r per rank, as in the settings
+    line["unigram_loss"] = result_.unigram_loss;
+  }
   if (planner_) {
     line["predicted_ms"] = planner_->plan().predicted.step_s * 1e3;
     line["predicted_busy_ms"] = ms_of(planner_->predicted_busy_s());
@@ -493,7 +497,6 @@ void Training::save_if_due(int step) {
 TrainResult Training::finish() {
   std::sort(rates_.begin(), rates_.end());
   result_.tokens_per_s = rates_.empty() ? 0 : rates_[rates_.size() / 2];
-  result_.unigram_loss = data::unigram_cross_entropy(split_.train, split_.val, run_.vocab);
   json final_line = {{"final", true}, {"step", result_.step}, {"val_loss", result_.val_loss},
                      {"unigram_loss", result_.unigram_loss}, {"tokens_per_s", result_.tokens_per_s}};
   // Memory: every rank's allocator peak since the running plan started, next to its

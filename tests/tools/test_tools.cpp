@@ -381,6 +381,52 @@ TEST_F(Tools, ResumeWithoutOutContinuesInTheRunFolderWithItsTokenizer) {
   EXPECT_EQ(gpumix::scan_checkpoints(lost).steps, (std::vector<int64_t>{3, 6}));
 }
 
+TEST_F(Tools, KeepCheckpointsKeepsTheNewest) {
+  const std::string out = path("keep2");
+  const Result r = gpumix(train_args(out, {"--ckpt-interval", "1", "--keep-checkpoints", "2"}), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  const gpumix::CheckpointScan scan = gpumix::scan_checkpoints(out);
+  EXPECT_EQ(scan.steps, (std::vector<int64_t>{5, 6}));
+  EXPECT_EQ(scan.latest_name, "ckpt-000006");
+  EXPECT_TRUE(scan.leftovers.empty());
+  EXPECT_NO_THROW(gpumix::CheckpointReader(out + "/ckpt-000006").verify());
+  // The losses are the run's that kept every checkpoint.
+  EXPECT_EQ(log_losses(out), log_losses(base()));
+}
+
+// ---- plot ----------------------------------------------------------------------------------
+
+TEST_F(Tools, PlotOfARun) {
+  // The first step line carries the unigram baseline, so a run in progress has it too.
+  std::ifstream log(base() + "/log.jsonl");
+  std::string first;
+  std::getline(log, first);
+  EXPECT_TRUE(nlohmann::json::parse(first).contains("unigram_loss")) << first;
+
+  const std::string svg_path = path("base.svg");
+  Result r = gpumix({"plot", base(), "--svg", svg_path}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("6 steps, 1 validation points, 1 rank"), std::string::npos) << show(r);
+  const std::string svg = read_file(svg_path);
+  EXPECT_EQ(svg.rfind("<svg ", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  for (const char* part : {"class='train-loss'", "class='val-loss'", "class='unigram'", "class='tokens-per-s'",
+                           "1 rank (no busy shares)"})
+    EXPECT_NE(svg.find(part), std::string::npos) << part;
+
+  // Three ranks: a busy share per rank.
+  const std::string three = path("plot3");
+  r = gpumix(train_args(three, {"--ranks", "3"}), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  r = gpumix({"plot", three + "/log.jsonl", "--svg", svg_path}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  const std::string svg3 = read_file(svg_path);
+  size_t ranks = 0;
+  for (size_t p = svg3.find("class='busy-rank'"); p != std::string::npos; p = svg3.find("class='busy-rank'", p + 1))
+    ++ranks;
+  EXPECT_EQ(ranks, 3u);
+}
+
 // ---- generate ------------------------------------------------------------------------------
 
 TEST_F(Tools, GenerateContinuesThePromptAndIsGreedyAtTemperatureZero) {
@@ -614,6 +660,7 @@ TEST_F(BadInputs, Train) {
       train_case("--lr nan", {"--lr", "nan"}, {"--lr", "nan"}),
       train_case("--device-memory negative", {"--device-memory", "-5MiB"}, {"-5MiB", "memory size"}),
       train_case("--val-fraction 1.5", {"--val-fraction", "1.5"}, {"validation fraction", "(0, 1)"}),
+      train_case("--keep-checkpoints -1", {"--keep-checkpoints", "-1"}, {"--keep-checkpoints"}),
       train_case("--channels not a multiple of the heads", {"--channels", "33"}, {"C (channels) = 33", "NH"}),
       train_case("--resume with another --model", {"--resume", base(), "--model", "gpt-micro", "--steps", "12"},
                  {"gpt-micro", "use the same --model"}),
@@ -631,6 +678,27 @@ TEST_F(BadInputs, Train) {
                  {"leaves rank 1", "gpumix plan --no-leave-out"}),
   });
   expect_base_intact();
+}
+
+TEST_F(BadInputs, Plot) {
+  const std::string svg = path("m_never.svg");
+  write_file(path("m_garbled.jsonl"), "{\"step\":1,\"loss\":7}\n{\"step\":2,\"lo\n{\"step\":3,\"loss\":6}\n");
+  write_file(path("m_wrong_type.jsonl"), "{\"step\":1,\"loss\":\"high\"}\n");
+  write_file(path("m_existing.svg"), "<svg/>");
+  run_cases({
+      {"missing run folder", {"plot", path("no_such_run"), "--svg", svg}, {"no_such_run", "does not exist"}, {svg}},
+      {"run folder without a log", {"plot", path("m_ckpt_empty"), "--svg", svg}, {"log.jsonl", "does not exist"}, {svg}},
+      {"empty log", {"plot", path("m_empty.txt"), "--svg", svg}, {"m_empty.txt", "is empty"}, {svg}},
+      {"garbled log", {"plot", path("m_garbled.jsonl"), "--svg", svg}, {"m_garbled.jsonl line 2", "not valid JSON"},
+       {svg}},
+      {"wrong-typed loss", {"plot", path("m_wrong_type.jsonl"), "--svg", svg}, {"field 'loss'", "not a number"}, {svg}},
+      {"a token file for a log", {"plot", tokens(), "--svg", svg}, {"tiny.tok line 1", "not valid JSON"}, {svg}},
+      {"no --svg", {"plot", base()}, {"--svg"}},
+      {"--svg in a missing folder", {"plot", base(), "--svg", path("no_dir/p.svg")}, {"no_dir/p.svg"},
+       {path("no_dir")}},
+      {"a failure leaves an existing picture alone", {"plot", path("m_empty.txt"), "--svg", path("m_existing.svg")},
+       {"is empty"}, {}, {path("m_existing.svg")}},
+  });
 }
 
 TEST_F(BadInputs, Generate) {
