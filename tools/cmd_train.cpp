@@ -5,9 +5,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "dist/engine/launch.h"
 #include "dist/plan/plan.h"
@@ -62,6 +65,17 @@ std::vector<RankWork> build_work(int64_t global_batch, int ranks, const std::str
   // No clamping of micro-batches: an explicit 0 for a positive batch is a bad plan that
   // validate_work reports (the defaults above are already at least 1 for positive batches).
   return work;
+}
+
+// --trace-steps "A:B" (1 <= A <= B) -> {A, B}.
+std::pair<int, int> parse_trace_steps(const std::string& text) {
+  int first = 0, last = 0;
+  char colon = 0, rest = 0;
+  if (std::sscanf(text.c_str(), "%d%c%d%c", &first, &colon, &last, &rest) != 3 || colon != ':' || first < 1 ||
+      last < first)
+    throw std::invalid_argument("--trace-steps: cannot read '" + text +
+                                "' as A:B, the first and last step to trace (1 <= A <= B), e.g. 2:4");
+  return {first, last};
 }
 
 bool is_planner_name(const std::string& plan) {
@@ -143,6 +157,10 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--shares", shares, "per-rank state shares, e.g. 0,0.3,0.7 (default: even)");
   app.add_flag("--no-prefetch", no_prefetch, "do not overlap the next unit's gather with compute");
   gpumix::dist::EngineOptions engine;
+  std::string trace_steps;
+  app.add_option("--trace", engine.trace,
+                 "write a trace of --trace-steps to this file (Trace Event Format: ui.perfetto.dev, chrome://tracing)");
+  app.add_option("--trace-steps", trace_steps, "the steps to trace, A:B (default 2:4)");
   app.add_option("--drift-threshold", engine.drift.threshold,
                  "re-plan when a rank's compute time, relative to the others', is off the plan's "
                  "prediction by more than this fraction (0: never)")
@@ -152,6 +170,10 @@ int cmd_train(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (!o.resume.empty() && app.count("--out") == 0) o.out = gpumix::run_folder_of(o.resume);
   if (!device_memory.empty()) o.device_memory = gpumix::tools::parse_bytes(device_memory);
+  if (!trace_steps.empty()) {
+    if (engine.trace.empty()) throw std::invalid_argument("--trace-steps needs --trace FILE, the file to write");
+    std::tie(engine.trace_first, engine.trace_last) = parse_trace_steps(trace_steps);
+  }
   std::vector<gpumix::dist::ClusterDevice> devices;
   if (!devices_text.empty()) {
     devices = gpumix::dist::parse_devices(devices_text);

@@ -22,6 +22,7 @@
 #include "dist/engine/replan.h"
 #include "dist/engine/shard_layout.h"
 #include "dist/engine/sharded_engine.h"
+#include "dist/engine/trace.h"
 #include "dist/engine/whole_model_engine.h"
 #include "dist/plan/simulator.h"
 #include "nn/data/loader.h"
@@ -154,6 +155,7 @@ class Training {
   void resume();
   void print_settings() const;
   void open_log();
+  void start_trace();
   void run_steps();
   TrainResult finish();
 
@@ -163,6 +165,7 @@ class Training {
   StepOutcome forward_backward_update(int step);
   StepTime time_step(double t0);
   json step_line(int step, const StepOutcome& s, const StepTime& t, std::string* busy_text) const;
+  void write_trace();
   std::string evaluate_if_due(int step, json& line);
   std::string replan_if_drifted(const std::vector<double>& busy_s, json& line);
   void adopt(std::vector<RankWork> work);
@@ -202,6 +205,7 @@ class Training {
   std::unique_ptr<Engine> engine_;
   int start_ = 0;  // the step the run starts after (the checkpoint's when resuming)
   std::ofstream log_;
+  Tracer tracer_;  // off unless --trace
 
   int64_t row0_ = 0;        // this rank's first row of every batch
   Tensor inputs_, targets_;  // (b, T) i32: this rank's rows
@@ -299,6 +303,7 @@ void Training::make_engine() {
   else
     engine_ = std::make_unique<ShardedEngine>(config_, agreed_layout(), comm_, device_, o_.seed, adam,
                                               engine_options_.prefetch);
+  engine_->tracer = &tracer_;
 }
 
 void Training::resume() {
@@ -341,6 +346,19 @@ void Training::open_log() {
   GPUMIX_CHECK_INPUT(log_.good(), "cannot write ", log_path_.string());
 }
 
+// --trace: the steps of --trace-steps that this call trains.
+void Training::start_trace() {
+  const EngineOptions& e = engine_options_;
+  if (e.trace.empty()) return;
+  const int first = std::max(e.trace_first, start_ + 1), last = std::min(e.trace_last, last_);
+  GPUMIX_CHECK_INPUT(first <= last, "--trace-steps ", e.trace_first, ":", e.trace_last,
+                     " holds none of the steps this run trains (", start_ + 1, " to ", last_, ")");
+  const fs::path folder = fs::path(e.trace).parent_path();
+  GPUMIX_CHECK_INPUT(folder.empty() || fs::is_directory(folder), "--trace ", e.trace, ": the folder ",
+                     folder.string(), " does not exist");
+  tracer_ = Tracer(e.trace, first, last, rank_, str("rank ", rank_, " (", device_.str(), ")"), config_.L);
+}
+
 // ---- the steps ------------------------------------------------------------------------------
 
 void Training::run_steps() {
@@ -350,8 +368,12 @@ void Training::run_steps() {
 }
 
 void Training::run_step(int step) {
+  tracer_.begin_step(step);
   const double t0 = detail::now_seconds();
-  load_batch(step);
+  {
+    TraceSpan span(&tracer_, "load batch", "phase");
+    load_batch(step);
+  }
   const StepOutcome s = forward_backward_update(step);
   const StepTime t = time_step(t0);
   result_.train_loss = s.loss;
@@ -363,7 +385,18 @@ void Training::run_step(int step) {
   print_step(step, s, t, busy_text, val_text, replan_text);
   save_if_due(step);
   result_.step = step;
+  if (tracer_.complete(step)) write_trace();
   if (lead_) std::fflush(stdout);
+}
+
+void Training::write_trace() {
+  const json other = {{"steps", str(engine_options_.trace_first, ":", engine_options_.trace_last)},
+                      {"model", config_.name}, {"ranks", ranks_}, {"plan b/m/r per rank", plan_text()},
+                      {"log", log_path_.string()}};
+  tracer_.write(comm_, device_, other.dump());
+  if (lead_)
+    std::printf("trace of steps %d-%d: %s (open it in ui.perfetto.dev or chrome://tracing)\n",
+                std::max(engine_options_.trace_first, start_ + 1), result_.step, engine_options_.trace.c_str());
 }
 
 void Training::load_batch(int step) {
@@ -377,15 +410,26 @@ void Training::load_batch(int step) {
 // non-finite value) clipping and the optimizer step.
 StepOutcome Training::forward_backward_update(int step) {
   StepOutcome s;
-  double local_loss = engine_->forward_backward(inputs_, targets_, micro_batch(), scale_);
-  if (faults_enabled()) inject_faults(*engine_, rank_, &local_loss);
-  s.loss = comm_.all_reduce_sum(local_loss);
-  s.norm = std::sqrt(
-      comm_.all_reduce_sum(check_finite(*engine_, comm_, local_loss, step, config_.L, device_, &s.nonfinite)));
+  double local_loss = 0;
+  {
+    TraceSpan span(&tracer_, "forward-backward", "phase");
+    local_loss = engine_->forward_backward(inputs_, targets_, micro_batch(), scale_);
+    if (faults_enabled()) inject_faults(*engine_, rank_, &local_loss);
+  }
+  {
+    TraceSpan span(&tracer_, "loss all-reduce", "collective");
+    s.loss = comm_.all_reduce_sum(local_loss);
+  }
+  {
+    TraceSpan span(&tracer_, "finite check and norm", "collective");
+    s.norm = std::sqrt(
+        comm_.all_reduce_sum(check_finite(*engine_, comm_, local_loss, step, config_.L, device_, &s.nonfinite)));
+  }
   if (!s.nonfinite.empty() && !o_.skip_nonfinite)
     throw Error(s.nonfinite + "; the optimizer step was not applied. Lower --lr, resume from the last "
                 "checkpoint, or pass --skip-nonfinite to skip such steps");
   s.lr = schedule_.at(step);
+  TraceSpan span(&tracer_, "optimizer", "phase");
   if (s.nonfinite.empty()) {
     const float clip = clip_factor(s.norm, o_.grad_clip);
     if (clip < 1) engine_->scale_grads(clip);
@@ -400,6 +444,8 @@ StepOutcome Training::forward_backward_update(int step) {
 StepTime Training::time_step(double t0) {
   StepTime t;
   const double local_s = detail::seconds_since(t0);
+  tracer_.add("step", "step", t0, t0 + local_s);  // what the log's ms measures on this rank
+  TraceSpan span(&tracer_, "share step times", "collective");
   t.step_s = comm_.all_reduce_max(local_s);
   t.busy_s = gather_ranks(local_s - engine_->wait_s);
   t.ms = t.step_s * 1e3;
@@ -449,6 +495,7 @@ std::string Training::evaluate_if_due(int step, json& line) {
   const int64_t val_windows = step == last_ || o_.eval_windows <= 0
                                   ? val_loader_->num_eval_windows()
                                   : std::min<int64_t>(o_.eval_windows, val_loader_->num_eval_windows());
+  TraceSpan span(&tracer_, "evaluate", "phase");
   const double val = evaluate(val_windows);
   line["val_loss"] = val;
   line["val_windows"] = val_windows;
@@ -471,6 +518,7 @@ std::string Training::replan_if_drifted(const std::vector<double>& busy_s, json&
 void Training::adopt(std::vector<RankWork> work) {
   work_ = std::move(work);
   validate_work(work_, o_.batch, ranks_);
+  TraceSpan span(&tracer_, "re-shard", "phase");
   engine_->reshard(agreed_layout());
   take_rows();
   busy_history_.clear();
@@ -490,8 +538,10 @@ void Training::print_step(int step, const StepOutcome& s, const StepTime& t, con
 }
 
 void Training::save_if_due(int step) {
-  if ((o_.ckpt_interval > 0 && step % o_.ckpt_interval == 0) || step == last_)
+  if ((o_.ckpt_interval > 0 && step % o_.ckpt_interval == 0) || step == last_) {
+    TraceSpan span(&tracer_, "checkpoint", "phase");
     result_.checkpoint = save_checkpoint(o_, config_, work_, *engine_, comm_, step, run_.tokenizer_hash);
+  }
 }
 
 TrainResult Training::finish() {
@@ -631,6 +681,7 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
   run.choose_plan(given_work);
   run.make_engine();
   run.resume();
+  run.start_trace();
   run.print_settings();
   run.open_log();
   run.run_steps();

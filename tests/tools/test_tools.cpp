@@ -16,6 +16,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -414,10 +415,18 @@ TEST_F(Tools, PlotOfARun) {
                            "1 rank (no busy shares)"})
     EXPECT_NE(svg.find(part), std::string::npos) << part;
 
-  // Three ranks: a busy share per rank.
-  const std::string three = path("plot3");
-  r = gpumix(train_args(three, {"--ranks", "3"}), dir_);
+  // Three ranks: a busy share per rank (and a trace of two steps, through the flags).
+  const std::string three = path("plot3"), trace = path("plot3_trace.json");
+  r = gpumix(train_args(three, {"--ranks", "3", "--trace", trace, "--trace-steps", "2:3"}), dir_);
   ASSERT_EQ(r.code, 0) << show(r);
+  std::set<int> traced_ranks, traced_steps;
+  const nlohmann::json trace_json = nlohmann::json::parse(read_file(trace));
+  for (const nlohmann::json& e : trace_json.at("traceEvents")) {
+    traced_ranks.insert(e.at("pid").get<int>());
+    if (e.at("ph") == "X") traced_steps.insert(e.at("args").at("step").get<int>());
+  }
+  EXPECT_EQ(traced_ranks, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(traced_steps, (std::set<int>{2, 3}));
   r = gpumix({"plot", three + "/log.jsonl", "--svg", svg_path}, dir_);
   ASSERT_EQ(r.code, 0) << show(r);
   const std::string svg3 = read_file(svg_path);
@@ -633,6 +642,10 @@ class BadInputs : public Tools {
     const std::string run = path("m_run_" + std::to_string(counter_++));
     return BadInput{name, train_args(run, std::move(extra), data), std::move(says), {}, {}, run};
   }
+  static BadInput never_written(BadInput c, const std::string& file) {
+    c.never_written.push_back(file);
+    return c;
+  }
   static int counter_;
 };
 int BadInputs::counter_ = 0;
@@ -661,6 +674,17 @@ TEST_F(BadInputs, Train) {
       train_case("--device-memory negative", {"--device-memory", "-5MiB"}, {"-5MiB", "memory size"}),
       train_case("--val-fraction 1.5", {"--val-fraction", "1.5"}, {"validation fraction", "(0, 1)"}),
       train_case("--keep-checkpoints -1", {"--keep-checkpoints", "-1"}, {"--keep-checkpoints"}),
+      train_case("--trace-steps without --trace", {"--trace-steps", "2:3"}, {"--trace-steps needs --trace FILE"}),
+      train_case("--trace-steps not A:B", {"--trace", path("m_never_trace.json"), "--trace-steps", "3"},
+                 {"--trace-steps: cannot read '3' as A:B"}),
+      train_case("--trace-steps backwards", {"--trace", path("m_never_trace.json"), "--trace-steps", "4:2"},
+                 {"cannot read '4:2'", "1 <= A <= B"}),
+      never_written(train_case("--trace-steps after the last step",
+                               {"--trace", path("m_never_trace.json"), "--trace-steps", "10:12"},
+                               {"--trace-steps 10:12 holds none of the steps this run trains (1 to 6)"}),
+                    path("m_never_trace.json")),
+      train_case("--trace in a missing folder", {"--trace", path("no_dir/trace.json")},
+                 {"--trace", "no_dir", "does not exist"}),
       train_case("--channels not a multiple of the heads", {"--channels", "33"}, {"C (channels) = 33", "NH"}),
       train_case("--resume with another --model", {"--resume", base(), "--model", "gpt-micro", "--steps", "12"},
                  {"gpt-micro", "use the same --model"}),
