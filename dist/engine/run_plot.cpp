@@ -64,7 +64,7 @@ RunLog read_run_log(const std::string& path) {
     json j;
     try {
       j = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
       if (!terminated && records > 0) {  // the last line of a run killed while writing it
         log.ignored_partial_last_line = true;
         break;
@@ -74,7 +74,8 @@ RunLog read_run_log(const std::string& path) {
     GPUMIX_CHECK_INPUT(j.is_object(), where, " is ", j.dump().substr(0, 40), ", not a JSON object");
     ++records;
     double value = 0;
-    if (j.value("final", false)) {  // the closing line: the baseline and the last evaluation
+    const auto final_it = j.find("final");
+    if (final_it != j.end() && *final_it == true) {  // the closing line: the baseline
       if (number_field(j, "unigram_loss", &value, where)) log.unigram_loss = value;
       continue;
     }
@@ -132,7 +133,11 @@ std::vector<double> nice_ticks(double* lo, double* hi, int target) {
   *lo = std::floor(*lo / step + 1e-9) * step;
   *hi = std::ceil(*hi / step - 1e-9) * step;
   std::vector<double> ticks;
-  for (double t = *lo; t <= *hi + step * 1e-6; t += step) ticks.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
+  const double n = std::round((*hi - *lo) / step);
+  for (int i = 0; i <= n && i <= 4 * target; ++i) {  // by index: lo + step may round to lo
+    const double t = *lo + i * step;
+    ticks.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
+  }
   return ticks;
 }
 
@@ -289,7 +294,7 @@ std::string run_plot_svg(const RunLog& log, const std::string& title) {
     for (int r = 0; r < log.ranks; ++r) {
       Series s{"rank " + std::to_string(r), palette[r % 8], "busy-rank", {}, false, false, ""};
       for (const RunLog::Step& st : log.steps)
-        if ((int)st.busy.size() > r) s.points.emplace_back((double)st.step, st.busy[r]);
+        if ((int)st.busy.size() > r && std::isfinite(st.busy[r])) s.points.emplace_back((double)st.step, st.busy[r]);
       s.missing = "rank " + std::to_string(r) + ": no busy share";
       ranks.push_back(std::move(s));
     }

@@ -193,6 +193,8 @@ TEST(RunPlot, UnreadableLogsAreClearErrors) {
   EXPECT_HAS(expect_input_error(t.write("garbled.jsonl", "{\"step\":1,\"loss\":7}\nnot json\n{\"step\":3,\"loss\":6}\n")),
              "garbled.jsonl line 2 is not valid JSON");
   EXPECT_HAS(expect_input_error(t.write("binary.jsonl", std::string("\x01\x02\0\x03", 4))), "line 1 is not valid JSON");
+  EXPECT_HAS(expect_input_error(t.write("overflow.jsonl", "{\"step\":1,\"loss\":1e999}\n")),
+             "line 1 is not valid JSON");
   EXPECT_HAS(expect_input_error(t.write("array.jsonl", "[1,2]\n")), "line 1 is [1,2], not a JSON object");
   EXPECT_HAS(expect_input_error(t.write("no_step.jsonl", "{\"loss\":7}\n")), "line 1: no step number");
   EXPECT_HAS(expect_input_error(t.write("neg_step.jsonl", "{\"step\":-2,\"loss\":7}\n")), "field 'step' is -2");
