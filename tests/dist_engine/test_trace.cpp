@@ -166,13 +166,24 @@ class TraceTest : public ::testing::Test {
 };
 TempDir* TraceTest::data_ = nullptr;
 
+EngineOptions tracing(const std::string& file, int first, int last) {
+  EngineOptions e;
+  e.trace = file;
+  e.trace_first = first;
+  e.trace_last = last;
+  return e;
+}
+
+std::set<int> traced_steps(const Trace& t) {
+  std::set<int> steps;
+  for (const Span& s : t.spans) steps.insert(s.step);
+  return steps;
+}
+
 TEST_F(TraceTest, ThreeRanksUnevenPlan) {
   TempDir dir("trace3");
   TrainOptions o = tiny_options(data_->path().string(), dir.file("run"));
-  EngineOptions e;
-  e.trace = dir.file("trace.json");
-  e.trace_first = 2;
-  e.trace_last = 3;
+  const EngineOptions e = tracing(dir.file("trace.json"), 2, 3);
   const std::vector<RankWork> work = make_work({1, 3, 4}, {1, 2, 4}, {0.2, 0.3, 0.5});
   train_local(o, 3, {}, work, e, 2);
   const Trace t = read_trace(e.trace);
@@ -180,10 +191,7 @@ TEST_F(TraceTest, ThreeRanksUnevenPlan) {
   expect_steps_add_up(t, 3, 2, 3, o.out);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(t.process_names.at(r).rfind("rank " + std::to_string(r), 0), 0u);
 
-  // Only steps 2 and 3.
-  std::set<int> steps;
-  for (const Span& s : t.spans) steps.insert(s.step);
-  EXPECT_EQ(steps, (std::set<int>{2, 3}));
+  EXPECT_EQ(traced_steps(t), (std::set<int>{2, 3}));
 
   // Per rank and step: every unit forward per micro-batch (the head's forward and backward
   // together), every block's recompute and backward per micro-batch, the embedding's
@@ -221,10 +229,7 @@ TEST_F(TraceTest, OneRankAndAResumedRun) {
   TempDir dir("trace1");
   TrainOptions o = tiny_options(data_->path().string(), dir.file("run"));
   o.ckpt_interval = 2;
-  EngineOptions e;
-  e.trace = dir.file("trace.json");
-  e.trace_first = 1;
-  e.trace_last = 2;
+  EngineOptions e = tracing(dir.file("trace.json"), 1, 2);
   train_local(o, 1, {}, {{8, 4, 1.0}}, e, 2);
   Trace t = read_trace(e.trace);
   expect_nested(t);
@@ -239,24 +244,17 @@ TEST_F(TraceTest, OneRankAndAResumedRun) {
 
   // Resumed from step 2 with --trace-steps 1:4: steps 3 and 4 (those it trains).
   o.resume = o.out + "/ckpt-000002";
-  e.trace = dir.file("resumed.json");
-  e.trace_first = 1;
-  e.trace_last = 4;
+  e = tracing(dir.file("resumed.json"), 1, 4);
   train_local(o, 1, {}, {{8, 4, 1.0}}, e, 2);
   t = read_trace(e.trace);
-  std::set<int> steps;
-  for (const Span& s : t.spans) steps.insert(s.step);
-  EXPECT_EQ(steps, (std::set<int>{3, 4}));
+  EXPECT_EQ(traced_steps(t), (std::set<int>{3, 4}));
   expect_nested(t);
 }
 
 TEST_F(TraceTest, StepsOutsideTheRunAreAnInputError) {
   TempDir dir("trace_bad");
   TrainOptions o = tiny_options(data_->path().string(), dir.file("run"));
-  EngineOptions e;
-  e.trace = dir.file("trace.json");
-  e.trace_first = 7;
-  e.trace_last = 9;
+  const EngineOptions e = tracing(dir.file("trace.json"), 7, 9);
   try {
     train_local(o, 1, {}, {{8, 8, 1.0}}, e, 2);
     ADD_FAILURE() << "no error";
