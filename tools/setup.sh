@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(meson ninja-build pkg-config g++ python3
+packages=(meson ninja-build pkg-config g++ gfortran python3
           libopenblas-openmp-dev libopenmpi-dev openmpi-bin
           nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev libbenchmark-dev
           fortunes

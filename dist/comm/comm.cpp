@@ -320,7 +320,7 @@ std::string agreement_error(const std::vector<std::string>& whats,
 }
 
 void agree_alone(const std::string& local_error) {
-  if (!local_error.empty()) throw Error(local_error);
+  if (!local_error.empty()) throw CollectiveError(local_error);
 }
 
 uint64_t agreement_hash(const std::string& what, const std::vector<int64_t>& values,
