@@ -46,6 +46,8 @@ class Tracer {
   bool on() const { return on_; }
   // True after the last traced step: the trace is complete and can be written.
   bool complete(int step) const { return enabled() && step == last_; }
+  int first() const { return first_; }
+  int last() const { return last_; }
 
   static constexpr int kCpu = 0, kCollectives = 1;
   // The id of this rank's track `name` (a new one the first time).

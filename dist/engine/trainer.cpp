@@ -390,13 +390,13 @@ void Training::run_step(int step) {
 }
 
 void Training::write_trace() {
-  const json other = {{"steps", str(engine_options_.trace_first, ":", engine_options_.trace_last)},
+  const json other = {{"steps", str(tracer_.first(), ":", tracer_.last())},
                       {"model", config_.name}, {"ranks", ranks_}, {"plan b/m/r per rank", plan_text()},
                       {"log", log_path_.string()}};
   tracer_.write(comm_, device_, other.dump());
   if (lead_)
-    std::printf("trace of steps %d-%d: %s (open it in ui.perfetto.dev or chrome://tracing)\n",
-                std::max(engine_options_.trace_first, start_ + 1), result_.step, engine_options_.trace.c_str());
+    std::printf("trace of steps %d-%d: %s (open it in ui.perfetto.dev or chrome://tracing)\n", tracer_.first(),
+                tracer_.last(), engine_options_.trace.c_str());
 }
 
 void Training::load_batch(int step) {
