@@ -26,7 +26,8 @@ struct TrainOptions {
   const int32_t* token_data = nullptr;
   int64_t token_count = 0;
   int64_t token_vocab = 0;
-  std::string tokenizer;        // tokenizer file; default: <out>/tokenizer.bpe, trained if absent
+  std::string tokenizer;        // tokenizer file; default: <out>/tokenizer.bpe, when absent
+                                // copied from the resumed run's folder, or else trained
   std::string init_from;        // a Hugging Face GPT-2 folder (nn/hf/gpt2.h) to start from: its
                                 // config.json is the model, vocab.json + merges.txt the tokenizer
   std::string model = "gpt-nano";  // preset name
@@ -46,6 +47,7 @@ struct TrainOptions {
   int eval_interval = 50;       // steps between validation passes (0: only at the end)
   int eval_windows = 32;        // validation windows (of T tokens) per pass
   int ckpt_interval = 0;        // steps between checkpoints (0: only at the end)
+  int keep_checkpoints = 0;     // keep the newest N checkpoints of the run folder (0: all)
   uint64_t seed = 1337;
   int threads = 0;              // OpenMP threads (0: all cores)
   bool recompute = false;       // activation checkpointing per block
@@ -91,6 +93,8 @@ GPTConfig resolve_model(const TrainOptions& o, int64_t vocab, int64_t seq);
 
 // A checkpoint folder given directly, or the latest complete one of a run folder.
 CheckpointReader open_checkpoint(const std::string& where);
+// The run folder of `where`: the parent of a checkpoint folder, else `where` itself.
+std::string run_folder_of(const std::string& where);
 
 // The run's tokenizer of a checkpoint: tokenizer.bpe in its run folder (the checkpoint
 // folder's parent), whose vocabulary must be the model's `vocab`.

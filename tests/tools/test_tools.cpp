@@ -18,6 +18,7 @@
 #include <functional>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -300,7 +301,11 @@ TEST_F(Tools, BatchThatDoesNotFitTheDeviceMemory) {
 TEST_F(Tools, ExistingRunFolderWithoutResume) {
   const std::string log_before = read_file(base() + "/log.jsonl");
   const Result r = gpumix(train_args(base()), dir_);
-  expect_failure(r, {base(), "already holds a run", "--resume"});
+  // A user's mistake on one rank: the message alone, without a collective's wrapper or a
+  // source location.
+  EXPECT_EQ(r.err, "gpumix train: error: run folder " + base() + " already holds a run (" + base() +
+                       "/log.jsonl); continue it with --resume " + base() + ", or pass another --out\n")
+      << show(r);
   EXPECT_EQ(read_file(base() + "/log.jsonl"), log_before);
   expect_base_intact();
 }
@@ -370,6 +375,106 @@ TEST_F(Tools, ResumeIsBitwiseExact) {
   ASSERT_EQ(f.code, 0) << show(f);
   EXPECT_EQ(log_losses(out3), log_losses(full3, 4));
   EXPECT_TRUE(read_file(out3 + "/ckpt-000006/master.bin") == read_file(full3 + "/ckpt-000006/master.bin"));
+}
+
+TEST_F(Tools, ResumeWithoutOutContinuesInTheRunFolderWithItsTokenizer) {
+  // A run whose tokenizer is its own (<run>/tokenizer.bpe, no --tokenizer flag), 6 steps.
+  const std::string run = path("continued");
+  fs::copy(base(), run, fs::copy_options::recursive);
+  auto without_tokenizer_flag = [](std::vector<std::string> args) {
+    auto it = std::find(args.begin(), args.end(), "--tokenizer");
+    args.erase(it, it + 2);
+    return args;
+  };
+  std::vector<std::string> args = without_tokenizer_flag(train_args(run, {"--steps", "9", "--resume", run}));
+  auto out = std::find(args.begin(), args.end(), "--out");
+  args.erase(out, out + 2);
+  const fs::path default_out = fs::current_path() / "runs" / "gpt";
+  const bool default_out_existed = fs::exists(default_out);
+  Result r = gpumix(args, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(r.out.find("trained a"), std::string::npos) << "a new tokenizer was trained\n" << show(r);
+  EXPECT_EQ(fs::exists(default_out), default_out_existed) << default_out << " was written";
+  EXPECT_EQ(gpumix::scan_checkpoints(run).steps, (std::vector<int64_t>{3, 6, 9}));
+  EXPECT_EQ(log_losses(run).size(), 9u);  // steps 1..6, then 7..9 appended
+  EXPECT_TRUE(read_file(run + "/tokenizer.bpe") == read_file(tokenizer()));
+
+  // Into another folder: the resumed run's tokenizer comes along, so the new run folder
+  // generates on its own.
+  const std::string other = path("continued_elsewhere");
+  r = gpumix(without_tokenizer_flag(train_args(other, {"--steps", "9", "--resume", base() + "/ckpt-000006"})), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_TRUE(read_file(other + "/tokenizer.bpe") == read_file(tokenizer()));
+  r = gpumix({"generate", "--ckpt", other, "--prompt", "The", "--tokens", "4", "--threads", "1"}, dir_);
+  EXPECT_EQ(r.code, 0) << show(r);
+
+  // A run folder without its tokenizer: say which one to pass, write nothing.
+  const std::string lost = path("continued_no_tokenizer");
+  fs::copy(base(), lost, fs::copy_options::recursive);
+  fs::remove(lost + "/tokenizer.bpe");
+  const std::string lost_log = read_file(lost + "/log.jsonl");
+  args = without_tokenizer_flag(train_args(lost, {"--steps", "9", "--resume", lost}));
+  out = std::find(args.begin(), args.end(), "--out");
+  args.erase(out, out + 2);
+  r = gpumix(args, dir_);
+  expect_failure(r, {"its run folder has no tokenizer.bpe", "pass the --tokenizer the run was trained with"});
+  EXPECT_FALSE(fs::exists(lost + "/tokenizer.bpe"));
+  EXPECT_EQ(read_file(lost + "/log.jsonl"), lost_log);
+  EXPECT_EQ(gpumix::scan_checkpoints(lost).steps, (std::vector<int64_t>{3, 6}));
+}
+
+TEST_F(Tools, KeepCheckpointsKeepsTheNewest) {
+  const std::string out = path("keep2");
+  const Result r = gpumix(train_args(out, {"--ckpt-interval", "1", "--keep-checkpoints", "2"}), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  const gpumix::CheckpointScan scan = gpumix::scan_checkpoints(out);
+  EXPECT_EQ(scan.steps, (std::vector<int64_t>{5, 6}));
+  EXPECT_EQ(scan.latest_name, "ckpt-000006");
+  EXPECT_TRUE(scan.leftovers.empty());
+  EXPECT_NO_THROW(gpumix::CheckpointReader(out + "/ckpt-000006").verify());
+  // The losses are the run's that kept every checkpoint.
+  EXPECT_EQ(log_losses(out), log_losses(base()));
+}
+
+// ---- plot ----------------------------------------------------------------------------------
+
+TEST_F(Tools, PlotOfARun) {
+  // The first step line carries the unigram baseline, so a run in progress has it too.
+  std::ifstream log(base() + "/log.jsonl");
+  std::string first;
+  std::getline(log, first);
+  EXPECT_TRUE(nlohmann::json::parse(first).contains("unigram_loss")) << first;
+
+  const std::string svg_path = path("base.svg");
+  Result r = gpumix({"plot", base(), "--svg", svg_path}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("6 steps, 1 validation points, 1 rank"), std::string::npos) << show(r);
+  const std::string svg = read_file(svg_path);
+  EXPECT_EQ(svg.rfind("<svg ", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  for (const char* part : {"class='train-loss'", "class='val-loss'", "class='unigram'", "class='tokens-per-s'",
+                           "1 rank (no busy shares)"})
+    EXPECT_NE(svg.find(part), std::string::npos) << part;
+
+  // Three ranks: a busy share per rank (and a trace of two steps, through the flags).
+  const std::string three = path("plot3"), trace = path("plot3_trace.json");
+  r = gpumix(train_args(three, {"--ranks", "3", "--trace", trace, "--trace-steps", "2:3"}), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  std::set<int> traced_ranks, traced_steps;
+  const nlohmann::json trace_json = nlohmann::json::parse(read_file(trace));
+  for (const nlohmann::json& e : trace_json.at("traceEvents")) {
+    traced_ranks.insert(e.at("pid").get<int>());
+    if (e.at("ph") == "X") traced_steps.insert(e.at("args").at("step").get<int>());
+  }
+  EXPECT_EQ(traced_ranks, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(traced_steps, (std::set<int>{2, 3}));
+  r = gpumix({"plot", three + "/log.jsonl", "--svg", svg_path}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  const std::string svg3 = read_file(svg_path);
+  size_t ranks = 0;
+  for (size_t p = svg3.find("class='busy-rank'"); p != std::string::npos; p = svg3.find("class='busy-rank'", p + 1))
+    ++ranks;
+  EXPECT_EQ(ranks, 3u);
 }
 
 // ---- generate ------------------------------------------------------------------------------
@@ -689,6 +794,8 @@ class BadInputs : public Tools {
         EXPECT_NE(r.err.find(part), std::string::npos) << "stderr lacks '" << part << "'\n" << show(r);
       EXPECT_EQ(r.err.find("Sanitizer"), std::string::npos) << show(r);
       EXPECT_EQ(r.err.find("runtime error"), std::string::npos) << show(r);
+      // A user's mistake is told without a source location (those mark internal errors).
+      EXPECT_EQ(r.err.find(".cpp:"), std::string::npos) << show(r);
       for (const std::string& f : c.never_written) EXPECT_FALSE(fs::exists(f)) << f << " was written";
       for (size_t i = 0; i < c.unchanged.size(); ++i)
         EXPECT_TRUE(read_file(c.unchanged[i]) == before[i]) << c.unchanged[i] << " changed";
@@ -701,6 +808,10 @@ class BadInputs : public Tools {
                              const std::string& data = "") {
     const std::string run = path("m_run_" + std::to_string(counter_++));
     return BadInput{name, train_args(run, std::move(extra), data), std::move(says), {}, {}, run};
+  }
+  static BadInput never_written(BadInput c, const std::string& file) {
+    c.never_written.push_back(file);
+    return c;
   }
   static int counter_;
 };
@@ -729,6 +840,18 @@ TEST_F(BadInputs, Train) {
       train_case("--lr nan", {"--lr", "nan"}, {"--lr", "nan"}),
       train_case("--device-memory negative", {"--device-memory", "-5MiB"}, {"-5MiB", "memory size"}),
       train_case("--val-fraction 1.5", {"--val-fraction", "1.5"}, {"validation fraction", "(0, 1)"}),
+      train_case("--keep-checkpoints -1", {"--keep-checkpoints", "-1"}, {"--keep-checkpoints"}),
+      train_case("--trace-steps without --trace", {"--trace-steps", "2:3"}, {"--trace-steps needs --trace FILE"}),
+      train_case("--trace-steps not A:B", {"--trace", path("m_never_trace.json"), "--trace-steps", "3"},
+                 {"--trace-steps: cannot read '3' as A:B"}),
+      train_case("--trace-steps backwards", {"--trace", path("m_never_trace.json"), "--trace-steps", "4:2"},
+                 {"cannot read '4:2'", "1 <= A <= B"}),
+      never_written(train_case("--trace-steps after the last step",
+                               {"--trace", path("m_never_trace.json"), "--trace-steps", "10:12"},
+                               {"--trace-steps 10:12 holds none of the steps this run trains (1 to 6)"}),
+                    path("m_never_trace.json")),
+      train_case("--trace in a missing folder", {"--trace", path("no_dir/trace.json")},
+                 {"--trace", "no_dir", "does not exist"}),
       train_case("--channels not a multiple of the heads", {"--channels", "33"}, {"C (channels) = 33", "NH"}),
       train_case("--resume with another --model", {"--resume", base(), "--model", "gpt-micro", "--steps", "12"},
                  {"gpt-micro", "use the same --model"}),
@@ -746,6 +869,27 @@ TEST_F(BadInputs, Train) {
                  {"leaves rank 1", "gpumix plan --no-leave-out"}),
   });
   expect_base_intact();
+}
+
+TEST_F(BadInputs, Plot) {
+  const std::string svg = path("m_never.svg");
+  write_file(path("m_garbled.jsonl"), "{\"step\":1,\"loss\":7}\n{\"step\":2,\"lo\n{\"step\":3,\"loss\":6}\n");
+  write_file(path("m_wrong_type.jsonl"), "{\"step\":1,\"loss\":\"high\"}\n");
+  write_file(path("m_existing.svg"), "<svg/>");
+  run_cases({
+      {"missing run folder", {"plot", path("no_such_run"), "--svg", svg}, {"no_such_run", "does not exist"}, {svg}},
+      {"run folder without a log", {"plot", path("m_ckpt_empty"), "--svg", svg}, {"log.jsonl", "does not exist"}, {svg}},
+      {"empty log", {"plot", path("m_empty.txt"), "--svg", svg}, {"m_empty.txt", "is empty"}, {svg}},
+      {"garbled log", {"plot", path("m_garbled.jsonl"), "--svg", svg}, {"m_garbled.jsonl line 2", "not valid JSON"},
+       {svg}},
+      {"wrong-typed loss", {"plot", path("m_wrong_type.jsonl"), "--svg", svg}, {"field 'loss'", "not a number"}, {svg}},
+      {"a token file for a log", {"plot", tokens(), "--svg", svg}, {"tiny.tok line 1", "not valid JSON"}, {svg}},
+      {"no --svg", {"plot", base()}, {"--svg"}},
+      {"--svg in a missing folder", {"plot", base(), "--svg", path("no_dir/p.svg")}, {"no_dir/p.svg"},
+       {path("no_dir")}},
+      {"a failure leaves an existing picture alone", {"plot", path("m_empty.txt"), "--svg", path("m_existing.svg")},
+       {"is empty"}, {}, {path("m_existing.svg")}},
+  });
 }
 
 TEST_F(BadInputs, Generate) {
