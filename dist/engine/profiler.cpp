@@ -26,17 +26,22 @@ double median(std::vector<double> t) {
   return t[t.size() / 2];
 }
 
-// Median time of fn over `repeats` runs after one warm-up.
+// Fastest of `repeats` runs of a collective after one warm-up, each started by all ranks
+// together (a barrier, not timed). A rank that the machine did not run in time can only add
+// to a run; on two busy cores most runs waited so, and their median (milliseconds instead
+// of tens of microseconds per collective) made every plan look bound by its collectives,
+// whatever the ranks' speeds.
 template <class F>
-double median_time(int repeats, F&& fn) {
+double fastest_collective(Comm& comm, int repeats, F&& fn) {
   fn();
-  std::vector<double> t;
+  double fastest = 1e300;
   for (int i = 0; i < repeats; ++i) {
+    comm.barrier();
     const double t0 = detail::now_seconds();
     fn();
-    t.push_back(detail::seconds_since(t0));
+    fastest = std::min(fastest, detail::seconds_since(t0));
   }
-  return median(t);
+  return fastest;
 }
 
 // Emulated devices share this machine's cores, so a rank computes slower while the others
@@ -314,8 +319,7 @@ CommProfile measure_comm(Comm& comm, Device device, int repeats) {
     const std::vector<int64_t> counts = counts_for(total, even);
     Tensor full = Tensor::zeros({total}, DType::f32, device);
     Tensor mine = Tensor::zeros({counts[comm.rank()]}, DType::f32, device);
-    const double t = median_time(repeats, [&] {
-      comm.barrier();
+    const double t = fastest_collective(comm, repeats, [&] {
       if (gather)
         comm.all_gather_v(mine, full, counts);
       else
