@@ -69,7 +69,7 @@ class Together {
         stop();
       }
     }
-    const double window = comm_.all_reduce_max(stopped_ ? 0.0 : repeats_ * warm_up);
+    const double window = comm_.all_reduce_max(stopped_ ? 0.0 : std::max(repeats_ * warm_up, kMinWindow_s));
     const double start = detail::now_seconds();
     std::vector<double> t;
     try {
@@ -108,6 +108,12 @@ class Together {
   std::function<void()> filler;  // a stopped rank's work: what it last could do
 
  private:
+  // On a loaded machine a rank waits milliseconds at a time for a core. A window of a few
+  // short runs (a micro-batch of 1: 5 x 0.3 ms) could lie inside one such wait, and the
+  // smoothing's running maximum then carried that one slow size to every larger one (a
+  // head of 4.9 ms from m = 1 to 8 where 0.4-2.6 ms was measured otherwise): the planner
+  // took every row from a device only 3x slower. Over 50 ms most runs are clear of them.
+  static constexpr double kMinWindow_s = 0.05;
   void stop() {
     clear_tape();
     stopped_ = true;
