@@ -50,8 +50,8 @@ p.add_argument("case")
 args = p.parse_args()
 
 TIMEOUT = 60       # a run that takes longer hangs
-SLOW_TIMEOUT = 100 # the same for a slowdown case's runs (24 steps at 1/8 speed: ~5 s, ~30 s
-                   # under the sanitizers on two loaded cores)
+SLOW_TIMEOUT = 110 # the same for a slowdown case's runs (24 steps at 1/16 speed: ~5 s, ~40 s
+                   # under the sanitizers on two cores at load 14)
 FAIL_WITHIN = 20   # a failed run must end this soon (includes start-up and steps 1-2)
 work = tempfile.mkdtemp(prefix="gpumix-faults-")
 tokenizer = os.path.join(work, "tokenizer.bpe")
@@ -222,21 +222,21 @@ def slowdown_case(c):
     recovery = c == "slowdown_recovery"
     steps, batch = (24, 48) if recovery else (10, 12)
     slow_from, back_from, drift_steps = (3, 12, 3) if recovery else (3, None, 2)
-    # Recovery: devices emulated at 1/8 speed. The emulation pads each op to 8x its CPU time
-    # with sleeps, so the three ranks leave two cores idle most of the time and the factors
-    # are what they say even under the sanitizers (at slow=2 their unslowed per-op overhead
-    # made the 4x slowdown read 1.9x); and the steps' compute outweighs the wait for the
-    # collectives on a loaded machine, so the planner still sees rank 2's speed (at slow=2 a
-    # loaded machine made the plan collective-bound and rank 2 lost all its rows). The 3x
-    # slowdown leaves rank 2 rows to be measured on; 12x faster again (2x faster than
-    # profiled) reads far below 1 - threshold although the plan predicts a small batch
-    # worse than it runs (a ~1.2-1.7x error, which --drift-steps 3 cannot confirm before
-    # step 12: 6 drifting steps are needed after the warm-up of the first re-plan).
+    # Recovery: devices emulated at 1/16 speed. The emulation pads each op to 16x its CPU
+    # time with sleeps, so the ranks leave the two cores idle most of the time and the
+    # factors are what they say even under the sanitizers (at slow=2 their unslowed per-op
+    # overhead made a 4x slowdown read 1.9x), and a wait of ~10 ms for a core on a loaded
+    # machine is small beside a step's compute (at slow=8, rank 2 with 3 rows read 0.55-0.64
+    # instead of ~0.2 on 3 of 13 steps at load 14, and no 6 steps in a row confirmed it).
+    # The 3x slowdown leaves rank 2 rows to be measured on; 6x faster again (2x faster than
+    # profiled) reads far below 1 - threshold although the plan predicts a small batch worse
+    # than it runs (a ~1.2-1.7x error, which --drift-steps 3 cannot confirm before step 12:
+    # 6 drifting steps are needed after the warm-up of the first re-plan).
     # One step before it runs fast, rank 2 is 4x slower still (a hiccup, as a loaded machine
     # makes them): a drifting step on the other side, which must not count for the drift
     # that follows (it once did: re-planned back a step early, issue 15).
-    devices, fault = (("cpu:slow=8,cpu:slow=8,cpu:slow=8",
-                       f"2:slow:{slow_from}:24,2:slow:{back_from - 1}:96,2:slow:{back_from}:4")
+    devices, fault = (("cpu:slow=16,cpu:slow=16,cpu:slow=16",
+                       f"2:slow:{slow_from}:48,2:slow:{back_from - 1}:192,2:slow:{back_from}:8")
                       if recovery else ("cpu,cpu,cpu", f"2:slow:{slow_from}:20"))
     def cmd(out):
         c = train_cmd(out, steps, extra=["--devices", devices, "--plan", "gpumix",
