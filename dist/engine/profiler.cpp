@@ -146,14 +146,15 @@ std::string cache_folder(const ProfilerOptions& o) {
 // The key: the device, the model's shape, the sequence length, the dtype, the micro-batch
 // sizes tried and the OpenMP threads per rank; for CPU devices also every rank's device:
 // ranks that share a machine's cores slow each other down, so a CPU device's speed depends
-// on the devices beside it. v2: measured over common windows (Together).
+// on the devices beside it. v2: measured over common windows (Together); v3: windows of
+// 50 ms at least.
 std::string cache_path(const ProfilerOptions& o, const std::string& label, const std::vector<std::string>& cluster,
                        const GPTConfig& model, int seq) {
   const std::string folder = cache_folder(o);
   if (folder.empty()) return "";
   std::string neighbours;
   for (const std::string& l : cluster) neighbours += l + ",";
-  const std::string key = str("v2|", label, "|cluster=", neighbours, "|", config_to_json(model).dump(), "|T=", seq,
+  const std::string key = str("v3|", label, "|cluster=", neighbours, "|", config_to_json(model).dump(), "|T=", seq,
                               "|f32|m<=", o.max_micro_batch, "|threads=", omp_get_max_threads());
   return folder + "/device-" + str(std::hex, rng_key(0, key)) + ".json";
 }
