@@ -179,7 +179,7 @@ Tensor GPT::logits(const Tensor& tokens) const {
   NoGradGuard no_grad;
   Var x = embed(tokens);
   for (int l = 0; l < config_.L; ++l) x = block(l, x);
-  const Tensor& out = head(x).value();
+  const Tensor out = head(x).value();
   return out.dtype() == DType::f32 ? out : out.to(DType::f32);
 }
 
