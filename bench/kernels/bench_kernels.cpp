@@ -22,8 +22,8 @@ namespace ref = gpumix::kernels::cpu::ref;
 
 namespace {
 
-// Picks the fast kernel or its reference twin: both have the same signature.
-#define KERNEL(name) (Fast ? cpu::name : ref::name)
+// Calls the fast kernel or its reference twin: both have the same signatures.
+#define CALL(name, ...) (Fast ? cpu::name(__VA_ARGS__) : ref::name(__VA_ARGS__))
 
 std::vector<float> randn(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -51,7 +51,7 @@ void bm_gemm(benchmark::State& st) {
   const auto a = randn((size_t)n * n, 1), b = randn((size_t)n * n, 2);
   std::vector<float> c((size_t)n * n);
   for (auto _ : st) {
-    KERNEL(gemm)(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, 1, 0, 0, 0);
+    CALL(gemm, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, 1, 0, 0, 0);
     benchmark::DoNotOptimize(c.data());
   }
   set_flops(st, 2.0 * n * n * n);
@@ -71,6 +71,75 @@ void bm_cblas_sgemm(benchmark::State& st) {
   st.SetLabel("1024^3");
 }
 
+// GEMMs at the shapes of a GPT training step (bench/results/cpu-gemm.md): m x n x k with
+// the layout of the op, N = B*T rows. fp32 through oneDNN next to OpenBLAS's cblas_sgemm,
+// and bf16 operands with an fp32 or a bf16 result. beta 1 where the op accumulates.
+struct GemmShape {
+  const char* name;
+  int m, n, k;
+  bool ta, tb;
+  float beta;
+};
+const GemmShape k_train_gemms[] = {
+    {"1024^3", 1024, 1024, 1024, false, false, 0.0f},
+    {"2048^3", 2048, 2048, 2048, false, false, 0.0f},
+    {"qkv_fwd_C256:2048x768x256,B^T", 2048, 768, 256, false, true, 0.0f},
+    {"proj_fwd_C256:2048x256x1024,B^T", 2048, 256, 1024, false, true, 0.0f},
+    {"lmhead_fwd_C256:2048x8192x256,B^T", 2048, 8192, 256, false, true, 0.0f},
+    {"lmhead_dinp_C256:2048x256x8192,+=", 2048, 256, 8192, false, false, 1.0f},
+    {"lmhead_dweight_C256:8192x256x2048,A^T,+=", 8192, 256, 2048, true, false, 1.0f},
+    {"mlp_fwd_C384:2048x1536x384,B^T", 2048, 1536, 384, false, true, 0.0f},
+    {"mlp_dinp_C384:2048x384x1536,+=", 2048, 384, 1536, false, false, 1.0f},
+    {"mlp_dweight_C384:1536x384x2048,A^T,+=", 1536, 384, 2048, true, false, 1.0f},
+    {"mlp_fwd_gpt2:1024x3072x768,B^T", 1024, 3072, 768, false, true, 0.0f},
+    {"lmhead_fwd_gpt2:1024x50257x768,B^T", 1024, 50257, 768, false, true, 0.0f},
+};
+
+std::vector<uint16_t> randn_bf16(size_t n, uint32_t seed) {
+  const auto x = randn(n, seed);
+  std::vector<uint16_t> h(n);
+  cpu::f32_to_bf16(h.data(), x.data(), (int64_t)n);
+  return h;
+}
+
+// In: float or uint16_t (bf16); Out likewise. Cblas: OpenBLAS's sgemm instead of ours.
+template <class In, class Out, bool Cblas = false>
+void bm_gemm_shape(benchmark::State& st, const GemmShape& g) {
+  const int lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n;
+  std::vector<In> a, b;
+  if constexpr (sizeof(In) == 2) {
+    a = randn_bf16((size_t)g.m * g.k, 1);
+    b = randn_bf16((size_t)g.k * g.n, 2);
+  } else {
+    a = randn((size_t)g.m * g.k, 1);
+    b = randn((size_t)g.k * g.n, 2);
+  }
+  std::vector<Out> c((size_t)g.m * g.n);
+  for (auto _ : st) {
+    if constexpr (Cblas)
+      cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
+                  g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, g.beta, c.data(), g.n);
+    else
+      cpu::gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, g.beta, c.data(), g.n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(st, 2.0 * g.m * g.n * g.k);
+}
+
+void register_train_gemms() {
+  for (const GemmShape& g : k_train_gemms) {
+    const std::string shape = g.name;
+    benchmark::RegisterBenchmark(("BM_gemm_f32/onednn/" + shape).c_str(), bm_gemm_shape<float, float>, g)
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("BM_gemm_f32/openblas/" + shape).c_str(), bm_gemm_shape<float, float, true>, g)
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("BM_gemm_bf16/to_f32/" + shape).c_str(), bm_gemm_shape<uint16_t, float>, g)
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("BM_gemm_bf16/to_bf16/" + shape).c_str(), bm_gemm_shape<uint16_t, uint16_t>, g)
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
+}
+
 // Many small matrices (attention-sized): gemm spreads the batch over threads.
 template <bool Fast>
 void bm_gemm_batched(benchmark::State& st) {
@@ -79,7 +148,7 @@ void bm_gemm_batched(benchmark::State& st) {
   const auto a = randn(s * batch, 1), b = randn(s * batch, 2);
   std::vector<float> c(s * batch);
   for (auto _ : st) {
-    KERNEL(gemm)(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, batch, s, s, s);
+    CALL(gemm, false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, batch, s, s, s);
     benchmark::DoNotOptimize(c.data());
   }
   set_flops(st, 2.0 * n * n * n * batch);
@@ -108,7 +177,7 @@ void bm_matmul_fwd(benchmark::State& st) {
   const auto inp = randn((size_t)N * C, 1), w = randn((size_t)OC * C, 2), b = randn(OC, 3);
   std::vector<float> out((size_t)N * OC);
   for (auto _ : st) {
-    KERNEL(matmul_forward)(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
+    CALL(matmul_forward, out.data(), inp.data(), w.data(), b.data(), N, C, OC);
     benchmark::DoNotOptimize(out.data());
   }
   set_flops(st, 2.0 * N * C * OC);
@@ -121,7 +190,7 @@ void bm_matmul_bwd(benchmark::State& st) {
   const auto inp = randn((size_t)N * C, 1), w = randn((size_t)OC * C, 2), dout = randn((size_t)N * OC, 3);
   std::vector<float> dinp((size_t)N * C), dw((size_t)OC * C), db(OC);
   for (auto _ : st) {
-    KERNEL(matmul_backward)(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+    CALL(matmul_backward, dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
     benchmark::DoNotOptimize(dinp.data());
   }
   set_flops(st, 4.0 * N * C * OC);
@@ -134,7 +203,7 @@ void bm_bias_add(benchmark::State& st) {
   const auto inp = randn((size_t)N * C, 1), b = randn(C, 2);
   std::vector<float> out((size_t)N * C);
   for (auto _ : st) {
-    KERNEL(bias_add)(out.data(), inp.data(), b.data(), N, C);
+    CALL(bias_add, out.data(), inp.data(), b.data(), N, C);
     benchmark::DoNotOptimize(out.data());
   }
   set_bytes(st, 2.0 * 4 * N * C);
@@ -146,7 +215,7 @@ void bm_bias_bwd(benchmark::State& st) {
   const auto dout = randn((size_t)N * C, 1);
   std::vector<float> db(C);
   for (auto _ : st) {
-    KERNEL(bias_backward)(db.data(), dout.data(), N, C);
+    CALL(bias_backward, db.data(), dout.data(), N, C);
     benchmark::DoNotOptimize(db.data());
   }
   set_bytes(st, 4.0 * N * C);
@@ -160,7 +229,7 @@ void bm_layernorm_fwd(benchmark::State& st) {
   const auto inp = randn((size_t)N * C, 1), w = randn(C, 2), b = randn(C, 3);
   std::vector<float> out((size_t)N * C), mean(N), rstd(N);
   for (auto _ : st) {
-    KERNEL(layernorm_forward)(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    CALL(layernorm_forward, out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
     benchmark::DoNotOptimize(out.data());
   }
   set_bytes(st, 2.0 * 4 * N * C);
@@ -173,7 +242,7 @@ void bm_layernorm_bwd(benchmark::State& st) {
   std::vector<float> out((size_t)N * C), mean(N), rstd(N), dinp((size_t)N * C), dw(C), db(C);
   cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
   for (auto _ : st) {
-    KERNEL(layernorm_backward)(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
+    CALL(layernorm_backward, dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
                                mean.data(), rstd.data(), N, C);
     benchmark::DoNotOptimize(dinp.data());
   }
@@ -186,7 +255,7 @@ void bm_gelu_fwd(benchmark::State& st) {
   const auto inp = randn(n, 1);
   std::vector<float> out(n);
   for (auto _ : st) {
-    KERNEL(gelu_forward)(out.data(), inp.data(), n);
+    CALL(gelu_forward, out.data(), inp.data(), n);
     benchmark::DoNotOptimize(out.data());
   }
   set_bytes(st, 2.0 * 4 * n);
@@ -198,7 +267,7 @@ void bm_gelu_bwd(benchmark::State& st) {
   const auto inp = randn(n, 1), dout = randn(n, 2);
   std::vector<float> dinp(n);
   for (auto _ : st) {
-    KERNEL(gelu_backward)(dinp.data(), inp.data(), dout.data(), n);
+    CALL(gelu_backward, dinp.data(), inp.data(), dout.data(), n);
     benchmark::DoNotOptimize(dinp.data());
   }
   set_bytes(st, 4.0 * 4 * n);
@@ -222,7 +291,7 @@ template <bool Fast>
 void bm_attention_fwd(benchmark::State& st) {
   AttnData d;
   for (auto _ : st) {
-    KERNEL(attention_forward)(d.out.data(), d.lse.data(), d.qkv.data(), k_ab, k_at, k_ac, k_anh);
+    CALL(attention_forward, d.out.data(), d.lse.data(), d.qkv.data(), k_ab, k_at, k_ac, k_anh);
     benchmark::DoNotOptimize(d.out.data());
   }
   set_flops(st, k_attn_fwd_flops);
@@ -234,7 +303,7 @@ void bm_attention_bwd(benchmark::State& st) {
   AttnData d;
   cpu::attention_forward(d.out.data(), d.lse.data(), d.qkv.data(), k_ab, k_at, k_ac, k_anh);
   for (auto _ : st) {
-    KERNEL(attention_backward)(d.dqkv.data(), d.dout.data(), d.qkv.data(), d.out.data(), d.lse.data(),
+    CALL(attention_backward, d.dqkv.data(), d.dout.data(), d.qkv.data(), d.out.data(), d.lse.data(),
                                k_ab, k_at, k_ac, k_anh);
     benchmark::DoNotOptimize(d.dqkv.data());
   }
@@ -246,8 +315,8 @@ template <bool Fast>
 void bm_attention_fwd_bwd(benchmark::State& st) {
   AttnData d;
   for (auto _ : st) {
-    KERNEL(attention_forward)(d.out.data(), d.lse.data(), d.qkv.data(), k_ab, k_at, k_ac, k_anh);
-    KERNEL(attention_backward)(d.dqkv.data(), d.dout.data(), d.qkv.data(), d.out.data(), d.lse.data(),
+    CALL(attention_forward, d.out.data(), d.lse.data(), d.qkv.data(), k_ab, k_at, k_ac, k_anh);
+    CALL(attention_backward, d.dqkv.data(), d.dout.data(), d.qkv.data(), d.out.data(), d.lse.data(),
                                k_ab, k_at, k_ac, k_anh);
     benchmark::DoNotOptimize(d.dqkv.data());
   }
@@ -266,7 +335,7 @@ void bm_crossentropy_fwd(benchmark::State& st) {
   for (int i = 0; i < k_cn; i++) targets[i] = (i * 7919) % k_cv;
   std::vector<float> losses(k_cn), lse(k_cn);
   for (auto _ : st) {
-    KERNEL(crossentropy_forward)(losses.data(), lse.data(), logits.data(), targets.data(), k_cn, k_cv, -100);
+    CALL(crossentropy_forward, losses.data(), lse.data(), logits.data(), targets.data(), k_cn, k_cv, -100);
     benchmark::DoNotOptimize(losses.data());
   }
   set_bytes(st, 4.0 * k_cn * k_cv);
@@ -281,7 +350,7 @@ void bm_crossentropy_bwd(benchmark::State& st) {
   std::vector<float> losses(k_cn), lse(k_cn), dlogits((size_t)k_cn * k_cv);
   cpu::crossentropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), k_cn, k_cv, -100);
   for (auto _ : st) {
-    KERNEL(crossentropy_backward)(dlogits.data(), logits.data(), lse.data(), targets.data(), 1.0f / k_cn,
+    CALL(crossentropy_backward, dlogits.data(), logits.data(), lse.data(), targets.data(), 1.0f / k_cn,
                                   k_cn, k_cv, -100);
     benchmark::DoNotOptimize(dlogits.data());
   }
@@ -298,7 +367,7 @@ void bm_embedding_fwd(benchmark::State& st) {
   for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (int32_t)((i * 7919) % k_ev);
   std::vector<float> out((size_t)k_eb * k_et * k_ec);
   for (auto _ : st) {
-    KERNEL(embedding_forward)(out.data(), tokens.data(), wte.data(), wpe.data(), k_eb, k_et, k_ec);
+    CALL(embedding_forward, out.data(), tokens.data(), wte.data(), wpe.data(), k_eb, k_et, k_ec);
     benchmark::DoNotOptimize(out.data());
   }
   set_bytes(st, 3.0 * 4 * k_eb * k_et * k_ec);
@@ -311,7 +380,7 @@ void bm_embedding_bwd(benchmark::State& st) {
   for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (int32_t)((i * 7919) % k_ev);
   const auto dout = randn((size_t)k_eb * k_et * k_ec, 3);
   for (auto _ : st) {
-    KERNEL(embedding_backward)(dwte.data(), dwpe.data(), dout.data(), tokens.data(), k_eb, k_et, k_ec);
+    CALL(embedding_backward, dwte.data(), dwpe.data(), dout.data(), tokens.data(), k_eb, k_et, k_ec);
     benchmark::DoNotOptimize(dwte.data());
   }
   set_bytes(st, 5.0 * 4 * k_eb * k_et * k_ec);  // read dout, read+write dwte and dwpe rows
@@ -328,7 +397,7 @@ void bm_adamw(benchmark::State& st) {
   std::vector<float> m(k_n, 0.0f), v(k_n, 0.0f);
   int step = 0;
   for (auto _ : st) {
-    KERNEL(adamw_step)(p.data(), g.data(), m.data(), v.data(), k_n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step);
+    CALL(adamw_step, p.data(), g.data(), m.data(), v.data(), k_n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step);
     benchmark::DoNotOptimize(p.data());
   }
   set_bytes(st, 7.0 * 4 * k_n);
@@ -339,7 +408,7 @@ void bm_add(benchmark::State& st) {
   const auto a = randn(k_n, 1), b = randn(k_n, 2);
   std::vector<float> out(k_n);
   for (auto _ : st) {
-    KERNEL(add)(out.data(), a.data(), b.data(), k_n);
+    CALL(add, out.data(), a.data(), b.data(), k_n);
     benchmark::DoNotOptimize(out.data());
   }
   set_bytes(st, 3.0 * 4 * k_n);
@@ -350,7 +419,7 @@ void bm_scale(benchmark::State& st) {
   const auto a = randn(k_n, 1);
   std::vector<float> out(k_n);
   for (auto _ : st) {
-    KERNEL(scale)(out.data(), a.data(), 0.5f, k_n);
+    CALL(scale, out.data(), a.data(), 0.5f, k_n);
     benchmark::DoNotOptimize(out.data());
   }
   set_bytes(st, 2.0 * 4 * k_n);
@@ -361,7 +430,7 @@ void bm_axpy(benchmark::State& st) {
   const auto a = randn(k_n, 1);
   std::vector<float> out(k_n);
   for (auto _ : st) {
-    KERNEL(axpy)(out.data(), a.data(), 1e-3f, k_n);
+    CALL(axpy, out.data(), a.data(), 1e-3f, k_n);
     benchmark::DoNotOptimize(out.data());
   }
   set_bytes(st, 3.0 * 4 * k_n);
@@ -370,14 +439,14 @@ void bm_axpy(benchmark::State& st) {
 template <bool Fast>
 void bm_sum(benchmark::State& st) {
   const auto a = randn(k_n, 1);
-  for (auto _ : st) benchmark::DoNotOptimize(KERNEL(sum)(a.data(), k_n));
+  for (auto _ : st) benchmark::DoNotOptimize(CALL(sum, a.data(), k_n));
   set_bytes(st, 4.0 * k_n);
 }
 
 template <bool Fast>
 void bm_sum_squares(benchmark::State& st) {
   const auto a = randn(k_n, 1);
-  for (auto _ : st) benchmark::DoNotOptimize(KERNEL(sum_squares)(a.data(), k_n));
+  for (auto _ : st) benchmark::DoNotOptimize(CALL(sum_squares, a.data(), k_n));
   set_bytes(st, 4.0 * k_n);
 }
 
@@ -386,7 +455,7 @@ void bm_f32_to_bf16(benchmark::State& st) {
   const auto a = randn(k_n, 1);
   std::vector<uint16_t> h(k_n);
   for (auto _ : st) {
-    KERNEL(f32_to_bf16)(h.data(), a.data(), k_n);
+    CALL(f32_to_bf16, h.data(), a.data(), k_n);
     benchmark::DoNotOptimize(h.data());
   }
   set_bytes(st, 6.0 * k_n);
@@ -397,13 +466,13 @@ void bm_bf16_to_f32(benchmark::State& st) {
   std::vector<uint16_t> h(k_n, 0x3f80);
   std::vector<float> a(k_n);
   for (auto _ : st) {
-    KERNEL(bf16_to_f32)(a.data(), h.data(), k_n);
+    CALL(bf16_to_f32, a.data(), h.data(), k_n);
     benchmark::DoNotOptimize(a.data());
   }
   set_bytes(st, 6.0 * k_n);
 }
 
-#undef KERNEL
+#undef CALL
 
 void add_pair(const std::string& op, void (*fast)(benchmark::State&), void (*reference)(benchmark::State&)) {
   benchmark::RegisterBenchmark(("BM_" + op + "/fast").c_str(), fast)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -416,6 +485,7 @@ int main(int argc, char** argv) {
 #define PAIR(op) add_pair(#op, bm_##op<true>, bm_##op<false>)
   PAIR(gemm);
   benchmark::RegisterBenchmark("BM_gemm/cblas_sgemm", bm_cblas_sgemm)->UseRealTime()->Unit(benchmark::kMillisecond);
+  register_train_gemms();
   PAIR(gemm_batched);
   benchmark::RegisterBenchmark("BM_gemm_batched/blas_loop", bm_gemm_batched_blas_loop)->UseRealTime()->Unit(benchmark::kMillisecond);
   PAIR(matmul_fwd);
