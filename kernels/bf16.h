@@ -17,10 +17,11 @@ namespace gpumix {
 GPUMIX_HD inline uint16_t f32_to_bf16_bits(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);  // NaN
   const uint32_t lsb = (u >> 16) & 1u;
-  u += 0x7fffu + lsb;  // round to nearest, ties to even; overflow rounds to inf
-  return (uint16_t)(u >> 16);
+  const uint32_t rounded = (u + 0x7fffu + lsb) >> 16;  // nearest, ties to even; overflow: inf
+  const uint32_t quiet_nan = (u >> 16) | 0x0040u;
+  // A select, not a branch: loops over it vectorise (kernels/cpu).
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 GPUMIX_HD inline float bf16_bits_to_f32(uint16_t h) {

@@ -160,8 +160,9 @@ std::string generate(const GenerateOptions& o) {
   const data::Tokenizer tok = data::Tokenizer::load(tok_path.string());
   GPUMIX_CHECK(tok.vocab_size() == config.V, "tokenizer ", tok_path.string(), " has vocabulary ",
                tok.vocab_size(), " but the model has ", config.V);
-  GPT model(config, Device::cpu(), 0);
+  GPT model(config, Device::cpu(), 0, o.dtype);
   reader.read_slice("master", 0, model.params().data<float>(), model.num_params());
+  model.sync_compute_params();
 
   std::vector<int32_t> ids = tok.encode(o.prompt);
   if (ids.empty()) ids.push_back(tok.eot_id());

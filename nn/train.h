@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "nn/checkpoint.h"
 #include "nn/data/token_file.h"
 #include "nn/gpt_config.h"
@@ -94,6 +95,7 @@ struct GenerateOptions {
   int top_k = 40;               // 0: the whole vocabulary
   uint64_t seed = 42;
   int threads = 0;
+  DType dtype = DType::f32;     // compute dtype of the model (core/precision.h)
 };
 
 // Returns the prompt followed by the generated text.

@@ -71,6 +71,75 @@ void bm_cblas_sgemm(benchmark::State& st) {
   st.SetLabel("1024^3");
 }
 
+// GEMMs at the shapes of a GPT training step (bench/results/cpu-gemm.md): m x n x k with
+// the layout of the op, N = B*T rows. fp32 through oneDNN next to OpenBLAS's cblas_sgemm,
+// and bf16 operands with an fp32 or a bf16 result. beta 1 where the op accumulates.
+struct GemmShape {
+  const char* name;
+  int m, n, k;
+  bool ta, tb;
+  float beta;
+};
+const GemmShape k_train_gemms[] = {
+    {"1024^3", 1024, 1024, 1024, false, false, 0.0f},
+    {"2048^3", 2048, 2048, 2048, false, false, 0.0f},
+    {"qkv_fwd_C256:2048x768x256,B^T", 2048, 768, 256, false, true, 0.0f},
+    {"proj_fwd_C256:2048x256x1024,B^T", 2048, 256, 1024, false, true, 0.0f},
+    {"lmhead_fwd_C256:2048x8192x256,B^T", 2048, 8192, 256, false, true, 0.0f},
+    {"lmhead_dinp_C256:2048x256x8192,+=", 2048, 256, 8192, false, false, 1.0f},
+    {"lmhead_dweight_C256:8192x256x2048,A^T,+=", 8192, 256, 2048, true, false, 1.0f},
+    {"mlp_fwd_C384:2048x1536x384,B^T", 2048, 1536, 384, false, true, 0.0f},
+    {"mlp_dinp_C384:2048x384x1536,+=", 2048, 384, 1536, false, false, 1.0f},
+    {"mlp_dweight_C384:1536x384x2048,A^T,+=", 1536, 384, 2048, true, false, 1.0f},
+    {"mlp_fwd_gpt2:1024x3072x768,B^T", 1024, 3072, 768, false, true, 0.0f},
+    {"lmhead_fwd_gpt2:1024x50257x768,B^T", 1024, 50257, 768, false, true, 0.0f},
+};
+
+std::vector<uint16_t> randn_bf16(size_t n, uint32_t seed) {
+  const auto x = randn(n, seed);
+  std::vector<uint16_t> h(n);
+  cpu::f32_to_bf16(h.data(), x.data(), (int64_t)n);
+  return h;
+}
+
+// In: float or uint16_t (bf16); Out likewise. Cblas: OpenBLAS's sgemm instead of ours.
+template <class In, class Out, bool Cblas = false>
+void bm_gemm_shape(benchmark::State& st, const GemmShape& g) {
+  const int lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n;
+  std::vector<In> a, b;
+  if constexpr (sizeof(In) == 2) {
+    a = randn_bf16((size_t)g.m * g.k, 1);
+    b = randn_bf16((size_t)g.k * g.n, 2);
+  } else {
+    a = randn((size_t)g.m * g.k, 1);
+    b = randn((size_t)g.k * g.n, 2);
+  }
+  std::vector<Out> c((size_t)g.m * g.n);
+  for (auto _ : st) {
+    if constexpr (Cblas)
+      cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
+                  g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, g.beta, c.data(), g.n);
+    else
+      cpu::gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, g.beta, c.data(), g.n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(st, 2.0 * g.m * g.n * g.k);
+}
+
+void register_train_gemms() {
+  for (const GemmShape& g : k_train_gemms) {
+    const std::string shape = g.name;
+    benchmark::RegisterBenchmark(("BM_gemm_f32/onednn/" + shape).c_str(), bm_gemm_shape<float, float>, g)
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("BM_gemm_f32/openblas/" + shape).c_str(), bm_gemm_shape<float, float, true>, g)
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("BM_gemm_bf16/to_f32/" + shape).c_str(), bm_gemm_shape<uint16_t, float>, g)
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("BM_gemm_bf16/to_bf16/" + shape).c_str(), bm_gemm_shape<uint16_t, uint16_t>, g)
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
+}
+
 // Many small matrices (attention-sized): gemm spreads the batch over threads.
 template <bool Fast>
 void bm_gemm_batched(benchmark::State& st) {
@@ -416,6 +485,7 @@ int main(int argc, char** argv) {
 #define PAIR(op) add_pair(#op, bm_##op<true>, bm_##op<false>)
   PAIR(gemm);
   benchmark::RegisterBenchmark("BM_gemm/cblas_sgemm", bm_cblas_sgemm)->UseRealTime()->Unit(benchmark::kMillisecond);
+  register_train_gemms();
   PAIR(gemm_batched);
   benchmark::RegisterBenchmark("BM_gemm_batched/blas_loop", bm_gemm_batched_blas_loop)->UseRealTime()->Unit(benchmark::kMillisecond);
   PAIR(matmul_fwd);

@@ -1,45 +1,106 @@
-// Fused softmax + cross-entropy over the vocabulary, max-subtracted for stability.
+// Fused softmax + cross-entropy over the vocabulary, max-subtracted for stability, over fp32
+// or bf16 logits; losses, lse and all arithmetic in fp32.
 #include <cmath>
 
+#include "kernels/cpu/common.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace gpumix::kernels::cpu {
 
 namespace {
+
 constexpr int64_t k_par_min = 1 << 14;
+
+template <class T>
+GPUMIX_INLINE void forward_rows(float* losses, float* lse, const T* logits, const int32_t* targets,
+                                int V, int32_t ignore_index, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; i++) {
+    const T* x = logits + i * V;  // (V)
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int v = 0; v < V; v++) mx = to_f32(x[v]) > mx ? to_f32(x[v]) : mx;  // a NaN logit still reaches lse via exp
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int v = 0; v < V; v++) s += exp_vec(to_f32(x[v]) - mx);
+    const float l = mx + std::log(s);
+    lse[i] = l;
+    losses[i] = targets[i] == ignore_index ? 0.0f : l - to_f32(x[targets[i]]);
+  }
+}
+
+// dlogits rows [i0, i1) += (accumulate) or = dloss * (softmax - onehot); ignored rows are
+// left alone when accumulating, zeroed otherwise. dlogits may alias logits when !accumulate.
+template <class T>
+GPUMIX_INLINE void backward_rows(T* dlogits, const T* logits, const float* lse,
+                                 const int32_t* targets, float dloss, int V, int32_t ignore_index,
+                                 bool accumulate, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; i++) {
+    const T* x = logits + i * V;  // (V)
+    T* dx = dlogits + i * V;      // (V)
+    const int32_t target = targets[i];
+    if (target == ignore_index) {
+      if (!accumulate)
+        for (int v = 0; v < V; v++) dx[v] = from_f32<T>(0.0f);
+      continue;
+    }
+    const float l = lse[i];
+    // The target's logit is read before its gradient is written (dlogits may alias).
+    const float p_target = exp_vec(to_f32(x[target]) - l);
+    const float d_target = dloss * (p_target - 1.0f);
+    if (accumulate) {
+      const float old_target = to_f32(dx[target]);
+#pragma omp simd
+      for (int v = 0; v < V; v++) dx[v] = from_f32<T>(to_f32(dx[v]) + dloss * exp_vec(to_f32(x[v]) - l));
+      dx[target] = from_f32<T>(old_target + d_target);
+    } else {
+#pragma omp simd
+      for (int v = 0; v < V; v++) dx[v] = from_f32<T>(dloss * exp_vec(to_f32(x[v]) - l));
+      dx[target] = from_f32<T>(d_target);
+    }
+  }
+}
+
+#define FWD_PARAMS(T) \
+  (float* loss, float* lse, const T* x, const int32_t* t, int V, int32_t ig, int64_t i0, int64_t i1)
+#define BWD_PARAMS(T)                                                                   \
+  (T * dx, const T* x, const float* lse, const int32_t* t, float dl, int V, int32_t ig, \
+   bool acc, int64_t i0, int64_t i1)
+GPUMIX_ISA_VARIANTS(fwd_f32, forward_rows, FWD_PARAMS(float), (loss, lse, x, t, V, ig, i0, i1))
+GPUMIX_ISA_VARIANTS(fwd_bf16, forward_rows, FWD_PARAMS(uint16_t), (loss, lse, x, t, V, ig, i0, i1))
+GPUMIX_ISA_VARIANTS(bwd_f32, backward_rows, BWD_PARAMS(float), (dx, x, lse, t, dl, V, ig, acc, i0, i1))
+GPUMIX_ISA_VARIANTS(bwd_bf16, backward_rows, BWD_PARAMS(uint16_t), (dx, x, lse, t, dl, V, ig, acc, i0, i1))
+#undef FWD_PARAMS
+#undef BWD_PARAMS
+
 }  // namespace
 
 void crossentropy_forward(float* losses, float* lse, const float* logits,
                           const int32_t* targets, int N, int V, int32_t ignore_index) {
-#pragma omp parallel for schedule(static) if ((int64_t)N * V >= k_par_min)
-  for (int i = 0; i < N; i++) {
-    const float* x = logits + (int64_t)i * V;  // (V)
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int v = 0; v < V; v++) mx = x[v] > mx ? x[v] : mx;  // a NaN logit still reaches lse via exp
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int v = 0; v < V; v++) s += exp_vec(x[v] - mx);
-    const float l = mx + std::log(s);
-    lse[i] = l;
-    losses[i] = targets[i] == ignore_index ? 0.0f : l - x[targets[i]];
-  }
+  parallel_ranges(N, 1, (int64_t)N * V >= k_par_min, [&](int64_t i0, int64_t i1) {
+    fwd_f32(losses, lse, logits, targets, V, ignore_index, i0, i1);
+  });
+}
+void crossentropy_forward(float* losses, float* lse, const uint16_t* logits,
+                          const int32_t* targets, int N, int V, int32_t ignore_index) {
+  parallel_ranges(N, 1, (int64_t)N * V >= k_par_min, [&](int64_t i0, int64_t i1) {
+    fwd_bf16(losses, lse, logits, targets, V, ignore_index, i0, i1);
+  });
 }
 
 void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
                            const int32_t* targets, float dloss, int N, int V,
                            int32_t ignore_index) {
-#pragma omp parallel for schedule(static) if ((int64_t)N * V >= k_par_min)
-  for (int i = 0; i < N; i++) {
-    if (targets[i] == ignore_index) continue;
-    const float* x = logits + (int64_t)i * V;  // (V)
-    float* dx = dlogits + (int64_t)i * V;      // (V)
-    const float l = lse[i];
-#pragma omp simd
-    for (int v = 0; v < V; v++) dx[v] += dloss * exp_vec(x[v] - l);
-    dx[targets[i]] -= dloss;
-  }
+  parallel_ranges(N, 1, (int64_t)N * V >= k_par_min, [&](int64_t i0, int64_t i1) {
+    bwd_f32(dlogits, logits, lse, targets, dloss, V, ignore_index, true, i0, i1);
+  });
+}
+void crossentropy_backward(uint16_t* dlogits, const uint16_t* logits, const float* lse,
+                           const int32_t* targets, float dloss, int N, int V,
+                           int32_t ignore_index, bool accumulate) {
+  parallel_ranges(N, 1, (int64_t)N * V >= k_par_min, [&](int64_t i0, int64_t i1) {
+    bwd_bf16(dlogits, logits, lse, targets, dloss, V, ignore_index, accumulate, i0, i1);
+  });
 }
 
 }  // namespace gpumix::kernels::cpu

@@ -16,27 +16,44 @@ constexpr float k_ln_eps = 1e-5f;
 
 // ---- matmul ---------------------------------------------------------------------------
 
-void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
-          int lda, const float* b, int ldb, float beta, float* c, int ldc, int batch,
-          int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+namespace {
+float widen(float x) { return x; }
+float widen(uint16_t h) { return bf16_bits_to_f32(h); }
+void store(float* p, double x) { *p = (float)x; }
+void store(uint16_t* p, double x) { *p = f32_to_bf16_bits((float)x); }
+
+// The one GEMM loop of all operand and result types: double accumulation, one rounding
+// to the type of C.
+template <class In, class Out>
+void gemm_loop(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const In* a, int lda,
+               const In* b, int ldb, float beta, Out* c, int ldc, int batch, int64_t stride_a,
+               int64_t stride_b, int64_t stride_c) {
   for (int p = 0; p < batch; p++) {
-    const float* ap = a + p * stride_a;
-    const float* bp = b + p * stride_b;
-    float* cp = c + p * stride_c;
+    const In* ap = a + p * stride_a;
+    const In* bp = b + p * stride_b;
+    Out* cp = c + p * stride_c;
     for (int i = 0; i < m; i++) {
       for (int j = 0; j < n; j++) {
         double acc = 0.0;
         for (int l = 0; l < k; l++) {
-          const float av = trans_a ? ap[(int64_t)l * lda + i] : ap[(int64_t)i * lda + l];
-          const float bv = trans_b ? bp[(int64_t)j * ldb + l] : bp[(int64_t)l * ldb + j];
+          const float av = widen(trans_a ? ap[(int64_t)l * lda + i] : ap[(int64_t)i * lda + l]);
+          const float bv = widen(trans_b ? bp[(int64_t)j * ldb + l] : bp[(int64_t)l * ldb + j]);
           acc += (double)av * bv;
         }
-        float* cij = cp + (int64_t)i * ldc + j;
+        Out* cij = cp + (int64_t)i * ldc + j;
         // BLAS semantics: with beta == 0, C is not read (it may hold NaN).
-        *cij = beta == 0.0f ? (float)(alpha * acc) : (float)(alpha * acc + beta * (double)*cij);
+        store(cij, beta == 0.0f ? alpha * acc : alpha * acc + beta * (double)widen(*cij));
       }
     }
   }
+}
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+          int lda, const float* b, int ldb, float beta, float* c, int ldc, int batch,
+          int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  gemm_loop(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch, stride_a,
+            stride_b, stride_c);
 }
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
@@ -368,6 +385,191 @@ double sum_squares(const float* a, int64_t n) {
   double acc = 0.0;
   for (int64_t i = 0; i < n; i++) acc += (double)a[i] * a[i];
   return acc;
+}
+
+// ---- bf16 twins -----------------------------------------------------------------------
+// Each is its fp32 twin above on the inputs widened to fp32 (exact), with every bf16
+// output rounded once at the end: so the bf16 result is the fp32 result rounded, which
+// is what the tests hold the fast bf16 kernels to.
+
+namespace {
+std::vector<float> widened(const uint16_t* p, int64_t n) {
+  std::vector<float> v(p ? n : 0);
+  for (int64_t i = 0; i < (int64_t)v.size(); i++) v[i] = bf16_bits_to_f32(p[i]);
+  return v;
+}
+float* ptr(std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+void narrow(uint16_t* out, const std::vector<float>& v) {
+  if (!out) return;
+  for (size_t i = 0; i < v.size(); i++) out[i] = f32_to_bf16_bits(v[i]);
+}
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const uint16_t* a,
+          int lda, const uint16_t* b, int ldb, float beta, uint16_t* c, int ldc, int batch,
+          int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  gemm_loop(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch, stride_a,
+            stride_b, stride_c);
+}
+
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const uint16_t* a,
+          int lda, const uint16_t* b, int ldb, float beta, float* c, int ldc, int batch,
+          int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  gemm_loop(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch, stride_a,
+            stride_b, stride_c);
+}
+
+void matmul_forward(uint16_t* out, const uint16_t* inp, const uint16_t* weight,
+                    const uint16_t* bias, int N, int C, int OC) {
+  auto inp32 = widened(inp, (int64_t)N * C), w32 = widened(weight, (int64_t)OC * C),
+       b32 = widened(bias, OC);
+  std::vector<float> out32((size_t)N * OC);
+  matmul_forward(out32.data(), inp32.data(), w32.data(), ptr(b32), N, C, OC);
+  narrow(out, out32);
+}
+
+void matmul_backward(uint16_t* dinp, float* dweight, float* dbias, const uint16_t* dout,
+                     const uint16_t* inp, const uint16_t* weight, int N, int C, int OC) {
+  auto dinp32 = widened(dinp, (int64_t)N * C), dout32 = widened(dout, (int64_t)N * OC),
+       inp32 = widened(inp, (int64_t)N * C), w32 = widened(weight, (int64_t)OC * C);
+  matmul_backward(ptr(dinp32), dweight, dbias, dout32.data(), inp32.data(), w32.data(), N, C, OC);
+  narrow(dinp, dinp32);
+}
+
+void bias_add(uint16_t* out, const uint16_t* inp, const uint16_t* bias, int N, int C) {
+  auto inp32 = widened(inp, (int64_t)N * C), b32 = widened(bias, C);
+  bias_add(inp32.data(), inp32.data(), b32.data(), N, C);
+  narrow(out, inp32);
+}
+
+void bias_backward(float* dbias, const uint16_t* dout, int N, int C) {
+  auto dout32 = widened(dout, (int64_t)N * C);
+  bias_backward(dbias, dout32.data(), N, C);
+}
+
+void layernorm_forward(uint16_t* out, float* mean, float* rstd, const uint16_t* inp,
+                       const uint16_t* weight, const uint16_t* bias, int N, int C) {
+  auto inp32 = widened(inp, (int64_t)N * C), w32 = widened(weight, C), b32 = widened(bias, C);
+  std::vector<float> out32((size_t)N * C), mean32(N), rstd32(N);
+  layernorm_forward(out32.data(), mean32.data(), rstd32.data(), inp32.data(), w32.data(),
+                    b32.data(), N, C);
+  narrow(out, out32);
+  for (int i = 0; i < N; i++) {
+    if (mean) mean[i] = mean32[i];
+    if (rstd) rstd[i] = rstd32[i];
+  }
+}
+
+void layernorm_backward(uint16_t* dinp, float* dweight, float* dbias, const uint16_t* dout,
+                        const uint16_t* inp, const uint16_t* weight, const float* mean,
+                        const float* rstd, int N, int C) {
+  auto dinp32 = widened(dinp, (int64_t)N * C), dout32 = widened(dout, (int64_t)N * C),
+       inp32 = widened(inp, (int64_t)N * C), w32 = widened(weight, C);
+  layernorm_backward(ptr(dinp32), dweight, dbias, dout32.data(), inp32.data(), w32.data(), mean,
+                     rstd, N, C);
+  narrow(dinp, dinp32);
+}
+
+void gelu_forward(uint16_t* out, const uint16_t* inp, int64_t n) {
+  auto x = widened(inp, n);
+  gelu_forward(x.data(), x.data(), n);
+  narrow(out, x);
+}
+
+void gelu_backward(uint16_t* dinp, const uint16_t* inp, const uint16_t* dout, int64_t n) {
+  auto dx = widened(dinp, n), x = widened(inp, n), dy = widened(dout, n);
+  gelu_backward(dx.data(), x.data(), dy.data(), n);
+  narrow(dinp, dx);
+}
+
+void attention_forward(uint16_t* out, float* lse, const uint16_t* qkv, int B, int T, int C,
+                       int NH) {
+  auto qkv32 = widened(qkv, (int64_t)B * T * 3 * C);
+  std::vector<float> out32((size_t)B * T * C);
+  attention_forward(out32.data(), lse, qkv32.data(), B, T, C, NH);
+  narrow(out, out32);
+}
+
+void attention_backward(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv,
+                        const uint16_t* out, const float* lse, int B, int T, int C, int NH) {
+  auto dqkv32 = widened(dqkv, (int64_t)B * T * 3 * C), dout32 = widened(dout, (int64_t)B * T * C),
+       qkv32 = widened(qkv, (int64_t)B * T * 3 * C), out32 = widened(out, (int64_t)B * T * C);
+  attention_backward(dqkv32.data(), dout32.data(), qkv32.data(), out32.data(), lse, B, T, C, NH);
+  narrow(dqkv, dqkv32);
+}
+
+void crossentropy_forward(float* losses, float* lse, const uint16_t* logits,
+                          const int32_t* targets, int N, int V, int32_t ignore_index) {
+  auto x = widened(logits, (int64_t)N * V);
+  crossentropy_forward(losses, lse, x.data(), targets, N, V, ignore_index);
+}
+
+void crossentropy_backward(uint16_t* dlogits, const uint16_t* logits, const float* lse,
+                           const int32_t* targets, float dloss, int N, int V,
+                           int32_t ignore_index, bool accumulate) {
+  auto x = widened(logits, (int64_t)N * V);  // copied first: dlogits may alias logits
+  auto dx = accumulate ? widened(dlogits, (int64_t)N * V) : std::vector<float>((size_t)N * V, 0.0f);
+  crossentropy_backward(dx.data(), x.data(), lse, targets, dloss, N, V, ignore_index);
+  narrow(dlogits, dx);
+}
+
+void embedding_forward(uint16_t* out, const int32_t* tokens, const uint16_t* wte,
+                       const uint16_t* wpe, int B, int T, int C) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int c = 0; c < C; c++)
+        out[((int64_t)b * T + t) * C + c] = f32_to_bf16_bits(
+            bf16_bits_to_f32(wte[(int64_t)tokens[b * T + t] * C + c]) + bf16_bits_to_f32(wpe[(int64_t)t * C + c]));
+}
+
+void embedding_backward(float* dwte, float* dwpe, const uint16_t* dout,
+                        const int32_t* tokens, int B, int T, int C) {
+  auto dy = widened(dout, (int64_t)B * T * C);
+  embedding_backward(dwte, dwpe, dy.data(), tokens, B, T, C);
+}
+
+void adamw_step(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v,
+                int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                int step) {
+  adamw_step(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
+  if (param_bf16) f32_to_bf16(param_bf16, param, n);
+}
+
+void add(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = f32_to_bf16_bits(bf16_bits_to_f32(a[i]) + bf16_bits_to_f32(b[i]));
+}
+
+void scale(uint16_t* out, const uint16_t* a, float s, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = f32_to_bf16_bits(bf16_bits_to_f32(a[i]) * s);
+}
+
+void axpy(uint16_t* out, const uint16_t* a, float s, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    out[i] = f32_to_bf16_bits((float)(bf16_bits_to_f32(out[i]) + (double)s * bf16_bits_to_f32(a[i])));
+}
+
+void axpy(float* out, const uint16_t* a, float s, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] += s * bf16_bits_to_f32(a[i]);
+}
+
+double sum(const uint16_t* a, int64_t n) {
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; i++) acc += bf16_bits_to_f32(a[i]);
+  return acc;
+}
+
+double sum_squares(const uint16_t* a, int64_t n) {
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; i++) acc += (double)bf16_bits_to_f32(a[i]) * bf16_bits_to_f32(a[i]);
+  return acc;
+}
+
+void fill(float* out, float value, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = value;
+}
+
+void fill(uint16_t* out, float value, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = f32_to_bf16_bits(value);
 }
 
 }  // namespace gpumix::kernels::cpu::ref

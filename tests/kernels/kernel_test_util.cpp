@@ -4,6 +4,9 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/bf16.h"
+#include "kernels/cpu/isa.h"
+
 namespace gpumix::kernels::test {
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo, float hi) {
@@ -23,6 +26,40 @@ std::vector<int32_t> random_ints(size_t n, uint32_t seed, int32_t lo, int32_t hi
 }
 
 double fp32_rtol(int64_t k) { return 8.0 * FLT_EPSILON * std::sqrt((double)std::max<int64_t>(k, 1)); }
+
+double bf16_out_rtol(int64_t k) { return std::ldexp(1.0, -8) + fp32_rtol(k); }
+
+double bf16_rtol(int64_t k) {
+  return std::ldexp(1.0, -8) * (1.0 + 2.0 * std::sqrt((double)std::max<int64_t>(k, 1))) + fp32_rtol(k);
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<uint16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); i++) h[i] = f32_to_bf16_bits(x[i]);
+  return h;
+}
+
+std::vector<float> to_f32(const std::vector<uint16_t>& h) {
+  std::vector<float> x(h.size());
+  for (size_t i = 0; i < h.size(); i++) x[i] = bf16_bits_to_f32(h[i]);
+  return x;
+}
+
+std::vector<uint16_t> random_bf16(size_t n, uint32_t seed, float lo, float hi) {
+  return to_bf16(random_floats(n, seed, lo, hi));
+}
+
+void for_each_isa(const std::function<void()>& f) {
+  using cpu::Isa;
+  const Isa before = cpu::cpu_isa();
+  for (Isa isa : {Isa::portable, Isa::avx512, Isa::avx512_bf16}) {
+    if (!cpu::isa_supported(isa)) continue;
+    cpu::set_cpu_isa(isa);
+    SCOPED_TRACE(std::string("isa ") + cpu::isa_name(isa));
+    f();
+  }
+  cpu::set_cpu_isa(before);
+}
 
 ::testing::AssertionResult all_close(const char* what, const float* fast, const float* ref,
                                      int64_t n, double rtol) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace gpumix::kernels::test {
@@ -19,6 +20,30 @@ std::vector<int32_t> random_ints(size_t n, uint32_t seed, int32_t lo, int32_t hi
 // elements and for the difference between two implementations.
 double fp32_rtol(int64_t k);
 
+// Relative tolerance of a bf16 result that the kernel computes in fp32 from the same bf16
+// inputs as the fp32 reference and rounds once at the end, over k accumulated terms: the
+// final rounding (half a bf16 ulp: 2^-8 relative; bf16 keeps 8 significant bits) plus
+// the fp32 accumulation error. The reference is the fp32 twin on the widened inputs,
+// unrounded.
+double bf16_out_rtol(int64_t k);
+// Relative tolerance of a result that also sums k bf16-rounded intermediates (e.g. the
+// probabilities that attention's bf16 tile products take): each carries up to 2^-8
+// relative error, independently, so their sum's error grows like sqrt(k) (random walk);
+// 2 sqrt(k) leaves room for the worst of many elements. Plus the final rounding.
+double bf16_rtol(int64_t k);
+
+// bf16 bits <-> fp32 (exact widening; round to nearest even).
+std::vector<uint16_t> to_bf16(const std::vector<float>& x);
+std::vector<float> to_f32(const std::vector<uint16_t>& h);
+// Uniform floats in [lo, hi) rounded to bf16, as bits.
+std::vector<uint16_t> random_bf16(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f);
+// A quiet NaN in bf16: poisons outputs, so an element the kernel does not write fails.
+constexpr uint16_t k_bf16_nan = 0x7fc0;
+
+// Runs f once for every instruction-set path (kernels/cpu/isa.h) this CPU supports, with
+// that path set and its name in the failure messages; restores the path it found.
+void for_each_isa(const std::function<void()>& f);
+
 // Passes when every element satisfies |fast - ref| <= atol + rtol * |ref|, with
 // atol = rtol * rms(ref): an element that cancels to near zero is judged against the
 // scale of the whole output, as its rounding error is. NaN matches only NaN; infinities
@@ -32,6 +57,11 @@ inline ::testing::AssertionResult all_close(const char* what, const std::vector<
     return ::testing::AssertionFailure() << what << ": sizes differ (" << fast.size()
                                          << " vs " << ref.size() << ")";
   return all_close(what, fast.data(), ref.data(), (int64_t)fast.size(), rtol);
+}
+
+inline ::testing::AssertionResult all_close(const char* what, const std::vector<uint16_t>& fast,
+                                            const std::vector<float>& ref, double rtol) {
+  return all_close(what, to_f32(fast), ref, rtol);
 }
 
 }  // namespace gpumix::kernels::test

@@ -1,0 +1,40 @@
+// Internal to kernels/cpu: small single-threaded fp32 GEMMs on tiles that sit in a thread's
+// cache, for the fused kernels (attention), which run one tile product after another
+// inside their own OpenMP tasks (a oneDNN call per 64 x 64 tile costs more than the
+// product).
+//
+//   c (m, n) = a (m, k) @ b (k, n)      (accumulate: c += ...)
+//
+// a's element (i, l) is at a[i * a_rs + l * a_cs], so a transposed tile is the same
+// memory with the strides swapped; b is row-major with leading dimension ldb; c has ldc.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/isa.h"
+
+namespace gpumix::kernels::cpu {
+
+void tile_gemm_portable(int m, int n, int k, const float* a, int64_t a_rs, int64_t a_cs,
+                        const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate);
+// AVX-512 F: register blocks of 4 rows x 64 columns, masked at the edges.
+GPUMIX_TARGET_AVX512 void tile_gemm_avx512(int m, int n, int k, const float* a, int64_t a_rs,
+                                           int64_t a_cs, const float* b, int64_t ldb, float* c,
+                                           int64_t ldc, bool accumulate);
+
+// The two as policies, for kernel bodies written once over the path.
+struct TilePortable {
+  static void gemm(int m, int n, int k, const float* a, int64_t a_rs, int64_t a_cs,
+                   const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+    tile_gemm_portable(m, n, k, a, a_rs, a_cs, b, ldb, c, ldc, accumulate);
+  }
+};
+struct TileAvx512 {
+  GPUMIX_TARGET_AVX512 static void gemm(int m, int n, int k, const float* a, int64_t a_rs,
+                                        int64_t a_cs, const float* b, int64_t ldb, float* c,
+                                        int64_t ldc, bool accumulate) {
+    tile_gemm_avx512(m, n, k, a, a_rs, a_cs, b, ldb, c, ldc, accumulate);
+  }
+};
+
+}  // namespace gpumix::kernels::cpu
