@@ -70,9 +70,13 @@ bool is_planner_name(const std::string& plan) {
 }
 
 // The per-rank work of a plan file (`gpumix plan --out`); its ranks and global batch must
-// be the run's.
-std::vector<RankWork> work_from_plan_file(const std::string& path, int64_t global_batch, int ranks) {
+// be the run's. The run computes in the plan's dtype (engine.plan_dtype) unless --dtype says
+// otherwise (dist::choose_compute_dtype).
+std::vector<RankWork> work_from_plan_file(const std::string& path, int64_t global_batch, int ranks,
+                                          gpumix::dist::EngineOptions& engine) {
   const gpumix::dist::Plan plan = gpumix::dist::read_plan(path);
+  engine.plan_file = path;
+  engine.plan_dtype = plan.dtype;
   if ((int)plan.ranks.size() != ranks)
     throw std::invalid_argument("plan " + path + " is for " + std::to_string(plan.ranks.size()) +
                                 " ranks but " + std::to_string(ranks) + " are running; make the plan for "
@@ -95,7 +99,7 @@ std::vector<RankWork> work_from_plan_file(const std::string& path, int64_t globa
 
 int cmd_train(int argc, char** argv) {
   gpumix::TrainOptions o;
-  std::string device_memory, batches, micro, shares, devices_text, plan = "";
+  std::string device_memory, batches, micro, shares, devices_text, plan = "", dtype;
   int ranks = 0;
   bool no_prefetch = false;
   CLI::App app{"Train a GPT on a text corpus or token file, on one or several ranks"};
@@ -122,6 +126,9 @@ int cmd_train(int argc, char** argv) {
   app.add_flag("--recompute", o.recompute, "recompute block activations in backward (one rank)");
   app.add_option("--val-fraction", o.val_fraction, "fraction of tokens held out for validation");
   app.add_option("--device-memory", device_memory, "emulated device memory per rank, e.g. 512MiB");
+  app.add_option("--dtype", dtype,
+                 "compute dtype: bf16 or fp32 (f32); default: the plan file's, else the resumed checkpoint's, "
+                 "else bf16 where every device computes it natively (avx512_bf16, AMX), fp32 elsewhere");
   app.add_flag("--quiet", o.quiet, "no per-step lines (log.jsonl still gets them)");
   app.add_flag("--skip-nonfinite", o.skip_nonfinite,
                "skip a step whose loss or gradient is NaN/Inf (default: stop with an error naming the unit and rank)");
@@ -146,6 +153,7 @@ int cmd_train(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   CLI11_PARSE(app, argc, argv);
   if (!device_memory.empty()) o.device_memory = gpumix::tools::parse_bytes(device_memory);
+  o.dtype = gpumix::tools::parse_dtype_flag(dtype);
   std::vector<gpumix::dist::ClusterDevice> devices;
   if (!devices_text.empty()) {
     devices = gpumix::dist::parse_devices(devices_text);
@@ -171,7 +179,7 @@ int cmd_train(int argc, char** argv) {
     throw std::invalid_argument("--plan FILE contradicts --batches/--micro-batches/--shares; drop one");
   if (!plan_file && plan != "given" && !(plan == "even" && devices.empty())) engine.planner = plan;
   auto make_work = [&](int n) {
-    return plan_file ? work_from_plan_file(plan, o.batch, n) : build_work(o.batch, n, batches, micro, shares);
+    return plan_file ? work_from_plan_file(plan, o.batch, n, engine) : build_work(o.batch, n, batches, micro, shares);
   };
   const int cores = o.threads > 0 ? o.threads : (int)std::max(1u, std::thread::hardware_concurrency());
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "core/precision.h"
 #include "dist/engine/launch.h"
 
 namespace fs = std::filesystem;
@@ -73,6 +74,7 @@ gpumix_session* gpumix_session_create(const gpumix_config* c) {
     o.out = c->out_dir ? c->out_dir : "gpumix-run";
     o.eval_interval = 0;
     o.quiet = true;
+    if (c->dtype) o.dtype = gpumix::compute_dtype_from_name(c->dtype, "gpumix_session_create: dtype");
     GPUMIX_CHECK(o.batch >= 1 && o.steps >= 1 && o.lr > 0, "gpumix_session_create: global_batch (",
                  o.batch, "), total_steps (", o.steps, ") and lr (", o.lr, ") must be positive");
     if (c->devices && *c->devices) {

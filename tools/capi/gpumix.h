@@ -28,6 +28,9 @@ typedef struct gpumix_config {
                              devices, even without */
   const char* out_dir;    /* run folder: checkpoints and log.jsonl */
   int32_t threads;        /* CPU threads in all (0: all cores) */
+  const char* dtype;      /* compute dtype: "bf16", "fp32" (or "f32"); NULL: the checkpoint's
+                             when continuing one (gpumix_load), else bf16 where every device
+                             computes it natively (avx512_bf16, AMX), fp32 elsewhere */
 } gpumix_config;
 
 typedef struct gpumix_metrics {
