@@ -20,7 +20,7 @@ namespace {
 // is its CPU time, so that emulated devices sharing a machine's cores keep their speeds:
 // the time an op spent waiting for a core that another rank held comes out of the wait.
 // With several threads it is the wall time (the caller's CPU time would miss the others';
-// such ranks get cores of their own, dist/launch.h). What is owed carries over from op to
+// such ranks get cores of their own, dist/engine/launch.h). What is owed carries over from op to
 // op, so waits too short to sleep and sleeps that overran even out (a little credit is
 // kept, never much). Real devices have f = 1: no cost beyond one lookup.
 class SlowdownGuard {

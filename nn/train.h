@@ -1,7 +1,7 @@
 // What a training run needs before its step loop, shared by every trainer: the options,
 // data preparation (corpus -> tokenizer -> tokens), the model config, checkpoint lookup,
 // the settings table; and text generation from a checkpoint. The step loop itself, on one
-// or many ranks, is dist/trainer.h.
+// or many ranks, is dist/engine/trainer.h.
 #pragma once
 
 #include <cstdint>

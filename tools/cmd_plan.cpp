@@ -6,12 +6,12 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "dist/cluster.h"
-#include "dist/plan.h"
-#include "dist/plan_svg.h"
-#include "dist/planner.h"
-#include "dist/profile.h"
-#include "dist/simulator.h"
+#include "dist/plan/cluster.h"
+#include "dist/plan/plan.h"
+#include "dist/plan/plan_svg.h"
+#include "dist/plan/planner.h"
+#include "dist/plan/profile.h"
+#include "dist/plan/simulator.h"
 #include "nn/gpt_config.h"
 #include "tools/command.h"
 #include "tools/size_flag.h"

@@ -1,5 +1,5 @@
 // gpumix profile: measures a set of (emulated) devices on a model, as the planner needs
-// them (dist/profiler.h), and writes the profile file that `gpumix plan --profile` reads.
+// them (dist/engine/profiler.h), and writes the profile file that `gpumix plan --profile` reads.
 // The ranks run as threads of this process, one per --devices entry.
 #include <CLI/CLI.hpp>
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <thread>
 
-#include "dist/launch.h"
-#include "dist/profiler.h"
+#include "dist/engine/launch.h"
+#include "dist/engine/profiler.h"
 #include "tools/command.h"
 
 namespace {

@@ -6,11 +6,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "dist/cluster.h"
-#include "dist/plan_svg.h"
-#include "dist/planner.h"
-#include "dist/profile.h"
-#include "dist/simulator.h"
+#include "dist/plan/cluster.h"
+#include "dist/plan/plan_svg.h"
+#include "dist/plan/planner.h"
+#include "dist/plan/profile.h"
+#include "dist/plan/simulator.h"
 #include "nn/gpt_config.h"
 #include "tools/command.h"
 #include "tools/size_flag.h"

@@ -1,6 +1,6 @@
 // gpumix train: train a GPT on a corpus or token file, on one rank, on N ranks as threads
 // of this process (--ranks N, the local backend), or on the ranks of an MPI job
-// (mpirun -np N gpumix train ...). See dist/trainer.h.
+// (mpirun -np N gpumix train ...). See dist/engine/trainer.h.
 #include <CLI/CLI.hpp>
 #include <omp.h>
 
@@ -9,8 +9,8 @@
 #include <sstream>
 #include <thread>
 
-#include "dist/launch.h"
-#include "dist/plan.h"
+#include "dist/engine/launch.h"
+#include "dist/plan/plan.h"
 #include "tools/command.h"
 #include "tools/size_flag.h"
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "dist/planner.h"
+#include "dist/plan/planner.h"
 
 namespace gpumix::tools {
 

@@ -4,9 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dist/cluster.h"
-#include "dist/planner.h"
-#include "dist/simulator.h"
+#include "dist/plan/cluster.h"
+#include "dist/plan/planner.h"
+#include "dist/plan/simulator.h"
 
 namespace {
 

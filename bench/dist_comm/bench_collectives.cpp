@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist/comm.h"
+#include "dist/comm/comm.h"
 
 using namespace gpumix;
 using namespace gpumix::dist;

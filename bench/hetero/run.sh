@@ -23,7 +23,7 @@ export GPUMIX_CACHE=$work/profiles
 # this machine's two cores (devices of a real cluster do not): each cluster needs at most
 # 2.0 cores (the speed cluster: 1 + 2/3 + 1/3), the ranks are packed onto cores by that
 # demand, and a slow device's kernels take F x their CPU time, so a neighbour on the same
-# core does not change its speed (dist/launch.h, core/ops.cpp).
+# core does not change its speed (dist/engine/launch.h, core/ops.cpp).
 clusters=(
   "speed|cpu:mem=1GiB,cpu:mem=1GiB:slow=1.5,cpu:mem=1GiB:slow=3"
   "memory|cpu:mem=160MiB:slow=2,cpu:mem=160MiB:slow=2,cpu:mem=14MiB:slow=2"

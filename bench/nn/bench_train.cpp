@@ -1,5 +1,5 @@
 // End-to-end training throughput of GPUMix on one rank: the step of `gpumix train`
-// (dist/trainer.cpp, WholeModelEngine + the step loop) on random tokens, without data
+// (dist/engine/whole_model_engine.cpp + the step loop of dist/engine/trainer.cpp) on random tokens, without data
 // loading, evaluation or logging:
 //
 //   zero_grad; loss = GPT::loss(tokens, targets, 1 / (B T)); backward(loss);
@@ -146,8 +146,8 @@ int main(int argc, char** argv) {
       allocs_before_timed = alloc.stats().system_allocs;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    // The one-rank step of dist/trainer.cpp (WholeModelEngine::forward_backward, then
-    // the global-norm clip and the optimizer step of train()).
+    // The one-rank step of dist/engine/trainer.cpp (WholeModelEngine::forward_backward, then
+    // the global-norm clip and the optimizer step of the step loop).
     model.zero_grad();
     Var l = model.loss(tokens, targets, scale, a.recompute);
     backward(l);

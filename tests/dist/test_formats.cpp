@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <string>
 
-#include "dist/cluster.h"
-#include "dist/plan.h"
-#include "dist/planner.h"
-#include "dist/profile.h"
-#include "dist/simulator.h"
+#include "dist/plan/cluster.h"
+#include "dist/plan/plan.h"
+#include "dist/plan/planner.h"
+#include "dist/plan/profile.h"
+#include "dist/plan/simulator.h"
 #include "tests/dist/test_util.h"
 
 namespace gpumix::dist {

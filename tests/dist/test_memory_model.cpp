@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "dist/memory_model.h"
+#include "dist/plan/memory_model.h"
 #include "nn/gpt_config.h"
 #include "tests/dist/test_util.h"
 

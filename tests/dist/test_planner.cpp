@@ -5,9 +5,9 @@
 #include <chrono>
 #include <random>
 
-#include "dist/plan.h"
-#include "dist/planner.h"
-#include "dist/simulator.h"
+#include "dist/plan/plan.h"
+#include "dist/plan/planner.h"
+#include "dist/plan/simulator.h"
 #include "tests/dist/test_util.h"
 
 namespace gpumix::dist {

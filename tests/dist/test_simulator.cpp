@@ -3,11 +3,11 @@
 
 #include <chrono>
 
-#include "dist/cluster.h"
-#include "dist/device_catalog.h"
-#include "dist/plan_svg.h"
-#include "dist/planner.h"
-#include "dist/simulator.h"
+#include "dist/plan/cluster.h"
+#include "dist/plan/device_catalog.h"
+#include "dist/plan/plan_svg.h"
+#include "dist/plan/planner.h"
+#include "dist/plan/simulator.h"
 
 namespace gpumix::dist {
 namespace {

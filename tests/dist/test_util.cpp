@@ -5,7 +5,7 @@
 #include <functional>
 #include <limits>
 
-#include "dist/memory_model.h"
+#include "dist/plan/memory_model.h"
 
 namespace gpumix::dist::testing {
 

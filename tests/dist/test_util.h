@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/cost_model.h"
-#include "dist/profile.h"
+#include "dist/plan/cost_model.h"
+#include "dist/plan/profile.h"
 
 namespace gpumix::dist::testing {
 

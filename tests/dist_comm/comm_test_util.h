@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "dist/comm.h"
+#include "dist/comm/comm.h"
 
 namespace gpumix::dist::test {
 

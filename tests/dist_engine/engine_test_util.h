@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/trainer.h"
+#include "dist/engine/trainer.h"
 #include "nn/checkpoint.h"
 #include "nn/data/bpe.h"
 #include "nn/data/corpus.h"

@@ -13,12 +13,12 @@
 
 #include "core/device.h"
 #include "core/error.h"
-#include "dist/comm.h"
-#include "dist/launch.h"
-#include "dist/planner.h"
-#include "dist/profiler.h"
-#include "dist/shard_layout.h"
-#include "dist/trainer.h"
+#include "dist/comm/comm.h"
+#include "dist/engine/launch.h"
+#include "dist/plan/planner.h"
+#include "dist/engine/profiler.h"
+#include "dist/engine/shard_layout.h"
+#include "dist/engine/trainer.h"
 #include "engine_test_util.h"
 #include "nn/data/token_file.h"
 

@@ -12,8 +12,8 @@
 #include <functional>
 
 #include "core/error.h"
-#include "dist/comm.h"
-#include "dist/trainer.h"
+#include "dist/comm/comm.h"
+#include "dist/engine/trainer.h"
 #include "engine_test_util.h"
 
 namespace {

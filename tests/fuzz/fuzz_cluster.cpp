@@ -1,8 +1,8 @@
-// Cluster JSON (dist/cluster.h): cluster_from_json on arbitrary bytes; a cluster that
+// Cluster JSON (dist/plan/cluster.h): cluster_from_json on arbitrary bytes; a cluster that
 // loads must write back to JSON that loads again to the same ranks.
 #include <nlohmann/json.hpp>
 
-#include "dist/cluster.h"
+#include "dist/plan/cluster.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

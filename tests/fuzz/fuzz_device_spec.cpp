@@ -1,8 +1,8 @@
-// The --devices entries (dist/cluster.h parse_device_spec), e.g. "cpu:mem=2GiB:slow=3":
+// The --devices entries (dist/plan/cluster.h parse_device_spec), e.g. "cpu:mem=2GiB:slow=3":
 // arbitrary strings; an accepted spec's label() must parse again to the same device.
 #include <string>
 
-#include "dist/cluster.h"
+#include "dist/plan/cluster.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,8 +1,8 @@
-// Plan JSON (dist/plan.h): plan_from_json on arbitrary bytes, then what the tools print of
+// Plan JSON (dist/plan/plan.h): plan_from_json on arbitrary bytes, then what the tools print of
 // a loaded plan; a loaded plan must write back to JSON that loads.
 #include <nlohmann/json.hpp>
 
-#include "dist/plan.h"
+#include "dist/plan/plan.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,8 +1,8 @@
-// Profile JSON (dist/profile.h): profile_from_json on arbitrary bytes, then the lookups the
+// Profile JSON (dist/plan/profile.h): profile_from_json on arbitrary bytes, then the lookups the
 // planner makes on a loaded profile; a loaded profile must write back to JSON that loads.
 #include <nlohmann/json.hpp>
 
-#include "dist/profile.h"
+#include "dist/plan/profile.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

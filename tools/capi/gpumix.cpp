@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-#include "dist/launch.h"
+#include "dist/engine/launch.h"
 
 namespace fs = std::filesystem;
 

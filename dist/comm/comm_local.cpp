@@ -1,0 +1,627 @@
+// The local backend: N ranks as threads of one process sharing a LocalGroupState.
+//
+// Every collective is one or two rendezvous ("rounds") of all ranks under one mutex and
+// condition variable with a generation counter. In a round each rank posts what it brings
+// (the op's description and counts, its local error if any, its buffer pointers); the last
+// rank to arrive checks that the posts agree and publishes an immutable snapshot of them;
+// every rank then works on the snapshot outside the lock, reading the other ranks' buffers
+// directly:
+//
+//   all_gather_v      round (check) → copy every rank's block into out → round (done)
+//   reduce_scatter_v  round (check) → sum own block in rank order       → round (done)
+//   all_reduce        round (check) → sum own chunk into scratch        → round → copy chunks
+//   broadcast         round (check) → copy from the root                → round (done)
+//   barrier, agree, scalars: one round (check; scalars summed from the snapshot)
+//
+// The "done" round keeps every rank's buffers valid until all have finished reading them.
+// all_reduce's scratch lives in the shared state, so it needs no third round: a rank
+// rewrites its scratch only after the next check round, when every rank has finished
+// reading it.
+//
+// Failure: fail() marks the group failed and wakes every waiter; waiting longer than
+// timeout_s fails the group with the names of the ranks that have not arrived; a Comm
+// destroyed while the others need it fails the group too. Asynchronous collectives run on
+// a per-rank worker thread, in issue order with the synchronous ones (a synchronous call
+// runs inline when nothing is queued, else it queues and waits).
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <thread>
+
+#include "core/error.h"
+#include "dist/comm/comm.h"
+
+namespace gpumix::dist {
+namespace detail {
+
+namespace {
+
+// What one rank brings to a round.
+struct Post {
+  bool check = false;           // compare the posts of this round
+  std::string what;             // "all_gather_v(f32) counts"
+  std::vector<int64_t> values;  // counts, {numel}, {root, numel}, agree's values
+  std::string local_error;
+  const void* in = nullptr;
+  void* out = nullptr;
+  const float* scratch = nullptr;
+  double scalar = 0;
+};
+
+struct Round {
+  std::vector<Post> posts;
+  std::string error;  // agreement_error of the posts, for checked rounds
+};
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += str(i ? ", " : "", ranks[i]);
+  return s;
+}
+
+}  // namespace
+
+struct LocalGroupState {
+  LocalGroupState(int n_, LocalOptions options_)
+      : n(n_), options(options_), here(n_, 0), left(n_, 0), taken(n_, 0), posts(n_),
+        scratch(n_) {}
+
+  const int n;
+  const LocalOptions options;
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t generation = 0;  // completed rounds
+  int arrived = 0;
+  std::vector<char> here;   // arrived in the current round
+  std::vector<char> left;   // its Comm was destroyed
+  std::vector<char> taken;  // comm(r) was called
+  std::vector<Post> posts;
+  std::shared_ptr<const Round> last_round;
+  bool failed = false;
+  int failed_rank = -1;
+  std::string failure;                      // "rank 2 failed: <message>"
+  std::vector<std::vector<float>> scratch;  // all_reduce: rank r's reduced chunk
+
+  // Callers hold mu.
+  void fail_locked(int rank, const std::string& message) {
+    if (failed) return;
+    failed = true;
+    failed_rank = rank;
+    failure = message;
+    cv.notify_all();
+  }
+
+  [[noreturn]] void throw_failure_locked(int rank, const char* op) {
+    throw Error(str("local comm, rank ", rank, ": ", op, " aborted because ", failure));
+  }
+
+  void fail(int rank, const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mu);
+    fail_locked(rank, str("rank ", rank, " failed: ", reason));
+  }
+
+  void leave(int rank, bool unwinding) {
+    std::lock_guard<std::mutex> lock(mu);
+    left[rank] = 1;
+    if (unwinding) {
+      fail_locked(rank, str("rank ", rank,
+                            " failed: its Comm was destroyed while an exception was in flight"));
+    } else if (arrived > 0 && !here[rank]) {
+      std::vector<int> waiting;
+      for (int q = 0; q < n; ++q)
+        if (here[q]) waiting.push_back(q);
+      fail_locked(rank, str("rank ", rank, " failed: it left the group (its Comm was destroyed) "
+                            "while rank(s) ", rank_list(waiting), " wait for it in ",
+                            posts[waiting[0]].what));
+    }
+  }
+
+  // One round: posts `post` for `rank` and returns the round's snapshot when all n ranks
+  // have arrived. Throws when the group has failed or fails meanwhile, and on timeout.
+  std::shared_ptr<const Round> rendezvous(int rank, Post post, const char* op) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (failed) throw_failure_locked(rank, op);
+    for (int q = 0; q < n; ++q) {
+      if (left[q]) {
+        fail_locked(q, str("rank ", q, " failed: it left the group (its Comm was destroyed) "
+                           "but rank ", rank, " called ", op));
+        throw_failure_locked(rank, op);
+      }
+    }
+    posts[rank] = std::move(post);
+    here[rank] = 1;
+    ++arrived;
+    const uint64_t gen = generation;
+    if (arrived == n) {
+      auto round = std::make_shared<Round>();
+      round->posts = posts;
+      if (round->posts[0].check) {
+        std::vector<std::string> whats(n), errors(n);
+        std::vector<std::vector<int64_t>> values(n);
+        for (int q = 0; q < n; ++q) {
+          whats[q] = round->posts[q].what;
+          values[q] = round->posts[q].values;
+          errors[q] = round->posts[q].local_error;
+        }
+        round->error = agreement_error(whats, values, errors);
+      }
+      last_round = std::move(round);
+      arrived = 0;
+      std::fill(here.begin(), here.end(), 0);
+      ++generation;
+      cv.notify_all();
+      return last_round;
+    }
+    const auto timeout = std::chrono::duration<double>(options.timeout_s);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+    while (generation == gen) {
+      if (failed) throw_failure_locked(rank, op);
+      if (cv.wait_until(lock, deadline) == std::cv_status::timeout && generation == gen &&
+          !failed) {
+        std::vector<int> missing;
+        for (int q = 0; q < n; ++q)
+          if (!here[q]) missing.push_back(q);
+        fail_locked(rank, str(op, " timed out on rank ", rank, " after ", options.timeout_s,
+                              " s: rank(s) ", rank_list(missing),
+                              " did not arrive (stuck, or calling a different collective)"));
+        throw Error(str("local comm, rank ", rank, ": ", failure));
+      }
+    }
+    // The generation moved on exactly once: every rank, this one included, had to arrive
+    // for it to move again.
+    return last_round;
+  }
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::LocalGroupState;
+using detail::Post;
+using detail::Round;
+
+// A collective queued on a rank's worker thread.
+struct Task {
+  CommOp op = CommOp::barrier;
+  CommBytes bytes;
+  std::function<void()> fn;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+};
+
+class LocalComm;
+
+class LocalRequest : public CommRequest {
+ public:
+  LocalRequest(std::shared_ptr<Task> task, LocalComm* comm) : task_(std::move(task)), comm_(comm) {}
+  ~LocalRequest() override {
+    try {
+      wait();
+    } catch (...) {
+      // An unwaited request's error is lost by contract (comm.h).
+    }
+  }
+  void wait() override;
+  bool done() override {
+    std::lock_guard<std::mutex> lock(task_->mu);
+    return task_->done;
+  }
+
+ private:
+  std::shared_ptr<Task> task_;
+  LocalComm* comm_;
+  bool waited_ = false;
+};
+
+class LocalComm : public Comm {
+ public:
+  LocalComm(std::shared_ptr<LocalGroupState> group, int rank)
+      : g_(std::move(group)), rank_(rank) {}
+
+  ~LocalComm() override {
+    const bool unwinding = std::uncaught_exceptions() > 0;
+    // An exception in flight: fail the group first, so that queued collectives that wait
+    // for the other ranks end at once.
+    if (unwinding) g_->leave(rank_, true);
+    {
+      std::lock_guard<std::mutex> lock(qmu_);
+      stop_ = true;
+    }
+    qcv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+    if (!unwinding) g_->leave(rank_, false);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return g_->n; }
+  std::string backend() const override { return "local"; }
+
+  // ---- the collectives, as closures run inline or on the worker -------------------------
+
+  void all_gather_v(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
+    run_sync(CommOp::all_gather_v, gather_bytes(in, counts), make_gather(in, out, counts));
+  }
+  CommRequestPtr all_gather_v_async(const Tensor& in, Tensor& out,
+                                    const std::vector<int64_t>& counts) override {
+    return run_async(CommOp::all_gather_v, gather_bytes(in, counts), make_gather(in, out, counts));
+  }
+  void reduce_scatter_v(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
+    run_sync(CommOp::reduce_scatter_v, scatter_bytes(counts), make_scatter(in, out, counts));
+  }
+  CommRequestPtr reduce_scatter_v_async(const Tensor& in, Tensor& out,
+                                        const std::vector<int64_t>& counts) override {
+    return run_async(CommOp::reduce_scatter_v, scatter_bytes(counts),
+                     make_scatter(in, out, counts));
+  }
+  void all_reduce_sum(Tensor& t) override {
+    run_sync(CommOp::all_reduce, all_reduce_bytes(t), make_all_reduce(t));
+  }
+  CommRequestPtr all_reduce_sum_async(Tensor& t) override {
+    return run_async(CommOp::all_reduce, all_reduce_bytes(t), make_all_reduce(t));
+  }
+  void broadcast(Tensor& t, int root) override {
+    run_sync(CommOp::broadcast, broadcast_bytes(t, root), make_broadcast(t, root));
+  }
+  CommRequestPtr broadcast_async(Tensor& t, int root) override {
+    return run_async(CommOp::broadcast, broadcast_bytes(t, root), make_broadcast(t, root));
+  }
+
+  double all_reduce_sum(double x) override { return scalar(x, false); }
+  double all_reduce_max(double x) override { return scalar(x, true); }
+
+  void barrier() override {
+    run_sync(CommOp::barrier, {}, [this] {
+      Post p;
+      p.check = true;
+      p.what = "barrier";
+      finish_check(g_->rendezvous(rank_, std::move(p), "barrier"));
+    });
+  }
+
+  void agree(const std::string& what, const std::vector<int64_t>& values,
+             const std::string& local_error) override {
+    run_sync(CommOp::agree, {}, [&] {
+      Post p;
+      p.check = true;
+      p.what = what;
+      p.values = values;
+      p.local_error = local_error;
+      finish_check(g_->rendezvous(rank_, std::move(p), "agree"));
+    });
+  }
+
+  void abort(const std::string& reason) override {
+    g_->fail(rank_, reason);
+    throw Error(str("local comm, rank ", rank_, " aborted: ", reason));
+  }
+
+  void finish_request(CommOp op, const CommBytes& bytes, double waited_s, bool ok) {
+    if (ok)
+      record(op, bytes, waited_s);
+    else
+      record_seconds(op, waited_s);
+  }
+
+ private:
+  std::shared_ptr<LocalGroupState> g_;
+  const int rank_;
+
+  // Worker: runs queued collectives in order.
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  std::deque<std::shared_ptr<Task>> queue_;
+  int pending_ = 0;  // queued or running on the worker
+  bool stop_ = false;
+  std::thread worker_;
+
+  int n() const { return g_->n; }
+
+  // Throws the round's agreement error (the same on every rank).
+  static const Round& finish_check(const std::shared_ptr<const Round>& round) {
+    if (!round->error.empty()) throw Error(str("local comm: ", round->error));
+    return *round;
+  }
+
+  void done_round(const char* op) {
+    Post p;
+    p.what = "done";
+    g_->rendezvous(rank_, std::move(p), op);
+  }
+
+  CommBytes gather_bytes(const Tensor& in, const std::vector<int64_t>& counts) const {
+    if ((int)counts.size() != n() || !in.defined()) return {};
+    return comm_payload_bytes(CommOp::all_gather_v, counts, rank_, dtype_size(in.dtype()));
+  }
+  CommBytes scatter_bytes(const std::vector<int64_t>& counts) const {
+    if ((int)counts.size() != n()) return {};
+    return comm_payload_bytes(CommOp::reduce_scatter_v, counts, rank_, sizeof(float));
+  }
+  CommBytes all_reduce_bytes(const Tensor& t) const {
+    if (!t.defined()) return {};
+    return comm_payload_bytes(CommOp::all_reduce, std::vector<int64_t>(n(), t.numel()), rank_,
+                              dtype_size(t.dtype()));
+  }
+  CommBytes broadcast_bytes(const Tensor& t, int root) const {
+    if (!t.defined()) return {};
+    return comm_payload_bytes(CommOp::broadcast, std::vector<int64_t>(n(), t.numel()), rank_,
+                              dtype_size(t.dtype()), root);
+  }
+
+  // The closures capture tensors by value (shared storage stays alive while queued).
+  std::function<void()> make_gather(const Tensor& in, const Tensor& out,
+                                    const std::vector<int64_t>& counts) {
+    return [this, in, out, counts] {
+      Post p;
+      p.check = true;
+      p.what = str("all_gather_v(", in.defined() ? dtype_name(in.dtype()) : "?", ") counts");
+      p.values = counts;
+      p.local_error = detail::check_gather_args(in, out, counts, rank_, n());
+      if (p.local_error.empty()) {
+        p.in = in.raw_data();
+        p.out = out.raw_data();
+      }
+      const Round& r = finish_check(g_->rendezvous(rank_, std::move(p), "all_gather_v"));
+      const size_t esz = dtype_size(in.dtype());
+      char* dst = static_cast<char*>(r.posts[rank_].out);
+      int64_t offset = 0;
+      for (int q = 0; q < n(); ++q) {
+        const int64_t c = counts[q];
+        char* d = dst + offset * (int64_t)esz;
+        if (c > 0 && d != r.posts[q].in) std::memcpy(d, r.posts[q].in, (size_t)c * esz);
+        offset += c;
+      }
+      done_round("all_gather_v");
+    };
+  }
+
+  std::function<void()> make_scatter(const Tensor& in, const Tensor& out,
+                                     const std::vector<int64_t>& counts) {
+    return [this, in, out, counts] {
+      Post p;
+      p.check = true;
+      p.what = "reduce_scatter_v(f32) counts";
+      p.values = counts;
+      p.local_error = detail::check_scatter_args(in, out, counts, rank_, n());
+      if (p.local_error.empty()) {
+        p.in = in.raw_data();
+        p.out = out.raw_data();
+      }
+      const Round& r = finish_check(g_->rendezvous(rank_, std::move(p), "reduce_scatter_v"));
+      std::vector<int64_t> offsets;
+      detail::block_offsets(counts, &offsets);
+      if (counts[rank_] > 0) {
+        std::vector<const float*> ins(n());
+        for (int q = 0; q < n(); ++q) ins[q] = static_cast<const float*>(r.posts[q].in);
+        detail::sum_in_rank_order(ins, offsets[rank_], offsets[rank_] + counts[rank_],
+                                  static_cast<float*>(r.posts[rank_].out));
+      }
+      done_round("reduce_scatter_v");
+    };
+  }
+
+  std::function<void()> make_all_reduce(const Tensor& t) {
+    return [this, t] {
+      Post p;
+      p.check = true;
+      p.what = "all_reduce(f32) numel";
+      if (!t.defined()) {
+        p.local_error = "the tensor is undefined";
+      } else {
+        p.values = {t.numel()};
+        if (t.dtype() != DType::f32)
+          p.local_error = str("reductions take f32 tensors, got ", dtype_name(t.dtype()));
+        else if (!t.device().is_cpu())
+          p.local_error = str("the tensor is on ", t.device().str(), ": this backend moves host memory");
+        else
+          p.in = t.raw_data();
+      }
+      const Round& r = finish_check(g_->rendezvous(rank_, std::move(p), "all_reduce"));
+      const int64_t numel = t.numel();
+      auto lo = [&](int q) { return numel * q / n(); };
+      // Phase 1: this rank's chunk, summed in rank order, into its scratch.
+      std::vector<float>& mine = g_->scratch[rank_];
+      mine.resize((size_t)(lo(rank_ + 1) - lo(rank_)));
+      std::vector<const float*> ins(n());
+      for (int q = 0; q < n(); ++q) ins[q] = static_cast<const float*>(r.posts[q].in);
+      detail::sum_in_rank_order(ins, lo(rank_), lo(rank_ + 1), mine.data());
+      Post p2;
+      p2.what = "reduced";
+      p2.scratch = mine.data();
+      const std::shared_ptr<const Round> r2 = g_->rendezvous(rank_, std::move(p2), "all_reduce");
+      // Phase 2: every chunk into this rank's tensor.
+      float* dst = t.data<float>();
+      for (int q = 0; q < n(); ++q)
+        if (lo(q + 1) > lo(q))
+          std::memcpy(dst + lo(q), r2->posts[q].scratch, (size_t)(lo(q + 1) - lo(q)) * sizeof(float));
+    };
+  }
+
+  std::function<void()> make_broadcast(const Tensor& t, int root) {
+    return [this, t, root] {
+      Post p;
+      p.check = true;
+      p.what = str("broadcast(", t.defined() ? dtype_name(t.dtype()) : "?", ") root, numel");
+      p.values = {root, t.defined() ? t.numel() : -1};
+      p.local_error = detail::check_root(root, n());
+      if (!t.defined())
+        p.local_error = "the tensor is undefined";
+      else if (!t.device().is_cpu())
+        p.local_error = str("the tensor is on ", t.device().str(), ": this backend moves host memory");
+      if (p.local_error.empty()) p.in = t.raw_data();
+      const Round& r = finish_check(g_->rendezvous(rank_, std::move(p), "broadcast"));
+      if (rank_ != root && t.numel() > 0)
+        std::memcpy(t.raw_data(), r.posts[root].in, (size_t)t.nbytes());
+      done_round("broadcast");
+    };
+  }
+
+  double scalar(double x, bool max) {
+    double result = 0;
+    run_sync(CommOp::all_reduce, comm_payload_bytes(CommOp::all_reduce,
+                                                    std::vector<int64_t>(n(), 1), rank_, 8),
+             [&] {
+               Post p;
+               p.check = true;
+               p.what = max ? "all_reduce_max(double)" : "all_reduce_sum(double)";
+               p.scalar = x;
+               const char* op = max ? "all_reduce_max" : "all_reduce_sum";
+               const Round& r = finish_check(g_->rendezvous(rank_, std::move(p), op));
+               result = r.posts[0].scalar;
+               for (int q = 1; q < n(); ++q)
+                 result = max ? std::max(result, r.posts[q].scalar) : result + r.posts[q].scalar;
+             });
+    return result;
+  }
+
+  // ---- running: inline, queued, and the worker ------------------------------------------
+
+  void run_sync(CommOp op, const CommBytes& bytes, const std::function<void()>& fn) {
+    bool inline_run;
+    {
+      std::lock_guard<std::mutex> lock(qmu_);
+      inline_run = pending_ == 0;
+    }
+    if (!inline_run) {
+      run_async(op, bytes, fn)->wait();
+      return;
+    }
+    const double start = detail::now_seconds();
+    try {
+      fn();
+    } catch (...) {
+      record_seconds(op, detail::seconds_since(start));
+      throw;
+    }
+    record(op, bytes, detail::seconds_since(start));
+  }
+
+  CommRequestPtr run_async(CommOp op, const CommBytes& bytes, std::function<void()> fn) {
+    auto task = std::make_shared<Task>();
+    task->op = op;
+    task->bytes = bytes;
+    task->fn = std::move(fn);
+    {
+      std::lock_guard<std::mutex> lock(qmu_);
+      queue_.push_back(task);
+      ++pending_;
+      if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
+    }
+    qcv_.notify_all();
+    return std::make_unique<LocalRequest>(task, this);
+  }
+
+  void work() {
+    for (;;) {
+      std::shared_ptr<Task> task;
+      {
+        std::unique_lock<std::mutex> lock(qmu_);
+        qcv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stop_ and drained
+        task = queue_.front();
+        queue_.pop_front();
+      }
+      std::exception_ptr error;
+      try {
+        task->fn();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      task->fn = nullptr;  // release the tensors
+      {
+        std::lock_guard<std::mutex> lock(qmu_);
+        --pending_;
+      }
+      {
+        std::lock_guard<std::mutex> lock(task->mu);
+        task->done = true;
+        task->error = error;
+      }
+      task->cv.notify_all();
+    }
+  }
+};
+
+void LocalRequest::wait() {
+  if (waited_) return;
+  waited_ = true;
+  const double start = detail::now_seconds();
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(task_->mu);
+    task_->cv.wait(lock, [this] { return task_->done; });
+    error = task_->error;
+  }
+  comm_->finish_request(task_->op, task_->bytes, detail::seconds_since(start), !error);
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+// ---- LocalGroup and run_local --------------------------------------------------------------
+
+LocalGroup::LocalGroup(int n, LocalOptions options) {
+  GPUMIX_CHECK(n >= 1, "a local group needs at least 1 rank, got ", n);
+  GPUMIX_CHECK(options.timeout_s > 0, "the local comm timeout must be positive, got ",
+               options.timeout_s, " s");
+  state_ = std::make_shared<detail::LocalGroupState>(n, options);
+}
+
+LocalGroup::~LocalGroup() = default;
+
+int LocalGroup::size() const { return state_->n; }
+
+std::unique_ptr<Comm> LocalGroup::comm(int rank) {
+  GPUMIX_CHECK(rank >= 0 && rank < state_->n, "rank ", rank, " is not in the local group of ",
+               state_->n, " ranks");
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    GPUMIX_CHECK(!state_->taken[rank], "the Comm of local rank ", rank, " was already made");
+    state_->taken[rank] = 1;
+  }
+  return std::make_unique<LocalComm>(state_, rank);
+}
+
+void LocalGroup::fail(int rank, const std::string& reason) { state_->fail(rank, reason); }
+
+int LocalGroup::failed_rank() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->failed ? state_->failed_rank : -1;
+}
+
+void run_local(int n, const std::function<void(Comm&)>& fn, LocalOptions options) {
+  LocalGroup group(n, options);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        std::unique_ptr<Comm> comm = group.comm(r);
+        try {
+          fn(*comm);
+        } catch (const std::exception& e) {
+          group.fail(r, e.what());
+          throw;
+        } catch (...) {
+          group.fail(r, "an exception that is not a std::exception");
+          throw;
+        }
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const int cause = group.failed_rank();
+  if (cause >= 0 && errors[cause]) std::rethrow_exception(errors[cause]);
+  for (int r = 0; r < n; ++r)
+    if (errors[r]) std::rethrow_exception(errors[r]);
+}
+
+}  // namespace gpumix::dist

@@ -1,0 +1,85 @@
+#include "dist/engine/checkpoint.h"
+
+#include <cstdio>
+#include <random>
+
+#include "dist/engine/fault.h"
+
+namespace gpumix::dist {
+
+using json = nlohmann::json;
+
+std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, const std::vector<RankWork>& work,
+                            Engine& engine, Comm& comm, int step, uint64_t tokenizer_hash) {
+  const int64_t P = config.total_params();
+  // The temporary folder's nonce: the step and a number rank 0 draws for this save (a sum
+  // with zeros, exact in double: every rank gets it). A leftover folder of an interrupted
+  // save of the same step (a rank killed while writing) must not block the resumed run's.
+  const uint64_t draw = comm.rank() == 0 ? (uint64_t)std::random_device{}() : 0;
+  const std::string nonce = "s" + std::to_string(step) + "r" + std::to_string((uint64_t)comm.all_reduce_sum((double)draw));
+  CheckpointWriter writer;
+  std::string error, tmp = checkpoint_temp_dir(o.out, step, nonce);
+  auto attempt = [&](auto&& fn) {
+    error.clear();
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  };
+  if (comm.rank() == 0)
+    attempt([&] { tmp = writer.begin(o.out, step, {{"master", P}, {"adam_m", P}, {"adam_v", P}}, nonce); });
+  comm.agree("checkpoint: preparing step " + std::to_string(step), {}, error);
+  attempt([&] {
+    for (const OwnedSlice& s : engine.slices()) {
+      const int64_t n = s.master.numel();
+      CheckpointWriter::write_slice(tmp, "master", s.flat_offset, s.master.data<float>(), n);
+      CheckpointWriter::write_slice(tmp, "adam_m", s.flat_offset, s.opt->m().data<float>(), n);
+      CheckpointWriter::write_slice(tmp, "adam_v", s.flat_offset, s.opt->v().data<float>(), n);
+    }
+  });
+  fault_point(comm.rank(), "checkpoint");
+  comm.agree("checkpoint: writing slices of step " + std::to_string(step), {}, error);
+  std::string dir;
+  if (comm.rank() == 0) {
+    CheckpointMeta meta;
+    meta.model = config_to_json(config);
+    meta.data_position = {{"next_batch", step}, {"seed", o.seed}};
+    meta.rng = {{"seed", o.seed}};
+    meta.tokenizer_hash = tokenizer_hash;
+    json ranks = json::array();
+    for (const RankWork& w : work) ranks.push_back({{"batch", w.batch}, {"micro_batch", w.micro_batch}, {"share", w.share}});
+    meta.plan = {{"ranks", ranks}, {"global_batch", o.batch}};
+    meta.extra = {{"lr", o.lr}, {"steps", o.steps}, {"seq", config.T}};
+    attempt([&] { dir = writer.commit(meta); });
+  }
+  comm.agree("checkpoint: committing step " + std::to_string(step), {}, error);
+  return dir;
+}
+
+int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& engine, Comm& comm,
+                    uint64_t tokenizer_hash) {
+  std::string error;
+  int64_t step = -1;
+  try {
+    const CheckpointReader reader = open_checkpoint(where);
+    reader.check_model(config_to_json(config));
+    GPUMIX_CHECK(!tokenizer_hash || !reader.tokenizer_hash() || reader.tokenizer_hash() == tokenizer_hash,
+                 "checkpoint ", reader.dir(), " was trained with another tokenizer; resume with the "
+                 "run's own (--tokenizer <run>/tokenizer.bpe)");
+    for (const OwnedSlice& s : engine.slices()) {
+      const int64_t n = s.master.numel();
+      reader.read_slice("master", s.flat_offset, s.master.data<float>(), n);
+      reader.read_slice("adam_m", s.flat_offset, s.opt->m().data<float>(), n);
+      reader.read_slice("adam_v", s.flat_offset, s.opt->v().data<float>(), n);
+    }
+    step = reader.step();
+    if (comm.rank() == 0) std::printf("resumed from %s (step %lld)\n", reader.dir().c_str(), (long long)step);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  comm.agree("resume", {step}, error);
+  return (int)step;
+}
+
+}  // namespace gpumix::dist

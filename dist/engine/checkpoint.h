@@ -1,0 +1,25 @@
+// Checkpoints of a run on one or many ranks: every rank writes and reads its own slices of
+// the fp32 master weights and AdamW moments (Engine::slices), so a checkpoint does not
+// depend on the plan that wrote it and resumes under any other.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist/comm/comm.h"
+#include "dist/engine/engine.h"
+#include "dist/engine/trainer.h"
+
+namespace gpumix::dist {
+
+// Writes step `step` under o.out (rank 0 prepares and commits, every rank writes its
+// slices; all agree on each stage). Returns the committed folder on rank 0, "" elsewhere.
+std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, const std::vector<RankWork>& work,
+                            Engine& engine, Comm& comm, int step, uint64_t tokenizer_hash);
+
+// Reads this rank's slices; returns the checkpoint's step (the same on every rank).
+int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& engine, Comm& comm,
+                    uint64_t tokenizer_hash);
+
+}  // namespace gpumix::dist

@@ -1,0 +1,56 @@
+// The interface between the step loop (dist/engine/trainer.cpp) and an engine: what one
+// rank does with its rows of a batch and its share of the training state. The step loop
+// owns the data, the schedule, the guard, the log and the plan; an engine owns the model,
+// the parameters, the gradients, the optimizer state and the collectives that move them.
+//
+// Engines: WholeModelEngine (one rank, dist/engine/whole_model_engine.h) and ShardedEngine
+// (several ranks, uneven shares, dist/engine/sharded_engine.h).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "dist/engine/shard_layout.h"
+#include "nn/optim.h"
+
+namespace gpumix::dist {
+
+// Rows [begin, end) of a (rows, T) tensor, in micro-batches of at most `micro` rows.
+template <class F>
+void for_micro_batches(int64_t rows, int64_t micro, F&& fn) {
+  for (int64_t begin = 0, j = 0; begin < rows; begin += micro, ++j) fn(j, begin, std::min(rows, begin + micro));
+}
+
+// A rank's share of the training state, for checkpoints: elements [flat_offset, +count) of
+// the flat layout, with their master weights and AdamW moments.
+struct OwnedSlice {
+  int64_t flat_offset;
+  Tensor master;
+  AdamW* opt;
+};
+
+// One rank's part of a step. Losses are returned already scaled (this rank's share of the
+// global mean); gradients end up reduced into the rank's own slices.
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Forward and backward of this rank's rows of a batch; returns its scaled loss.
+  virtual double forward_backward(const Tensor& inputs, const Tensor& targets, int64_t micro,
+                                  float scale) = 0;
+  // Forward only: the sum of per-token losses over the rows.
+  virtual double loss_sum(const Tensor& inputs, const Tensor& targets, int64_t micro) = 0;
+  virtual double grad_sum_squares() = 0;  // of this rank's gradient slices
+  // This rank's reduced gradient slice of each unit (unit order; empty where it owns none).
+  virtual std::vector<Tensor> unit_grads() = 0;
+  virtual void scale_grads(float factor) = 0;
+  virtual void optimizer_step(float lr, int step) = 0;
+  virtual std::vector<OwnedSlice> slices() = 0;
+  // Moves this rank's training state to another layout of the same model (a new plan's
+  // shares). Every rank calls it at the same point.
+  virtual void reshard(const ShardLayout& next) = 0;
+  double wait_s = 0;  // time spent waiting for collectives since the last reset
+};
+
+}  // namespace gpumix::dist

@@ -1,0 +1,431 @@
+#include "dist/engine/profiler.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "autograd/functions.h"
+#include "core/ops.h"
+#include "core/rng.h"
+#include "nn/data/progress.h"
+#include "nn/gpt.h"
+#include "nn/optim.h"
+
+namespace gpumix::dist {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+double median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Median time of fn over `repeats` runs after one warm-up.
+template <class F>
+double median_time(int repeats, F&& fn) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    const double t0 = detail::now_seconds();
+    fn();
+    t.push_back(detail::seconds_since(t0));
+  }
+  return median(t);
+}
+
+// Emulated devices share this machine's cores, so a rank computes slower while the others
+// compute too. In training every rank computes at once for the whole step (the plan
+// balances them), so every measurement is made by every rank over one common window: the
+// slowest rank's `repeats` runs. A faster rank times more runs in it, and a rank that can
+// no longer take part (its memory ran out at a smaller micro-batch) keeps its cores as busy
+// as before with `filler`. Otherwise a fast or stopped rank would go idle and leave the
+// others the cores that training would not.
+class Together {
+ public:
+  Together(Comm& comm, int repeats) : comm_(comm), repeats_(repeats) {}
+
+  // Median time of fn over the common window, after one warm-up run; -1 on a rank that
+  // has stopped, or stops now because fn ran out of memory.
+  template <class F>
+  double time(F&& fn) {
+    double warm_up = 0;
+    if (!stopped_) {
+      try {
+        const double t0 = detail::now_seconds();
+        fn();
+        warm_up = detail::seconds_since(t0);
+      } catch (const OutOfMemory&) {
+        stop();
+      }
+    }
+    const double window = comm_.all_reduce_max(stopped_ ? 0.0 : repeats_ * warm_up);
+    const double start = detail::now_seconds();
+    std::vector<double> t;
+    try {
+      while (!stopped_ && (t.empty() || detail::seconds_since(start) < window)) {
+        const double t0 = detail::now_seconds();
+        fn();
+        t.push_back(detail::seconds_since(t0));
+      }
+    } catch (const OutOfMemory&) {
+      stop();
+    }
+    if (stopped_) {
+      try {
+        while (filler && detail::seconds_since(start) < window) filler();
+      } catch (const OutOfMemory&) {
+        clear_tape();
+        filler = nullptr;  // not even that fits beside what is still allocated: wait instead
+      }
+      return -1;
+    }
+    return median(t);
+  }
+
+  // Runs fn (an allocation, untimed); stops this rank if it runs out of memory.
+  template <class F>
+  void prepare(F&& fn) {
+    if (stopped_) return;
+    try {
+      fn();
+    } catch (const OutOfMemory&) {
+      stop();
+    }
+  }
+
+  bool stopped() const { return stopped_; }
+  std::function<void()> filler;  // a stopped rank's work: what it last could do
+
+ private:
+  void stop() {
+    clear_tape();
+    stopped_ = true;
+  }
+  Comm& comm_;
+  int repeats_;
+  bool stopped_ = false;
+};
+
+Tensor random_tensor(const Shape& shape, Device device, const char* name) {
+  Tensor t = Tensor::empty(shape, DType::f32, device);
+  ops::normal_(t, rng_key(0, name), 0, 0.0f, 1.0f);
+  return t;
+}
+
+Tensor random_tokens(int64_t m, int64_t T, int V, Device device) {
+  std::vector<int32_t> v(m * T);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = (int32_t)(mix64(i) % (uint64_t)V);
+  return Tensor::from_vector(v, {m, T}, device);
+}
+
+std::string cache_folder(const ProfilerOptions& o) {
+  if (o.cache_dir == "-") return "";
+  if (!o.cache_dir.empty()) return o.cache_dir;
+  if (const char* c = std::getenv("GPUMIX_CACHE")) return c;
+  if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/gpumix";
+  return "";
+}
+
+// The key: the device, the model's shape, the sequence length, the dtype, the micro-batch
+// sizes tried and the OpenMP threads per rank; for CPU devices also every rank's device:
+// ranks that share a machine's cores slow each other down, so a CPU device's speed depends
+// on the devices beside it. v2: measured over common windows (Together).
+std::string cache_path(const ProfilerOptions& o, const std::string& label, const std::vector<std::string>& cluster,
+                       const GPTConfig& model, int seq) {
+  const std::string folder = cache_folder(o);
+  if (folder.empty()) return "";
+  std::string neighbours;
+  for (const std::string& l : cluster) neighbours += l + ",";
+  const std::string key = str("v2|", label, "|cluster=", neighbours, "|", config_to_json(model).dump(), "|T=", seq,
+                              "|f32|m<=", o.max_micro_batch, "|threads=", omp_get_max_threads());
+  return folder + "/device-" + str(std::hex, rng_key(0, key)) + ".json";
+}
+
+// Timings of neighbouring micro-batch sizes on a shared machine are noisy (a 2x swing in the
+// per-sequence time between m = 4 and m = 8 is common on two busy cores), and the planner
+// would chase that noise. Two facts about any device hold them in line: a larger
+// micro-batch costs no more per sequence (isotonic regression, pool-adjacent-violators, on
+// the per-sequence time), and no less in total (a running maximum).
+void smooth_samples(std::vector<MicroBatchSample>& samples) {
+  for (double MicroBatchSample::*field :
+       {&MicroBatchSample::block_fwd_s, &MicroBatchSample::block_bwd_s, &MicroBatchSample::head_s}) {
+    struct Block {
+      double sum;
+      int count;
+    };
+    std::vector<Block> blocks;  // per-sequence times, pooled until non-increasing
+    for (const MicroBatchSample& s : samples) {
+      blocks.push_back({s.*field / s.m, 1});
+      while (blocks.size() > 1 && blocks[blocks.size() - 2].sum / blocks[blocks.size() - 2].count <
+                                      blocks.back().sum / blocks.back().count) {
+        blocks[blocks.size() - 2].sum += blocks.back().sum;
+        blocks[blocks.size() - 2].count += blocks.back().count;
+        blocks.pop_back();
+      }
+    }
+    size_t k = 0;
+    double total = 0;
+    for (const Block& b : blocks)
+      for (int i = 0; i < b.count; ++i, ++k) {
+        total = std::max(total, b.sum / b.count * samples[k].m);
+        samples[k].*field = total;
+      }
+  }
+}
+
+// Measures this rank's device. Returns the DeviceProfile as JSON (the profile file's form).
+DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string& label, Device device,
+                             Comm& comm, const ProfilerOptions& o, data::Progress* progress) {
+  DeviceProfile d;
+  d.name = label;
+  d.kind = "cpu";
+  d.dtype_bytes = 4;
+  d.memory_bytes = (double)device_props(device).capacity;
+  Allocator& alloc = allocator(device);
+
+  // One block, the embedding and the head, bound to buffers of their own.
+  GPT gpt(model, device);
+  auto bind = [&](int unit) {
+    const int64_t n = model.unit_params(unit);
+    Tensor p = Tensor::empty({n}, DType::f32, device);
+    GPT::init_slice(gpt.layout(), 0, gpt.unit_range(unit).first, p);
+    gpt.bind_unit(unit, p, Tensor::zeros({n}, DType::f32, device));
+  };
+  bind(0);
+  bind(1);
+  bind(model.L + 1);
+
+  const int64_t T = seq, C = model.C;
+  Together together(comm, o.repeats);
+  for (int m = 1; m <= o.max_micro_batch; m *= 2) {
+    MicroBatchSample s;
+    s.m = m;
+    Tensor x, dy, tokens, dwte, dwpe;
+    auto free_if_stopped = [&] {  // the filler needs the room
+      if (together.stopped()) x = dy = tokens = dwte = dwpe = Tensor();
+    };
+    together.prepare([&] {
+      x = random_tensor({m, T, C}, device, "profile.x");
+      dy = random_tensor({m, T, C}, device, "profile.dy");
+    });
+    free_if_stopped();
+    s.block_fwd_s = together.time([&] {
+      NoGradGuard no_grad;
+      gpt.block(0, Var(x));
+    });
+    free_if_stopped();
+    const int64_t base = alloc.stats().in_use;
+    alloc.reset_peak();
+    s.block_bwd_s = together.time([&] {
+      Var in(x, true);
+      backward(gpt.block(0, in), dy);
+    });
+    s.block_act_bytes = (double)(alloc.stats().peak - base);
+    free_if_stopped();
+    // The embedding's gradient lives in the engine's gathered buffers (the memory model's
+    // `gathered` term), not in the head's working memory.
+    together.prepare([&] {
+      tokens = random_tokens(m, T, model.V, device);
+      dwte = Tensor::zeros({model.V, C}, DType::f32, device);
+      dwpe = Tensor::zeros({model.T, C}, DType::f32, device);
+    });
+    free_if_stopped();
+    const int64_t head_base = alloc.stats().in_use;
+    alloc.reset_peak();
+    s.head_s = together.time([&] {
+      Var h;
+      {
+        NoGradGuard no_grad;
+        h = Var(gpt.embed(tokens).value(), true);
+      }
+      backward(cross_entropy(gpt.head(h), tokens, 1.0f / (float)(m * T)));
+      ops::embedding_backward(dwte, dwpe, h.grad(), tokens);
+    });
+    s.head_bytes = (double)(alloc.stats().peak - head_base);
+    if (!together.stopped()) {
+      d.samples.push_back(s);
+      // Once this rank's memory runs out, it keeps computing at its largest micro-batch.
+      together.filler = [&gpt, m, T, C, device] {
+        Var in(Tensor::zeros({m, T, C}, DType::f32, device), true);
+        backward(gpt.block(0, in), Tensor::zeros({m, T, C}, DType::f32, device));
+      };
+    }
+    if (comm.all_reduce_max(together.stopped() ? 0.0 : 1.0) == 0) break;
+    if (progress) progress->update(m);
+  }
+  GPUMIX_CHECK(!d.samples.empty(), "profiling ", label, ": not even a micro-batch of 1 sequence (T = ", seq,
+               ") fits its ", format_bytes((int64_t)d.memory_bytes), "; give the device more memory or "
+               "use a smaller model or --seq");
+  smooth_samples(d.samples);
+
+  for (int unit : {0, 1, model.L + 1}) gpt.unbind_unit(unit);  // frees their buffers
+  auto free_bytes = [&] { return alloc.stats().capacity - alloc.stats().in_use; };
+
+  // AdamW per parameter, on a buffer of up to 1M parameters (parameters, gradients and two
+  // moments: 16 bytes each) that takes at most half of what the device has free.
+  {
+    const int64_t n = std::max<int64_t>(1024, std::min<int64_t>({model.total_params(), 1 << 20, free_bytes() / 32}));
+    Tensor p = random_tensor({n}, device, "profile.p"), g = random_tensor({n}, device, "profile.g");
+    AdamW opt(gpt.layout(), 0, n, device, AdamWConfig{});
+    int step = 0;
+    d.optimizer_s_per_param = Together(comm, o.repeats).time([&] { opt.step(p, g, 1e-3f, ++step); }) / (double)n;
+  }
+
+  // Fixed working memory: on a CPU device the engine keeps nothing besides the modelled
+  // terms but token buffers and small scratch tensors.
+  d.work_bytes = (double)(4 * 2 * T * (int64_t)sizeof(int32_t) * o.max_micro_batch) + (256 << 10);
+
+  // Dense peak for MFU: a square GEMM of up to 512 (three matrices in half the free memory).
+  int64_t k = 512;
+  while (k > 32 && 3 * k * k * 4 > free_bytes() / 2) k /= 2;
+  Tensor a = random_tensor({k, k}, device, "profile.a"), b = random_tensor({k, k}, device, "profile.b"),
+         c = Tensor::empty({k, k}, DType::f32, device);
+  d.peak_flops = 2.0 * k * k * k / Together(comm, o.repeats).time([&] { ops::gemm(c, a, b, false, false); });
+  return d;
+}
+
+// Times of all_gather_v and reduce_scatter_v at a few sizes, even and uneven; fits the ring
+// model's latency and bandwidth.
+CommProfile measure_comm(Comm& comm, Device device, int repeats) {
+  const int n = comm.size();
+  CommProfile result;
+  if (n == 1) {
+    result.all_gather.intra_node = {0, 1e12};
+    result.reduce_scatter.intra_node = {0, 1e12};
+    return result;
+  }
+  auto counts_for = [&](int64_t total, bool even) {
+    std::vector<int64_t> c(n);
+    int64_t used = 0;
+    for (int r = 0; r < n; ++r) {
+      c[r] = even ? total / n : total * (r + 1) * 2 / (int64_t)(n * (n + 1));
+      used += c[r];
+    }
+    c[n - 1] += total - used;
+    return c;
+  };
+  auto time_op = [&](int64_t total, bool even, bool gather) {
+    const std::vector<int64_t> counts = counts_for(total, even);
+    Tensor full = Tensor::zeros({total}, DType::f32, device);
+    Tensor mine = Tensor::zeros({counts[comm.rank()]}, DType::f32, device);
+    const double t = median_time(repeats, [&] {
+      comm.barrier();
+      if (gather)
+        comm.all_gather_v(mine, full, counts);
+      else
+        comm.reduce_scatter_v(full, mine, counts);
+    });
+    return comm.all_reduce_max(t);
+  };
+  // Elements (fp32) of the two sizes; the large one is at most 1M and its full buffer and
+  // slice take at most half of the smallest free memory among the ranks (they all must use
+  // the same sizes).
+  const AllocatorStats mem = allocator(device).stats();
+  const double smallest_free = -comm.all_reduce_max(-(double)(mem.capacity - mem.in_use));
+  const int64_t small = 1 << 10;
+  const int64_t large = std::max<int64_t>(8 * small, std::min<int64_t>(1 << 20, (int64_t)(smallest_free / 16)));
+  for (bool gather : {true, false}) {
+    const double t_small = time_op(small, true, gather), t_large = time_op(large, true, gather);
+    const double t_uneven = time_op(large, false, gather);
+    // (n-1) lat + (n-1)/n bytes / bw at two sizes.
+    const double per_byte = std::max(1e-15, (t_large - t_small) / (4.0 * (large - small)) * n / (n - 1));
+    CollectiveProfile& c = gather ? result.all_gather : result.reduce_scatter;
+    c.intra_node.bandwidth_Bps = 1.0 / per_byte;
+    c.intra_node.latency_s = std::max(0.0, (t_small - (n - 1.0) / n * 4.0 * small * per_byte) / (n - 1));
+    c.uneven_factor = std::max(1.0, t_uneven / t_large);
+  }
+  return result;
+}
+
+// Every rank's JSON text, gathered to every rank.
+std::vector<std::string> all_gather_strings(Comm& comm, const std::string& mine, Device device) {
+  const int n = comm.size();
+  Tensor len_one = Tensor::full({1}, (float)mine.size(), DType::f32, device);
+  Tensor lens = Tensor::empty({n}, DType::f32, device);
+  comm.all_gather_v(len_one, lens, std::vector<int64_t>(n, 1));
+  std::vector<int64_t> counts;
+  for (float l : lens.to_vector()) counts.push_back((int64_t)l);
+  std::vector<int32_t> chars(mine.begin(), mine.end());
+  Tensor in = Tensor::from_vector(chars, {(int64_t)chars.size()}, device);
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  Tensor out = Tensor::empty({total}, DType::i32, device);
+  comm.all_gather_v(in, out, counts);
+  const std::vector<int32_t> all = out.to_int_vector();
+  std::vector<std::string> result;
+  int64_t at = 0;
+  for (int64_t c : counts) {
+    result.emplace_back(all.begin() + at, all.begin() + at + c);
+    at += c;
+  }
+  return result;
+}
+
+}  // namespace
+
+Profile profile_cluster(const GPTConfig& model, int seq_len, const std::string& device_label,
+                        Device device, Comm& comm, const ProfilerOptions& o) {
+  GPUMIX_CHECK(o.repeats >= 1 && o.max_micro_batch >= 1, "profiling needs at least 1 repeat and a largest "
+               "micro-batch of at least 1, got ", o.repeats, " repeats and ", o.max_micro_batch);
+  const std::vector<std::string> labels = all_gather_strings(comm, device_label, device);
+  const std::string cache =
+      cache_path(o, device_label, device.is_cpu() ? labels : std::vector<std::string>{}, model, seq_len);
+  std::string error;
+  json mine;
+  // Measured together or not at all (see measure_device): one rank without a cached
+  // profile makes every rank measure again.
+  const bool cached = comm.all_reduce_max(!cache.empty() && fs::exists(cache) ? 0.0 : 1.0) == 0;
+  try {
+    if (cached) {
+      std::ifstream in(cache);
+      mine = json::parse(in);
+    } else {
+      std::unique_ptr<data::Progress> progress;
+      if (comm.rank() == 0 && o.show_progress)
+        progress = std::make_unique<data::Progress>("profiling " + device_label, o.max_micro_batch, "m", true);
+      Profile one;
+      one.model = model;
+      one.seq_len = seq_len;
+      one.devices.push_back(measure_device(model, seq_len, device_label, device, comm, o, progress.get()));
+      one.ranks.push_back({device_label, 0});
+      mine = profile_to_json(one).at("devices").at(0);
+      if (progress) progress->finish();
+      if (!cache.empty()) {
+        fs::create_directories(fs::path(cache).parent_path());
+        const std::string tmp = cache + ".tmp" + std::to_string(comm.rank());
+        std::ofstream(tmp) << mine.dump(1);
+        fs::rename(tmp, cache);
+      }
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  comm.agree("profiling", {}, error);
+
+  const std::vector<std::string> texts = all_gather_strings(comm, mine.dump(), device);
+  Profile p;
+  p.model = model;
+  p.seq_len = seq_len;
+  for (int r = 0; r < comm.size(); ++r) {
+    // Each rank's entry is validated as the one device of a one-rank profile.
+    const json d = json::parse(texts[r]);
+    const json one = {{"model", config_to_json(model)}, {"seq_len", seq_len},
+                      {"devices", json::array({d})}, {"ranks", json::array({d.at("name")})}};
+    const DeviceProfile device_profile = profile_from_json(one).devices[0];
+    bool known = false;
+    for (const DeviceProfile& e : p.devices) known = known || e.name == device_profile.name;
+    if (!known) p.devices.push_back(device_profile);
+    p.ranks.push_back({device_profile.name, 0});
+  }
+  p.comm = measure_comm(comm, device, o.repeats);
+  p.validate();
+  return p;
+}
+
+}  // namespace gpumix::dist

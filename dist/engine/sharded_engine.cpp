@@ -1,0 +1,217 @@
+#include "dist/engine/sharded_engine.h"
+
+#include "autograd/functions.h"
+#include "core/ops.h"
+#include "dist/engine/fault.h"
+
+namespace gpumix::dist {
+
+ShardedEngine::ShardedEngine(const GPTConfig& config, const ShardLayout& layout, Comm& comm,
+                             Device device, uint64_t seed, const AdamWConfig& adam, bool prefetch)
+    : config_(config), layout_(layout), comm_(comm), device_(device), model_(config, device),
+      adam_(adam), prefetch_(prefetch) {
+  allocate_state();
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    Tensor mine = master_slice(u);
+    GPT::init_slice(model_.layout(), seed, layout_.unit_offset(u) + layout_.slice(u, comm.rank()).offset, mine);
+  }
+}
+
+double ShardedEngine::forward_backward(const Tensor& inputs, const Tensor& targets, int64_t micro,
+                                       float scale) {
+  const int L = config_.L, head = L + 1;
+  const int64_t rows = inputs.size(0);
+  std::vector<std::vector<Tensor>> saved = forward_blocks(inputs, micro);  // [l][j]
+  fault_point(comm_.rank(), "forward");
+  // Head and loss, then backward into the last block's output. The LM head is tied to
+  // wte, so unit 0 is gathered here too and its gradient buffer lives until the end.
+  Tensor g0 = Tensor::zeros({layout_.unit_size(0)}, DType::f32, device_);
+  Tensor gh = Tensor::zeros({layout_.unit_size(head)}, DType::f32, device_);
+  bind(head, fetch(head, 0), gh);
+  bind(0, fetch(0, L), g0);
+  std::vector<Tensor> dx(saved[L].size());
+  double loss = 0;
+  for_micro_batches(rows, micro, [&](int64_t j, int64_t r0, int64_t r1) {
+    Var x(saved[L][j], true);
+    Var l = cross_entropy(model_.head(x), targets.slice(r0, r1), scale);
+    backward(l);
+    loss += l.value().item();
+    dx[j] = x.grad();
+  });
+  reduce(head, gh);
+  release(head);
+  // Blocks, last to first: recompute each from its saved input, backward, one
+  // reduce-scatter per unit.
+  for (int l = L - 1; l >= 0; --l) {
+    Tensor g = Tensor::zeros({layout_.unit_size(l + 1)}, DType::f32, device_);
+    bind(l + 1, fetch(l + 1, l >= 1 ? l : -1), g);
+    for (size_t j = 0; j < dx.size(); ++j) {
+      Var x(saved[l][j], true);
+      Var y = model_.block(l, x);
+      backward(y, dx[j]);
+      dx[j] = x.grad();
+    }
+    saved[l + 1].clear();
+    if (l == L - 1) fault_point(comm_.rank(), "backward");
+    reduce(l + 1, g);
+    release(l + 1);
+  }
+  // Embedding backward needs only the tokens and the incoming gradient.
+  const int64_t VC = (int64_t)config_.V * config_.C;
+  Tensor dwte = g0.flat_slice(0, VC).view({config_.V, config_.C});
+  Tensor dwpe = g0.flat_slice(VC, (int64_t)config_.T * config_.C).view({config_.T, config_.C});
+  for_micro_batches(rows, micro, [&](int64_t j, int64_t r0, int64_t r1) {
+    ops::embedding_backward(dwte, dwpe, dx[j], inputs.slice(r0, r1));
+  });
+  reduce(0, g0);
+  release(0);
+  return loss;
+}
+
+double ShardedEngine::loss_sum(const Tensor& inputs, const Tensor& targets, int64_t micro) {
+  const int L = config_.L, head = L + 1;
+  std::vector<std::vector<Tensor>> saved = forward_blocks(inputs, micro);
+  bind(head, fetch(head, 0), Tensor());
+  bind(0, fetch(0, -1), Tensor());
+  NoGradGuard no_grad;
+  double sum = 0;
+  for_micro_batches(inputs.size(0), micro, [&](int64_t j, int64_t r0, int64_t r1) {
+    sum += cross_entropy(model_.head(Var(saved[L][j])), targets.slice(r0, r1), 1.0f).value().item();
+  });
+  release(head);
+  release(0);
+  return sum;
+}
+
+double ShardedEngine::grad_sum_squares() { return ops::sum_squares(grads_); }
+
+std::vector<Tensor> ShardedEngine::unit_grads() {
+  std::vector<Tensor> out;
+  for (int u = 0; u < layout_.num_units(); ++u) out.push_back(grad_slice(u));
+  return out;
+}
+
+void ShardedEngine::scale_grads(float f) { ops::scale(grads_, grads_, f); }
+
+void ShardedEngine::optimizer_step(float lr, int step) {
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    Tensor p = master_slice(u), g = grad_slice(u);
+    opts_[u]->step(p, g, lr, step);
+  }
+}
+
+std::vector<OwnedSlice> ShardedEngine::slices() {
+  std::vector<OwnedSlice> out;
+  for (int u = 0; u < layout_.num_units(); ++u)
+    out.push_back({layout_.unit_offset(u) + layout_.slice(u, comm_.rank()).offset, master_slice(u),
+                   opts_[u].get()});
+  return out;
+}
+
+// The old slices go to host memory first, so that the device never holds the old and
+// the new shard at once (a device planned near its capacity would not have room); then
+// each unit's arrays are all-gathered there, one unit at a time, and the new slices
+// copied to the device.
+void ShardedEngine::reshard(const ShardLayout& next) {
+  const int rank = comm_.rank();
+  const ShardLayout old = layout_;
+  std::vector<std::vector<float>> staged(3, std::vector<float>((size_t)old.rank_total(rank)));
+  const std::vector<OwnedSlice> mine = slices();
+  for (int u = 0; u < old.num_units(); ++u) {
+    const int64_t at = old.rank_unit_offset(u, rank), n = old.slice(u, rank).count;
+    const Tensor* arrays[3] = {&mine[u].master, &mine[u].opt->m(), &mine[u].opt->v()};
+    for (int a = 0; a < 3; ++a) {
+      Tensor host = Tensor::borrow(staged[a].data() + at, {n}, DType::f32);
+      ops::copy(host, *arrays[a]);
+    }
+  }
+  opts_.clear();
+  master_ = grads_ = Tensor();
+  layout_ = next;
+  allocate_state();
+  for (int u = 0; u < old.num_units(); ++u) {
+    std::vector<float> full((size_t)old.unit_size(u));
+    const Slice& s = layout_.slice(u, rank);
+    Tensor arrays[3] = {master_slice(u), opts_[u]->m(), opts_[u]->v()};
+    for (int a = 0; a < 3; ++a) {
+      Tensor from = Tensor::borrow(staged[a].data() + old.rank_unit_offset(u, rank),
+                                   {old.slice(u, rank).count}, DType::f32);
+      Tensor gathered = Tensor::borrow(full.data(), {old.unit_size(u)}, DType::f32);
+      comm_.all_gather_v(from, gathered, old.counts(u));
+      ops::copy(arrays[a], gathered.flat_slice(s.offset, s.count));
+    }
+  }
+}
+
+// This rank's master weights and gradient slices (zeros) and an AdamW per unit slice.
+void ShardedEngine::allocate_state() {
+  const int rank = comm_.rank();
+  master_ = Tensor::empty({layout_.rank_total(rank)}, DType::f32, device_);
+  grads_ = Tensor::zeros({layout_.rank_total(rank)}, DType::f32, device_);
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    const Slice& s = layout_.slice(u, rank);
+    opts_.push_back(std::make_unique<AdamW>(model_.layout(), layout_.unit_offset(u) + s.offset, s.count,
+                                            device_, adam_));
+  }
+}
+
+Tensor ShardedEngine::master_slice(int u) {
+  return master_.flat_slice(layout_.rank_unit_offset(u, comm_.rank()), layout_.slice(u, comm_.rank()).count);
+}
+
+Tensor ShardedEngine::grad_slice(int u) {
+  return grads_.flat_slice(layout_.rank_unit_offset(u, comm_.rank()), layout_.slice(u, comm_.rank()).count);
+}
+
+// Forward through the embedding and every block without recording, keeping each block's
+// input per micro-batch: saved[l][j] is block l's input (saved[L][j] the head's).
+std::vector<std::vector<Tensor>> ShardedEngine::forward_blocks(const Tensor& inputs, int64_t micro) {
+  NoGradGuard no_grad;
+  const int L = config_.L;
+  std::vector<std::vector<Tensor>> saved(L + 1);
+  bind(0, fetch(0, 1), Tensor());
+  for_micro_batches(inputs.size(0), micro, [&](int64_t, int64_t r0, int64_t r1) {
+    saved[0].push_back(model_.embed(inputs.slice(r0, r1)).value());
+  });
+  release(0);
+  for (int l = 0; l < L; ++l) {
+    bind(l + 1, fetch(l + 1, l + 2 <= L ? l + 2 : L + 1), Tensor());
+    for (const Tensor& x : saved[l]) saved[l + 1].push_back(model_.block(l, Var(x)).value());
+    release(l + 1);
+  }
+  return saved;
+}
+
+// The full parameters of `unit`, gathered (or taken from the prefetch started earlier);
+// then starts gathering `next` (if >= 0) in the background. Every rank walks the units in
+// the same order, so their collectives match.
+Tensor ShardedEngine::fetch(int unit, int next) {
+  Tensor full;
+  const double t0 = detail::now_seconds();
+  if (pending_ && pending_unit_ == unit) {
+    pending_->wait();
+    full = pending_full_;
+    pending_.reset();
+  } else {
+    GPUMIX_CHECK(!pending_, "internal: prefetched unit ", pending_unit_, " but unit ", unit, " is needed");
+    full = Tensor::empty({layout_.unit_size(unit)}, DType::f32, device_);
+    comm_.all_gather_v(master_slice(unit), full, layout_.counts(unit));
+  }
+  wait_s += detail::seconds_since(t0);
+  if (prefetch_ && next >= 0) {
+    pending_full_ = Tensor::empty({layout_.unit_size(next)}, DType::f32, device_);
+    pending_ = comm_.all_gather_v_async(master_slice(next), pending_full_, layout_.counts(next));
+    pending_unit_ = next;
+  }
+  return full;
+}
+
+void ShardedEngine::reduce(int unit, const Tensor& full_grad) {
+  fault_point(comm_.rank(), "collective");
+  const double t0 = detail::now_seconds();
+  Tensor mine = grad_slice(unit);
+  comm_.reduce_scatter_v(full_grad, mine, layout_.counts(unit));
+  wait_s += detail::seconds_since(t0);
+}
+
+}  // namespace gpumix::dist

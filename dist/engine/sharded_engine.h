@@ -1,0 +1,61 @@
+// Several ranks: the uneven sharded engine. Rank i owns share r_i of every unit's fp32
+// master weights and AdamW moments (ShardLayout), runs b_i rows of every global batch as
+// micro-batches of m_i, layer-major: each unit's parameters are gathered once per pass (the
+// next unit's gather overlapping the current unit's compute), each micro-batch's block input
+// is kept, backward recomputes each block from it, and each unit's gradient is
+// reduce-scattered once per step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dist/comm/comm.h"
+#include "dist/engine/engine.h"
+#include "nn/gpt.h"
+#include "nn/optim.h"
+
+namespace gpumix::dist {
+
+class ShardedEngine final : public Engine {
+ public:
+  ShardedEngine(const GPTConfig& config, const ShardLayout& layout, Comm& comm, Device device,
+                uint64_t seed, const AdamWConfig& adam, bool prefetch);
+
+  double forward_backward(const Tensor& inputs, const Tensor& targets, int64_t micro,
+                          float scale) override;
+  double loss_sum(const Tensor& inputs, const Tensor& targets, int64_t micro) override;
+  double grad_sum_squares() override;
+  std::vector<Tensor> unit_grads() override;
+  void scale_grads(float f) override;
+  void optimizer_step(float lr, int step) override;
+  std::vector<OwnedSlice> slices() override;
+  void reshard(const ShardLayout& next) override;
+
+ private:
+  void allocate_state();
+  Tensor master_slice(int u);
+  Tensor grad_slice(int u);
+  std::vector<std::vector<Tensor>> forward_blocks(const Tensor& inputs, int64_t micro);
+  void bind(int unit, const Tensor& params, const Tensor& grads) { model_.bind_unit(unit, params, grads); }
+  // After a unit ran: its gathered parameters (and gradient buffer) are freed, so that only
+  // the running unit, the prefetched one and the tied embedding are ever on the device.
+  void release(int unit) { model_.unbind_unit(unit); }
+  Tensor fetch(int unit, int next);
+  void reduce(int unit, const Tensor& full_grad);
+
+  GPTConfig config_;
+  ShardLayout layout_;
+  Comm& comm_;
+  Device device_;
+  GPT model_;  // unbound: each unit is bound to its gathered parameters as it runs
+  AdamWConfig adam_;
+  bool prefetch_;
+  Tensor master_, grads_;  // (rank_total): this rank's slices of every unit, back to back
+  std::vector<std::unique_ptr<AdamW>> opts_;
+  CommRequestPtr pending_;
+  Tensor pending_full_;
+  int pending_unit_ = -1;
+};
+
+}  // namespace gpumix::dist

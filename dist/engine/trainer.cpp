@@ -1,0 +1,637 @@
+// The step loop: one rank's training run, set up once (run folder, data, device, plan,
+// engine, resume, settings, log) and then stepped. What a rank computes in a step is the
+// engine's (dist/engine/engine.h); the loop around it (data, the non-finite guard, the
+// optimizer's schedule, timing, validation, re-planning, the log, checkpoints) is here and
+// the same for every engine.
+#include "dist/engine/trainer.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+
+#include "core/ops.h"
+#include "dist/engine/checkpoint.h"
+#include "dist/engine/engine.h"
+#include "dist/engine/fault.h"
+#include "dist/engine/replan.h"
+#include "dist/engine/shard_layout.h"
+#include "dist/engine/sharded_engine.h"
+#include "dist/engine/whole_model_engine.h"
+#include "dist/plan/simulator.h"
+#include "nn/data/loader.h"
+#include "nn/optim.h"
+
+namespace gpumix::dist {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// GPUMIX_FAULT injections of non-finite values (dist/engine/fault.h): tests of the guard below.
+void inject_faults(Engine& engine, int rank, double* local_loss) {
+  if (fault_inject(rank, "nan_loss")) *local_loss = NAN;
+  int unit = -1;
+  for (const char* point : {"nan_grad", "inf_grad"}) {
+    if (!fault_inject(rank, point, &unit)) continue;
+    const std::vector<Tensor> grads = engine.unit_grads();
+    if (unit < 0)
+      for (size_t u = 0; u < grads.size() && unit < 0; ++u)
+        if (grads[u].numel() > 0) unit = (int)u;
+    GPUMIX_CHECK(unit >= 0 && unit < (int)grads.size() && grads[unit].numel() > 0, "GPUMIX_FAULT: rank ",
+                 rank, " owns no gradient of unit ", unit);
+    grads[unit].data<float>()[grads[unit].numel() / 2] = point[0] == 'n' ? NAN : INFINITY;
+  }
+}
+
+// The non-finite guard. Each rank checks its own loss and the sum of squares of each
+// unit's reduced gradient slice (the squares it needs for the norm anyway); one small
+// all-gather then tells every rank what every rank found, so that all of them agree on the
+// verdict and print the same message. Returns this rank's sum of squares.
+const char* unit_name(int unit, int L, std::string* buf) {
+  *buf = unit == 0 ? "embedding" : unit <= L ? "block " + std::to_string(unit - 1) : "head";
+  return buf->c_str();
+}
+
+double check_finite(Engine& engine, Comm& comm, double local_loss, int step, int L, Device device,
+                    std::string* error) {
+  double sum = 0;
+  int bad_unit = -1;
+  const std::vector<Tensor> grads = engine.unit_grads();
+  for (size_t u = 0; u < grads.size(); ++u) {
+    const double s = grads[u].numel() > 0 ? ops::sum_squares(grads[u]) : 0.0;
+    if (!std::isfinite(s) && bad_unit < 0) bad_unit = (int)u;
+    sum += s;
+  }
+  const int ranks = comm.size();
+  Tensor mine = Tensor::empty({2}, DType::i32, device);
+  mine.data<int32_t>()[0] = std::isfinite(local_loss) ? 0 : 1;
+  mine.data<int32_t>()[1] = bad_unit;
+  Tensor all = Tensor::empty({2 * (int64_t)ranks}, DType::i32, device);
+  comm.all_gather_v(mine, all, std::vector<int64_t>(ranks, 2));
+  const int32_t* found = all.data<int32_t>();
+  std::string loss_ranks, grad_text, name;
+  for (int r = 0; r < ranks; ++r) {
+    if (found[2 * r]) loss_ranks += str(loss_ranks.empty() ? "" : ", ", r);
+    if (found[2 * r + 1] >= 0)
+      grad_text += str(grad_text.empty() ? "" : "; ", "unit ", found[2 * r + 1], " (",
+                       unit_name(found[2 * r + 1], L, &name), ") on rank ", r);
+  }
+  error->clear();
+  if (!loss_ranks.empty())
+    *error = str("step ", step, ": the loss is not finite on rank ", loss_ranks, " (unit ", L + 1, ", head)");
+  if (!grad_text.empty())
+    *error += str(error->empty() ? str("step ", step, ": ") : std::string("; "),
+                  "non-finite gradient in ", grad_text, " (the first such unit of each rank's reduced slices)");
+  return sum;
+}
+
+// Rows [begin, end) of `total` for each rank, proportional to the plan's batches.
+std::pair<int64_t, int64_t> proportional_rows(const std::vector<RankWork>& work, int64_t global_batch,
+                                              int rank, int64_t total) {
+  int64_t before = 0;
+  for (int r = 0; r < rank; ++r) before += work[r].batch;
+  const int64_t begin = before * total / global_batch;
+  const int64_t end = (before + work[rank].batch) * total / global_batch;
+  return {begin, end};
+}
+
+// GPUMIX_FAULT=RANK:slow:STEP:FACTOR: from step STEP on, rank RANK's device runs FACTOR
+// times slower (a device that slows down mid-run: the tests of re-planning).
+void slow_down_if_injected(int rank, Device device) {
+  int factor = 0;
+  if (!fault_inject(rank, "slow", &factor)) return;
+  GPUMIX_CHECK(factor >= 1, "GPUMIX_FAULT: slow needs a factor of at least 1 (RANK:slow:STEP:FACTOR), got ", factor);
+  DeviceProps props = device_props(device);
+  props.slowdown = factor;
+  props.emulated = true;
+  configure_device(device, props);
+}
+
+// --seq, or the preset's context; an unknown --model fails here, before anything is written.
+int64_t seq_of(const TrainOptions& o) {
+  const GPTConfig preset = gpt_preset(o.model);
+  return o.seq > 0 ? o.seq : preset.T;
+}
+
+std::vector<double> ms_of(const std::vector<double>& seconds) {
+  std::vector<double> ms;
+  for (double x : seconds) ms.push_back(x * 1e3);
+  return ms;
+}
+
+// What a step computed, on every rank: the global loss and gradient norm, the learning
+// rate, and why the optimizer step was skipped ("" when it was applied).
+struct StepOutcome {
+  double loss = 0, norm = 0;
+  float lr = 0;
+  std::string nonfinite;
+};
+
+// How long a step took: the slowest rank's time and each rank's compute time.
+struct StepTime {
+  double step_s = 0, ms = 0, tokens_per_s = 0;
+  std::vector<double> busy_s;  // per rank: the step without its waits for collectives
+};
+
+// One rank's training run. Every rank builds the same one and calls the same collectives
+// in the same order; rank 0 ("lead") prints and writes the log.
+class Training {
+ public:
+  Training(const TrainOptions& o, Comm& comm, const EngineOptions& engine_options);
+
+  void prepare_run_folder();
+  void load_data();
+  void choose_device();
+  void choose_plan(const std::vector<RankWork>& given_work);
+  void make_engine();
+  void resume();
+  void print_settings() const;
+  void open_log();
+  void run_steps();
+  TrainResult finish();
+
+ private:
+  void run_step(int step);
+  void load_batch(int step);
+  StepOutcome forward_backward_update(int step);
+  StepTime time_step(double t0);
+  json step_line(int step, const StepOutcome& s, const StepTime& t, std::string* busy_text) const;
+  std::string evaluate_if_due(int step, json& line);
+  std::string replan_if_drifted(const std::vector<double>& busy_s, json& line);
+  void adopt(std::vector<RankWork> work);
+  void print_step(int step, const StepOutcome& s, const StepTime& t, const std::string& busy_text,
+                  const std::string& val_text, const std::string& replan_text) const;
+  void save_if_due(int step);
+
+  double evaluate(int64_t total);
+  void take_rows();
+  ShardLayout agreed_layout() const;
+  std::vector<double> gather_ranks(double x) const;
+  std::string plan_text() const;
+  int64_t micro_batch() const { return std::max<int64_t>(1, work_[rank_].micro_batch); }
+  Allocator& memory() const { return allocator(device_); }
+  void log_line(const json& j);
+
+  const TrainOptions& o_;
+  Comm& comm_;
+  const EngineOptions& engine_options_;
+  const int rank_, ranks_;
+  const bool lead_;
+  const bool resuming_;
+  const fs::path log_path_;
+  const int64_t seq_;
+  const int64_t tokens_per_step_;
+  const float scale_;  // of each token's loss: the global batch's mean
+  const int last_;     // the last step this call runs (--stop-at)
+  LRSchedule schedule_;
+
+  RunData run_;
+  GPTConfig config_;
+  data::Split split_;
+  std::optional<data::BatchLoader> loader_, val_loader_;
+  Device device_;
+  std::vector<RankWork> work_;
+  std::unique_ptr<Replanner> planner_;  // null: `work` as given
+  std::unique_ptr<Engine> engine_;
+  int start_ = 0;  // the step the run starts after (the checkpoint's when resuming)
+  std::ofstream log_;
+
+  int64_t row0_ = 0;        // this rank's first row of every batch
+  Tensor inputs_, targets_;  // (b, T) i32: this rank's rows
+  TrainResult result_;
+  std::vector<double> rates_;
+  std::vector<std::vector<double>> busy_history_;  // per step since the plan started: per rank
+};
+
+Training::Training(const TrainOptions& o, Comm& comm, const EngineOptions& engine_options)
+    : o_(o),
+      comm_(comm),
+      engine_options_(engine_options),
+      rank_(comm.rank()),
+      ranks_(comm.size()),
+      lead_(rank_ == 0),
+      resuming_(!o.resume.empty()),
+      log_path_(fs::path(o.out) / "log.jsonl"),
+      seq_(seq_of(o)),
+      tokens_per_step_(o.batch * seq_),
+      scale_(1.0f / (float)tokens_per_step_),
+      last_(o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps) {
+  schedule_.max_lr = o.lr;
+  schedule_.min_lr = o.lr * o.min_lr_ratio;
+  schedule_.warmup = o.warmup >= 0 ? o.warmup : std::min(100, o.steps / 10);
+  schedule_.total = o.steps;
+}
+
+// ---- setup ----------------------------------------------------------------------------------
+
+void Training::prepare_run_folder() {
+  std::string error;
+  if (lead_) {
+    try {
+      fs::create_directories(o_.out);
+      // An empty log is a run that failed before its first step: nothing to keep.
+      GPUMIX_CHECK(resuming_ || !fs::exists(log_path_) || fs::file_size(log_path_) == 0, "run folder ", o_.out,
+                   " already holds a run (",
+                   log_path_.string(), "); continue it with --resume ", o_.out, ", or pass another --out");
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  comm_.agree("run folder", {}, error);
+}
+
+// Rank 0 prepares the tokenizer first; the others then load it.
+void Training::load_data() {
+  std::string error;
+  if (lead_) {
+    try {
+      run_ = prepare_data(o_, true);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  comm_.agree("data", {}, error);
+  if (!lead_) run_ = prepare_data(o_, false);
+  config_ = resolve_model(o_, run_.vocab, seq_);
+  split_ = data::split_train_val(run_.tokens, seq_, o_.val_fraction);
+  loader_.emplace(split_.train, seq_, o_.batch, o_.seed);
+  val_loader_.emplace(split_.val, seq_, o_.batch, o_.seed);
+}
+
+void Training::choose_device() {
+  device_ = engine_options_.device_set ? engine_options_.device
+                                       : Device::cpu(ranks_ > 1 && comm_.backend() == "local" ? rank_ : 0);
+  if (o_.device_memory > 0) {
+    DeviceProps props = device_props(device_);
+    props.capacity = o_.device_memory;
+    configure_device(device_, props);
+  }
+}
+
+// The work as given, or the planner's on a profile of the ranks.
+void Training::choose_plan(const std::vector<RankWork>& given_work) {
+  work_ = given_work;
+  if (engine_options_.planner.empty()) return;
+  planner_ = std::make_unique<Replanner>(
+      profile_cluster(config_, (int)seq_, engine_options_.device_label, device_, comm_, engine_options_.profiler),
+      engine_options_.planner == "auto" ? "gpumix" : engine_options_.planner, o_.batch, engine_options_.drift);
+  work_ = planner_->work();
+  validate_work(work_, o_.batch, ranks_);
+  if (lead_ && !planner_->plan().fits())
+    std::printf("warning: the %s plan does not fit its memory model: %s\n", planner_->name().c_str(),
+                planner_->plan().oom_message().c_str());
+}
+
+// One rank: the whole model; several: the uneven sharded engine.
+void Training::make_engine() {
+  AdamWConfig adam;
+  adam.weight_decay = o_.weight_decay;
+  if (ranks_ == 1)
+    engine_ = std::make_unique<WholeModelEngine>(config_, device_, o_.seed, adam, o_.recompute);
+  else
+    engine_ = std::make_unique<ShardedEngine>(config_, agreed_layout(), comm_, device_, o_.seed, adam,
+                                              engine_options_.prefetch);
+}
+
+void Training::resume() {
+  if (!resuming_) return;
+  start_ = load_checkpoint(o_.resume, config_, *engine_, comm_, run_.tokenizer_hash);
+  GPUMIX_CHECK(start_ < o_.steps, "the checkpoint is at step ", start_, ", not before --steps ", o_.steps,
+               "; pass a larger --steps to train further");
+}
+
+void Training::print_settings() const {
+  if (!lead_) return;
+  const GPTConfig& config = config_;
+  gpumix::print_settings({
+      {"data", o_.data + " (" + human_count((double)run_.tokens.size()) + " tokens)"},
+      {"split", human_count((double)split_.train.size()) + " train / " +
+                    human_count((double)split_.val.size()) + " validation"},
+      {"tokenizer", run_.tokenizer_path + " (vocab " + std::to_string(run_.vocab) + ")"},
+      {"model", config.name + " L=" + std::to_string(config.L) + " NH=" + std::to_string(config.NH) +
+                    " C=" + std::to_string(config.C) + " T=" + std::to_string(config.T)},
+      {"parameters", human_count((double)config.total_params())},
+      {"batch x seq", std::to_string(o_.batch) + " x " + std::to_string(seq_) + " = " +
+                          std::to_string(o_.batch * seq_) + " tokens/step"},
+      {"steps", std::to_string(o_.steps) + (resuming_ ? " (from step " + std::to_string(start_) + ")" : "")},
+      {"lr", str(o_.lr, " warmup ", schedule_.warmup, " cosine to ", schedule_.min_lr)},
+      {"weight decay / clip", str(o_.weight_decay, " / ", o_.grad_clip)},
+      {"ranks", str(ranks_, " (", comm_.backend(), ")")},
+      {"plan b/m/r per rank", plan_text()},
+      {"recompute", ranks_ > 1 || o_.recompute ? "on" : "off"},
+      {"device (rank 0)", device_.str() + " (" + format_bytes(device_props(device_).capacity) + ")"},
+      {"threads per rank", std::to_string(omp_get_max_threads())},
+      {"seed", std::to_string(o_.seed)},
+      {"out", o_.out},
+  });
+  if (planner_) std::printf("%s", plan_table(planner_->plan()).c_str());
+}
+
+void Training::open_log() {
+  if (!lead_) return;
+  log_.open(log_path_, std::ios::app);
+  GPUMIX_CHECK(log_.good(), "cannot write ", log_path_.string());
+}
+
+// ---- the steps ------------------------------------------------------------------------------
+
+void Training::run_steps() {
+  take_rows();
+  memory().reset_peak();  // the profiler's measurements are not the training's
+  for (int step = start_ + 1; step <= last_; ++step) run_step(step);
+}
+
+void Training::run_step(int step) {
+  const double t0 = detail::now_seconds();
+  load_batch(step);
+  const StepOutcome s = forward_backward_update(step);
+  const StepTime t = time_step(t0);
+  result_.train_loss = s.loss;
+  std::string busy_text;
+  json line = step_line(step, s, t, &busy_text);
+  const std::string val_text = evaluate_if_due(step, line);
+  const std::string replan_text = replan_if_drifted(t.busy_s, line);
+  log_line(line);
+  print_step(step, s, t, busy_text, val_text, replan_text);
+  save_if_due(step);
+  result_.step = step;
+  if (lead_) std::fflush(stdout);
+}
+
+void Training::load_batch(int step) {
+  engine_->wait_s = 0;
+  fault_set_step(step);
+  if (faults_enabled()) slow_down_if_injected(rank_, device_);
+  loader_->get(step - 1, row0_, row0_ + work_[rank_].batch, inputs_.data<int32_t>(), targets_.data<int32_t>());
+}
+
+// The engine's forward and backward, the non-finite guard, then (unless it found a
+// non-finite value) clipping and the optimizer step.
+StepOutcome Training::forward_backward_update(int step) {
+  StepOutcome s;
+  double local_loss = engine_->forward_backward(inputs_, targets_, micro_batch(), scale_);
+  if (faults_enabled()) inject_faults(*engine_, rank_, &local_loss);
+  s.loss = comm_.all_reduce_sum(local_loss);
+  s.norm = std::sqrt(
+      comm_.all_reduce_sum(check_finite(*engine_, comm_, local_loss, step, config_.L, device_, &s.nonfinite)));
+  if (!s.nonfinite.empty() && !o_.skip_nonfinite)
+    throw Error(s.nonfinite + "; the optimizer step was not applied. Lower --lr, resume from the last "
+                "checkpoint, or pass --skip-nonfinite to skip such steps");
+  s.lr = schedule_.at(step);
+  if (s.nonfinite.empty()) {
+    const float clip = clip_factor(s.norm, o_.grad_clip);
+    if (clip < 1) engine_->scale_grads(clip);
+    fault_point(rank_, "optimizer");
+    engine_->optimizer_step(s.lr, step);
+  } else {
+    if (lead_) std::printf("skipping %s (the optimizer step was not applied)\n", s.nonfinite.c_str());
+  }
+  return s;
+}
+
+StepTime Training::time_step(double t0) {
+  StepTime t;
+  const double local_s = detail::seconds_since(t0);
+  t.step_s = comm_.all_reduce_max(local_s);
+  t.busy_s = gather_ranks(local_s - engine_->wait_s);
+  t.ms = t.step_s * 1e3;
+  t.tokens_per_s = tokens_per_step_ / t.step_s;
+  rates_.push_back(t.tokens_per_s);
+  if (ranks_ > 1) busy_history_.push_back(t.busy_s);
+  return t;
+}
+
+// The step's log line (without validation and re-planning); *busy_text gets the console's
+// per-rank busy fractions.
+json Training::step_line(int step, const StepOutcome& s, const StepTime& t, std::string* busy_text) const {
+  json line = {{"step", step}, {"loss", s.loss}, {"norm", s.norm}, {"lr", s.lr}, {"ms", t.ms},
+               {"tokens_per_s", t.tokens_per_s}};
+  if (!s.nonfinite.empty()) {  // JSON has no NaN: the numbers become null, with the reason
+    line["loss"] = std::isfinite(s.loss) ? json(s.loss) : json(nullptr);
+    line["norm"] = std::isfinite(s.norm) ? json(s.norm) : json(nullptr);
+    line["skipped"] = s.nonfinite;
+  }
+  if (ranks_ > 1) {
+    std::vector<double> fraction;
+    *busy_text = " | busy";
+    for (double b : t.busy_s) {
+      fraction.push_back(b / t.step_s);
+      *busy_text += str(" ", (int)std::lround(100 * b / t.step_s), "%");
+    }
+    line["busy"] = fraction;
+    line["busy_ms"] = ms_of(t.busy_s);
+  }
+  if (step == start_ + 1) line["plan"] = plan_text();  // b/m/r per rank, as in the settings
+  if (planner_) {
+    line["predicted_ms"] = planner_->plan().predicted.step_s * 1e3;
+    line["predicted_busy_ms"] = ms_of(planner_->predicted_busy_s());
+  }
+  return line;
+}
+
+// Every --eval-interval steps and at the last: the validation loss, into the line; returns
+// the console's text for it ("" when not due).
+std::string Training::evaluate_if_due(int step, json& line) {
+  const bool eval_now = (o_.eval_interval > 0 && step % o_.eval_interval == 0) || step == last_;
+  if (!eval_now) return "";
+  // The first --eval-windows windows during training (0: all); all of them at the end.
+  const int64_t val_windows = step == last_ || o_.eval_windows <= 0
+                                  ? val_loader_->num_eval_windows()
+                                  : std::min<int64_t>(o_.eval_windows, val_loader_->num_eval_windows());
+  const double val = evaluate(val_windows);
+  line["val_loss"] = val;
+  line["val_windows"] = val_windows;
+  result_.val_loss = val;
+  return str(" | val ", val, " (", val_windows, " windows)");
+}
+
+// Drift: a device slower (or faster) than planned re-plans; the new shares take effect
+// from the next step, the same on every rank (they all judge the same gathered times).
+// Returns the console's message ("" when no drift was confirmed).
+std::string Training::replan_if_drifted(const std::vector<double>& busy_s, json& line) {
+  if (!planner_ || ranks_ == 1 || !planner_->observe(busy_s)) return "";
+  const Replanner::Change& c = planner_->last_change();
+  if (c.adopted) adopt(planner_->work());
+  line["replan"] = c.record(plan_text());
+  return c.message(plan_text());
+}
+
+// A new plan: re-shard the engine's state to its shares and take its rows from the next step.
+void Training::adopt(std::vector<RankWork> work) {
+  work_ = std::move(work);
+  validate_work(work_, o_.batch, ranks_);
+  engine_->reshard(agreed_layout());
+  take_rows();
+  busy_history_.clear();
+  memory().reset_peak();  // the final line compares the peak with the plan now running
+}
+
+void Training::print_step(int step, const StepOutcome& s, const StepTime& t, const std::string& busy_text,
+                          const std::string& val_text, const std::string& replan_text) const {
+  if (!lead_) return;
+  if (!o_.quiet)
+    std::printf("step %d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f ms | %s tok/s%s%s\n", step, o_.steps, s.loss,
+                s.norm, s.lr, t.ms, human_count(t.tokens_per_s).c_str(), busy_text.c_str(), val_text.c_str());
+  if (!replan_text.empty()) {
+    std::printf("step %d: %s\n", step, replan_text.c_str());
+    if (planner_->last_change().adopted) std::printf("%s", plan_table(planner_->plan()).c_str());
+  }
+}
+
+void Training::save_if_due(int step) {
+  if ((o_.ckpt_interval > 0 && step % o_.ckpt_interval == 0) || step == last_)
+    result_.checkpoint = save_checkpoint(o_, config_, work_, *engine_, comm_, step, run_.tokenizer_hash);
+}
+
+TrainResult Training::finish() {
+  std::sort(rates_.begin(), rates_.end());
+  result_.tokens_per_s = rates_.empty() ? 0 : rates_[rates_.size() / 2];
+  result_.unigram_loss = data::unigram_cross_entropy(split_.train, split_.val, run_.vocab);
+  json final_line = {{"final", true}, {"step", result_.step}, {"val_loss", result_.val_loss},
+                     {"unigram_loss", result_.unigram_loss}, {"tokens_per_s", result_.tokens_per_s}};
+  // Memory: every rank's allocator peak since the running plan started, next to its
+  // prediction.
+  const std::vector<double> peak = gather_ranks((double)memory().stats().peak);
+  final_line["peak_bytes"] = peak;
+  if (planner_) final_line["predicted_bytes"] = planner_->predicted_bytes();
+  log_line(final_line);
+  if (lead_) {
+    if (planner_ && !busy_history_.empty())
+      std::printf("%s", prediction_table(planner_->plan(), busy_history_, peak).c_str());
+    std::printf("validation loss %.4f nats/token vs unigram baseline %.4f (%.2f below)\n", result_.val_loss,
+                result_.unigram_loss, result_.unigram_loss - result_.val_loss);
+    if (!result_.checkpoint.empty()) std::printf("checkpoint: %s\n", result_.checkpoint.c_str());
+  }
+  return result_;
+}
+
+// ---- helpers --------------------------------------------------------------------------------
+
+// Validation: the eval windows split over the ranks like the batch.
+double Training::evaluate(int64_t total) {
+  const auto [w0, w1] = proportional_rows(work_, o_.batch, rank_, total);
+  double sum = 0;
+  const int64_t chunk = std::max<int64_t>(1, work_[rank_].batch);
+  // Every rank walks the same number of passes so that their collectives match.
+  int64_t passes = 0;
+  for (int r = 0; r < ranks_; ++r) {
+    const auto [a, b] = proportional_rows(work_, o_.batch, r, total);
+    passes = std::max(passes, (b - a + std::max<int64_t>(1, work_[r].batch) - 1) / std::max<int64_t>(1, work_[r].batch));
+  }
+  for (int64_t p = 0; p < passes; ++p) {
+    const int64_t r0 = std::min(w1, w0 + p * chunk), r1 = std::min(w1, r0 + chunk);
+    Tensor in = Tensor::empty({r1 - r0, seq_}, DType::i32, device_), tg = Tensor::empty({r1 - r0, seq_}, DType::i32, device_);
+    for (int64_t r = r0; r < r1; ++r)
+      val_loader_->eval_window(r, in.data<int32_t>() + (r - r0) * seq_, tg.data<int32_t>() + (r - r0) * seq_);
+    if (ranks_ == 1 && r1 == r0) continue;
+    sum += engine_->loss_sum(in, tg, micro_batch());
+  }
+  return comm_.all_reduce_sum(sum) / (double)(total * seq_);
+}
+
+// This rank's rows of every batch and its input buffers; again after a re-plan.
+void Training::take_rows() {
+  row0_ = 0;
+  for (int r = 0; r < rank_; ++r) row0_ += work_[r].batch;
+  inputs_ = Tensor::empty({work_[rank_].batch, seq_}, DType::i32, device_);
+  targets_ = Tensor::empty({work_[rank_].batch, seq_}, DType::i32, device_);
+}
+
+// The running plan's shard layout, checked to be the same on every rank.
+ShardLayout Training::agreed_layout() const {
+  std::vector<int64_t> unit_sizes;
+  for (int u = 0; u < config_.num_units(); ++u) unit_sizes.push_back(config_.unit_params(u));
+  std::vector<double> shares;
+  for (const RankWork& r : work_) shares.push_back(r.share);
+  const ShardLayout layout(unit_sizes, shares);
+  comm_.agree("shard layout", {(int64_t)layout.fingerprint(), (int64_t)config_.total_params()});
+  return layout;
+}
+
+// Every rank's value of x, on every rank.
+std::vector<double> Training::gather_ranks(double x) const {
+  Tensor one = Tensor::full({1}, (float)x, DType::f32, device_);
+  Tensor all = Tensor::empty({ranks_}, DType::f32, device_);
+  comm_.all_gather_v(one, all, std::vector<int64_t>(ranks_, 1));
+  const std::vector<float> v = all.to_vector();
+  return std::vector<double>(v.begin(), v.end());
+}
+
+std::string Training::plan_text() const {
+  std::string text;
+  for (int r = 0; r < ranks_; ++r)
+    text += str(r ? ", " : "", work_[r].batch, "/", work_[r].micro_batch, "/", work_[r].share);
+  return text;
+}
+
+void Training::log_line(const json& j) {
+  if (!lead_) return;
+  log_ << j.dump() << "\n";
+  log_.flush();
+}
+
+void check_options(const TrainOptions& o, const std::vector<RankWork>& given_work, int ranks,
+                   const EngineOptions& engine_options) {
+  GPUMIX_CHECK(o.steps >= 1, "--steps must be at least 1, got ", o.steps);
+  GPUMIX_CHECK(o.batch >= 1, "--batch must be at least 1, got ", o.batch);
+  GPUMIX_CHECK(o.seq >= 0, "--seq must be positive, got ", o.seq);
+  GPUMIX_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
+  if (engine_options.planner.empty()) validate_work(given_work, o.batch, ranks);
+}
+
+}  // namespace
+
+void validate_work(const std::vector<RankWork>& work, int64_t global_batch, int ranks) {
+  GPUMIX_CHECK((int)work.size() == ranks, "the plan has ", work.size(), " ranks but ", ranks,
+               " are running; give one batch, micro-batch and share per rank");
+  int64_t batch = 0;
+  double share = 0;
+  for (size_t r = 0; r < work.size(); ++r) {
+    const RankWork& w = work[r];
+    GPUMIX_CHECK(w.batch >= 0, "rank ", r, ": batch ", w.batch, " is negative");
+    GPUMIX_CHECK(w.batch == 0 || w.micro_batch >= 1, "rank ", r, ": micro-batch ", w.micro_batch,
+                 " must be at least 1 for its batch of ", w.batch);
+    GPUMIX_CHECK(w.share >= 0 && w.share <= 1, "rank ", r, ": share ", w.share, " is outside [0, 1]");
+    batch += w.batch;
+    share += w.share;
+  }
+  GPUMIX_CHECK(batch == global_batch, "the plan's batches sum to ", batch, " but the global batch is ",
+               global_batch, "; make them add up (or change --batch)");
+  GPUMIX_CHECK(std::fabs(share - 1.0) <= 1e-6, "the plan's shares sum to ", share,
+               ", not 1; every parameter needs exactly one owner");
+}
+
+std::vector<RankWork> even_work(int64_t global_batch, int ranks) {
+  std::vector<RankWork> work(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    work[r].batch = global_batch / ranks + (r < global_batch % ranks ? 1 : 0);
+    work[r].micro_batch = std::max<int64_t>(1, work[r].batch);
+    work[r].share = 1.0 / ranks;
+  }
+  return work;
+}
+
+TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work, Comm& comm,
+                  const EngineOptions& engine_options) {
+  check_options(o, given_work, comm.size(), engine_options);
+  Training run(o, comm, engine_options);
+  run.prepare_run_folder();
+  run.load_data();
+  run.choose_device();
+  run.choose_plan(given_work);
+  run.make_engine();
+  run.resume();
+  run.print_settings();
+  run.open_log();
+  run.run_steps();
+  return run.finish();
+}
+
+}  // namespace gpumix::dist

@@ -1,0 +1,68 @@
+// The training loop on one or many ranks. Every rank calls train() with the same options
+// and plan and its own Comm; together they execute the plan as METHOD.md §5 describes:
+//
+// - one rank: the whole model on its device, each micro-batch's forward and backward
+//   in turn (gradient accumulation), AdamW over all parameters
+//   (dist/engine/whole_model_engine.h);
+// - several ranks: the uneven sharded engine (dist/engine/sharded_engine.h). Rank i owns
+//   share r_i of every unit's fp32 master weights and AdamW moments (ShardLayout), runs b_i
+//   rows of every global batch as micro-batches of m_i, layer-major: each unit's parameters
+//   are gathered once per pass (the next unit's gather overlapping the current unit's
+//   compute), each micro-batch's block input is kept, backward recomputes each block from
+//   it, and each unit's gradient is reduce-scattered once per step.
+//
+// Both give the gradient of the loss summed over the global batch divided by its token
+// count: the same model whatever the plan, up to float rounding. The step loop around an
+// engine (dist/engine/trainer.cpp) is the same for both: dist/engine/engine.h is the line
+// between them.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dist/comm/comm.h"
+#include "dist/engine/drift.h"
+#include "dist/engine/profiler.h"
+#include "nn/train.h"
+
+namespace gpumix::dist {
+
+// What one rank does in a step: b rows of the global batch as micro-batches of m rows
+// (the last may be smaller), and share r of the training state.
+struct RankWork {
+  int64_t batch = 0;
+  int64_t micro_batch = 0;
+  double share = 0;
+};
+
+// Checks a plan against the options (Σ b = global batch, Σ r = 1, m >= 1 where b > 0, one
+// entry per rank); throws Error naming the numbers and the fix.
+void validate_work(const std::vector<RankWork>& work, int64_t global_batch, int ranks);
+
+// Even batches and shares (ranks' batches differ by at most one row).
+std::vector<RankWork> even_work(int64_t global_batch, int ranks);
+
+struct EngineOptions {
+  bool prefetch = true;  // overlap the next unit's gather with the current unit's compute
+  // This rank's device, already configured (capacity, slowdown); by default cpu:<rank> on
+  // the local backend (each thread rank its own allocator) and cpu:0 otherwise.
+  Device device;
+  bool device_set = false;
+  std::string device_label = "cpu";  // the device's type in profiles and plans
+  // "" : run `work` as given. Otherwise profile the ranks (or load the cache) and plan with
+  // this planner: "gpumix" (alias "auto"), "even", "proportional" or "cephalo". Baseline
+  // plans run even when the memory model says they do not fit: the allocator decides.
+  std::string planner;
+  ProfilerOptions profiler;
+  // With a planner other than "even": when ranks' measured compute times drift from the
+  // plan's (dist/engine/drift.h), correct the profile, re-plan and re-shard in place.
+  DriftOptions drift;
+};
+
+// Runs the whole training on this rank (o.batch is the global batch). Rank 0 prints and
+// writes the log; every rank writes its slices of each checkpoint. `work` is ignored when
+// engine.planner is set.
+TrainResult train(const TrainOptions& o, const std::vector<RankWork>& work, Comm& comm,
+                  const EngineOptions& engine = {});
+
+}  // namespace gpumix::dist

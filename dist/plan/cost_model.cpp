@@ -1,0 +1,129 @@
+#include "dist/plan/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace gpumix::dist {
+
+CostModel::CostModel(const Profile& profile, MemoryParams memory, int max_m)
+    : profile_(profile), memory_(profile.model, profile.seq_len, memory) {
+  max_m_ = std::max(max_m, 1);
+  for (const DeviceProfile& d : profile.devices) {
+    DeviceTable t;
+    t.device = &d;
+    t.at.resize(max_m_ + 1);
+    for (int m = 1; m <= max_m_; m++) t.at[m] = d.at(m);
+    tables_.push_back(std::move(t));
+  }
+  for (const RankInfo& r : profile.ranks) {
+    int idx = 0;
+    while (profile.devices[idx].name != r.device) idx++;
+    table_of_rank_.push_back(idx);
+    node_of_rank_.push_back(r.node);
+  }
+}
+
+CommTimes CostModel::comm(int participants, int nodes, bool even) const {
+  int dtype = 2;
+  for (const DeviceProfile& d : profile_.devices) dtype = std::max(dtype, d.dtype_bytes);
+  const GPTConfig& g = profile_.model;
+  const double block = (double)g.block_params();
+  const double embed = (double)(g.embed_params() + g.head_params());
+  const double rs_bytes = memory_.params().grad_accum_bytes;
+  CommTimes c;
+  c.ag = collective_time(profile_.comm.all_gather, participants, nodes, block * dtype, even);
+  c.rs = collective_time(profile_.comm.reduce_scatter, participants, nodes, block * rs_bytes, even);
+  c.embed_ag = collective_time(profile_.comm.all_gather, participants, nodes, embed * dtype, even);
+  c.embed_rs = collective_time(profile_.comm.reduce_scatter, participants, nodes, embed * rs_bytes, even);
+  return c;
+}
+
+bool shares_even(const std::vector<RankChoice>& choices) {
+  double lo = 2, hi = -1;
+  for (const RankChoice& c : choices) {
+    if (!c.takes_part()) continue;
+    lo = std::min(lo, c.r);
+    hi = std::max(hi, c.r);
+  }
+  return hi < 0 || hi - lo <= 1e-9 * hi;
+}
+
+CommTimes CostModel::comm_for(const std::vector<RankChoice>& choices) const {
+  int n = 0;
+  std::set<int> nodes;
+  for (size_t i = 0; i < choices.size(); i++) {
+    if (!choices[i].takes_part()) continue;
+    n++;
+    nodes.insert(node_of_rank_[i]);
+  }
+  return comm(n, (int)nodes.size(), shares_even(choices));
+}
+
+RankTimes CostModel::compute_times(int rank, int64_t b, int m, bool offload) const {
+  RankTimes t;
+  if (b <= 0) return t;
+  const DeviceTable& tab = table(rank);
+  const DeviceProfile& d = *tab.device;
+  m = (int)std::min<int64_t>(m, b);
+  const int64_t n = (b + m - 1) / m;
+  const int last = (int)(b - (n - 1) * m);
+  auto get = [&](int k) { return k <= max_m_ ? tab.get(k) : d.at(k); };
+  const MicroBatchSample full = get(m), tail = get(last);
+  t.fwd = (n - 1) * full.block_fwd_s + tail.block_fwd_s;
+  t.bwd = (n - 1) * (full.block_bwd_s + d.microbatch_overhead_s) + tail.block_bwd_s;
+  t.head_compute = (n - 1) * full.head_s + tail.head_s;
+  if (offload && d.host_bandwidth_Bps > 0)
+    t.offload = (double)b * profile_.seq_len * profile_.model.C * d.dtype_bytes / d.host_bandwidth_Bps;
+  return t;
+}
+
+void CostModel::apply_comm(RankTimes& t, const CommTimes& c) {
+  t.block = std::max({c.ag, t.fwd, t.offload}) + std::max({c.ag + c.rs, t.bwd, t.offload});
+  t.head = std::max(c.embed_ag + c.embed_rs, t.head_compute);
+}
+
+double CostModel::optimizer_time(int rank, double r) const {
+  return r * memory_.total_params() * table(rank).device->optimizer_s_per_param;
+}
+
+MemoryTerms CostModel::memory_terms(int rank, int64_t b, int m, double r, bool offload) const {
+  const DeviceTable& tab = table(rank);
+  const DeviceProfile& d = *tab.device;
+  double act = 0, head = 0;
+  if (b > 0) {
+    const int mb = (int)std::min<int64_t>(m, b);
+    const MicroBatchSample s = mb <= max_m_ ? tab.get(mb) : d.at(mb);
+    act = s.block_act_bytes;
+    head = s.head_bytes;
+  }
+  return memory_.terms_from(act, head, d.dtype_bytes, d.work_bytes, b, m, r, offload);
+}
+
+CostModel::Step CostModel::evaluate(const std::vector<RankChoice>& choices) const {
+  Step s;
+  s.comm = comm_for(choices);
+  s.even = shares_even(choices);
+  for (size_t i = 0; i < choices.size(); i++) {
+    const RankChoice& c = choices[i];
+    RankTimes t;
+    if (c.takes_part()) {
+      s.participants++;
+      t = compute_times((int)i, c.b, c.m, c.offload);
+      apply_comm(t, s.comm);
+      t.optimizer = optimizer_time((int)i, c.r);
+      s.block = std::max(s.block, t.block);
+      s.head = std::max(s.head, t.head);
+      s.optimizer = std::max(s.optimizer, t.optimizer);
+    }
+    s.ranks.push_back(t);
+  }
+  s.step = profile_.model.L * s.block + s.head + s.optimizer;
+  return s;
+}
+
+double CostModel::flops_per_sample() const {
+  return 3.0 * profile_.model.forward_flops_per_token(profile_.seq_len) * profile_.seq_len;
+}
+
+}  // namespace gpumix::dist

@@ -1,0 +1,64 @@
+#include "dist/plan/memory_model.h"
+
+#include <algorithm>
+
+namespace gpumix::dist {
+
+MemoryModel::MemoryModel(const GPTConfig& model, int seq_len, MemoryParams params)
+    : model_(model), seq_len_(seq_len), params_(params) {
+  params_total_ = (double)model.total_params();
+  embed_ = (double)model.embed_params();
+  block_ = (double)model.block_params();
+  state_per_share_ = params_total_ * params_.state_bytes_per_param();
+}
+
+MemoryTerms MemoryModel::terms_from(double act_block_bytes, double head_bytes, int dtype_bytes,
+                                    double work_fixed, int64_t b, int m, double r,
+                                    bool offload) const {
+  MemoryTerms t;
+  const double sample_bytes = (double)seq_len_ * model_.C * dtype_bytes;  // one block input
+  t.state = r * state_per_share_;
+  t.gathered = embed_ * (dtype_bytes + params_.grad_accum_bytes) +
+               block_ * (2.0 * dtype_bytes + params_.grad_accum_bytes);
+  t.block_buffers = block_ * (dtype_bytes + params_.grad_accum_bytes);
+  if (b > 0) {
+    const int64_t mb = std::min<int64_t>(m, b);
+    t.act_block = act_block_bytes;
+    t.act_saved = offload ? (double)std::min<int64_t>(b, params_.offload_staging * mb) * sample_bytes
+                          : (double)model_.L * b * sample_bytes;
+    t.act_carry = (double)b * sample_bytes;
+    t.work_head = head_bytes;
+  }
+  t.work_fixed = work_fixed;
+  t.work_margin = params_.fragmentation * (t.state + t.gathered + t.activations() + t.work_fixed);
+  return t;
+}
+
+MemoryTerms MemoryModel::terms(const DeviceProfile& d, int64_t b, int m, double r,
+                               bool offload) const {
+  if (b == 0 && r <= 0) return MemoryTerms{};  // left out
+  double act = 0, head = 0;
+  if (b > 0) {
+    const int mb = (int)std::min<int64_t>(m, b);
+    act = interpolate(d.samples, mb, &MicroBatchSample::block_act_bytes);
+    head = interpolate(d.samples, mb, &MicroBatchSample::head_bytes);
+  }
+  return terms_from(act, head, d.dtype_bytes, d.work_bytes, b, m, r, offload);
+}
+
+double MemoryModel::max_share(const MemoryTerms& w, double capacity) const {
+  const double others = w.gathered + w.activations() + w.work_fixed;
+  return (capacity / (1.0 + params_.fragmentation) - others) / state_per_share_;
+}
+
+double MemoryModel::analytic_block_act_bytes(const GPTConfig& model, int seq_len, int m,
+                                             int dtype_bytes) {
+  const double per_token = 34.0 * model.C + 5.0 * model.NH * seq_len;
+  return 1.5 * (double)m * seq_len * per_token * dtype_bytes / 2.0;
+}
+
+double MemoryModel::analytic_head_bytes(const GPTConfig& model, int seq_len, int m, int dtype_bytes) {
+  return (double)m * seq_len * ((double)model.V * 2.0 * dtype_bytes + 4.0 * 2);
+}
+
+}  // namespace gpumix::dist

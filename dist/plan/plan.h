@@ -1,0 +1,78 @@
+// A plan: per rank, the batch b_i, micro-batch m_i, state share r_i and offload flag, with
+// the predicted memory terms and times; the sharded engine executes it. JSON, documented
+// in docs/planner.md. A rank left out has b = 0 and r = 0.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dist/plan/cost_model.h"
+#include "dist/plan/memory_model.h"
+#include "dist/plan/profile.h"
+#include "nn/gpt_config.h"
+
+namespace gpumix::dist {
+
+struct RankPlan {
+  int rank = 0;
+  std::string device;
+  int node = 0;
+  int64_t batch = 0;             // b_i
+  int micro_batch = 0;           // m_i (0 when b_i = 0)
+  int64_t num_micro_batches = 0; // ceil(b_i / m_i); the last one may be smaller
+  double share = 0;              // r_i
+  bool offload = false;          // block inputs kept in host memory
+  // Predictions.
+  MemoryTerms memory;
+  double capacity = 0;
+  double block_s = 0;            // t_i, one block forward + backward with its collectives
+  double fwd_s = 0, bwd_s = 0;   // compute of one block over all micro-batches
+  double head_s = 0;             // embedding + head + loss compute
+  double optimizer_s = 0;
+  double busy_s = 0, comm_s = 0, idle_s = 0;  // over one step; they add up to the step
+
+  bool left_out() const { return batch == 0 && share == 0; }
+  bool fits() const { return memory.total() <= capacity; }
+};
+
+struct PlanPrediction {
+  double step_s = 0;
+  double block_s = 0, head_s = 0, optimizer_s = 0;  // the three terms of T_step
+  double ag_s = 0, rs_s = 0;                         // per block
+  bool even_shares = true;
+  double tokens_per_s = 0;
+  double mfu = 0;  // model FLOPs / (step · Σ peak of all ranks)
+};
+
+struct Plan {
+  std::string planner;  // "gpumix", "even", "proportional", "cephalo"
+  GPTConfig model;
+  int seq_len = 0;
+  int64_t global_batch = 0;
+  std::vector<RankPlan> ranks;
+  PlanPrediction predicted;
+
+  bool fits() const;
+  // Empty when the plan fits; otherwise which ranks run out of memory, by how much.
+  std::string oom_message() const;
+  std::vector<RankChoice> choices() const;
+};
+
+// Builds a plan from choices, with every prediction filled in by the cost model.
+Plan make_plan(const CostModel& cost, const std::string& planner, int64_t global_batch,
+               const std::vector<RankChoice>& choices);
+
+nlohmann::json plan_to_json(const Plan& p);
+Plan plan_from_json(const nlohmann::json& j);  // checks the file's own consistency
+Plan read_plan(const std::string& path);
+void write_plan(const Plan& p, const std::string& path);
+
+// Checks a plan against the profile it will run on (same model, sequence length and
+// ranks; Σ b = global batch; Σ r = 1; n = ceil(b/m); every rank fits its memory).
+// Throws FormatError naming the field.
+void validate_plan(const Plan& p, const Profile& profile, const MemoryParams& memory = {});
+
+}  // namespace gpumix::dist

@@ -1,0 +1,199 @@
+#include "dist/plan/simulator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "dist/plan/device_catalog.h"
+#include "dist/plan/memory_model.h"
+
+namespace gpumix::dist {
+
+using nlohmann::json;
+
+static DeviceProfile synthesize_device(const ClusterDevice& cd, const GPTConfig& g, int T) {
+  const DeviceSpec& spec = device_spec(cd.type);
+  DeviceProfile d;
+  d.name = cd.label();
+  d.kind = spec.kind;
+  d.dtype_bytes = spec.dtype_bytes;
+  d.memory_bytes = cd.memory_bytes > 0 ? cd.memory_bytes
+                                       : spec.memory_gib * 1024.0 * 1024 * 1024 * kUsableMemoryFraction;
+  const bool gpu = spec.kind == "gpu";
+  d.work_bytes = gpu ? 1024.0 * 1024 * 1024 : 256.0 * 1024 * 1024;
+  d.optimizer_s_per_param = 30.0 / (0.7 * spec.memory_bandwidth_GBps * 1e9) * cd.slowdown;
+  d.microbatch_overhead_s = (gpu ? 30e-6 : 100e-6) * cd.slowdown;
+  d.host_bandwidth_Bps = spec.host_bandwidth_GBps * 1e9;
+  d.peak_flops = spec.peak_tflops * 1e12 / cd.slowdown;
+  const double launch = gpu ? 60e-6 : 20e-6;  // per block pass: a dozen kernels
+  const double lm_flops_token = 2.0 * g.C * g.V;
+  const double block_flops_token = (g.forward_flops_per_token(T) - lm_flops_token) / g.L;
+  for (int m = 1; m <= 512; m *= 2) {
+    const double tokens = (double)m * T;
+    const double rate = spec.peak_tflops * 1e12 * spec.efficiency * tokens / (tokens + kEfficiencyHalfTokens);
+    MicroBatchSample s;
+    s.m = m;
+    const double fwd = tokens * block_flops_token / rate;
+    s.block_fwd_s = (launch + fwd) * cd.slowdown;
+    s.block_bwd_s = (2 * launch + 3 * fwd) * cd.slowdown;
+    s.head_s = (launch + 3 * tokens * lm_flops_token / rate) * cd.slowdown;
+    s.block_act_bytes = MemoryModel::analytic_block_act_bytes(g, T, m, d.dtype_bytes);
+    s.head_bytes = MemoryModel::analytic_head_bytes(g, T, m, d.dtype_bytes);
+    d.samples.push_back(s);
+  }
+  return d;
+}
+
+Profile synthesize_profile(const Cluster& cluster, const GPTConfig& model, int seq_len,
+                           const std::vector<Profile>& measured) {
+  cluster.validate();
+  Profile p;
+  p.model = model;
+  p.seq_len = seq_len;
+  for (const Cluster::Rank& r : cluster.ranks()) {
+    const std::string label = r.device.label();
+    p.ranks.push_back({label, r.node});
+    bool have = false;
+    for (const DeviceProfile& d : p.devices) have |= d.name == label;
+    if (have) continue;
+    const DeviceProfile* found = nullptr;
+    for (const Profile& mp : measured)
+      for (const DeviceProfile& d : mp.devices)
+        if (d.name == label && !found) found = &d;
+    p.devices.push_back(found ? *found : synthesize_device(r.device, model, seq_len));
+  }
+  for (CollectiveProfile* c : {&p.comm.all_gather, &p.comm.reduce_scatter}) {
+    c->intra_node = {cluster.intra_node.latency_us * 1e-6, cluster.intra_node.bandwidth_GBps * 1e9};
+    c->inter_node = {cluster.inter_node.latency_us * 1e-6, cluster.inter_node.bandwidth_GBps * 1e9};
+    c->uneven_factor = cluster.uneven_factor;
+  }
+  if (p.num_ranks() == 1)
+    for (CollectiveProfile* c : {&p.comm.all_gather, &p.comm.reduce_scatter}) c->intra_node = {0, 1e12};
+  p.validate();
+  return p;
+}
+
+Simulation simulate(const Profile& profile, const std::string& cluster_name, int64_t B,
+                    const PlannerOptions& opts) {
+  Simulation s;
+  s.cluster = cluster_name;
+  s.ranks = profile.num_ranks();
+  s.model = profile.model;
+  s.seq_len = profile.seq_len;
+  s.global_batch = B;
+  for (const std::string& name : planner_names()) {
+    SimEntry e;
+    e.planner = name;
+    try {
+      e.plan = run_planner(name, profile, B, opts);
+      e.planned = true;
+    } catch (const InfeasiblePlan& err) {
+      e.error = err.what();
+    }
+    s.entries.push_back(e);
+  }
+  return s;
+}
+
+static std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string simulation_table(const Simulation& s) {
+  std::string out = "cluster " + s.cluster + " (" + std::to_string(s.ranks) + " ranks), model " + s.model.name +
+                    ", T = " + std::to_string(s.seq_len) + ", global batch " + std::to_string(s.global_batch) + "\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "%-13s %10s %12s %7s %8s %7s %7s %6s  %s\n", "planner", "step (s)", "tokens/s",
+                "MFU", "busy", "comm", "idle", "left", "memory");
+  out += line;
+  double best = 0;
+  for (const SimEntry& e : s.entries)
+    if (e.planned && e.plan.fits()) best = std::max(best, e.plan.predicted.tokens_per_s);
+  for (const SimEntry& e : s.entries) {
+    if (!e.planned) {
+      std::snprintf(line, sizeof line, "%-13s %10s %12s %7s %8s %7s %7s %6s  %s\n", e.planner.c_str(), "-", "-", "-",
+                    "-", "-", "-", "-", "no plan fits");
+      out += line;
+      continue;
+    }
+    const Plan& p = e.plan;
+    double busy = 0, comm = 0, idle = 0;
+    int left = 0, active = 0;
+    for (const RankPlan& r : p.ranks) {
+      if (r.left_out()) {
+        left++;
+        continue;
+      }
+      active++;
+      busy += r.busy_s;
+      comm += r.comm_s;
+      idle += r.idle_s;
+    }
+    const double step = p.predicted.step_s * std::max(active, 1);
+    int oom = 0;
+    for (const RankPlan& r : p.ranks) oom += !r.fits();
+    const std::string mem = p.fits() ? "fits" : "OOM on " + std::to_string(oom) + " rank" + (oom > 1 ? "s" : "");
+    const std::string speed = p.fits() && best > 0 ? fmt(" (%.2fx of best)", p.predicted.tokens_per_s / best) : "";
+    std::snprintf(line, sizeof line, "%-13s %10.3f %12.0f %6.1f%% %7.1f%% %6.1f%% %6.1f%% %6d  %s%s\n",
+                  e.planner.c_str(), p.predicted.step_s, p.predicted.tokens_per_s, 100 * p.predicted.mfu,
+                  100 * busy / step, 100 * comm / step, 100 * idle / step, left, mem.c_str(), speed.c_str());
+    out += line;
+  }
+  return out;
+}
+
+std::string plan_table(const Plan& p) {
+  std::string out = "plan (" + p.planner + "): " + p.model.name + ", T = " + std::to_string(p.seq_len) +
+                    ", global batch " + std::to_string(p.global_batch) + "\n";
+  char line[640];
+  std::snprintf(line, sizeof line, "%4s %-26s %4s %6s %5s %5s %8s %4s %10s %10s %10s %10s %10s %10s %9s %9s\n",
+                "rank", "device", "node", "batch", "micro", "n", "share", "offl", "state", "gathered", "activ",
+                "buffers", "total", "capacity", "block ms", "busy %");
+  out += line;
+  const double MiB = 1024.0 * 1024;
+  for (const RankPlan& r : p.ranks) {
+    std::snprintf(line, sizeof line,
+                  "%4d %-26s %4d %6lld %5d %5lld %8.5f %4s %9.0fM %9.0fM %9.0fM %9.0fM %9.0fM %9.0fM %9.2f %8.1f%s\n",
+                  r.rank, r.device.substr(0, 26).c_str(), r.node, (long long)r.batch, r.micro_batch,
+                  (long long)r.num_micro_batches, r.share, r.offload ? "yes" : "no", r.memory.state / MiB,
+                  r.memory.gathered / MiB, r.memory.activations() / MiB, r.memory.buffers() / MiB,
+                  r.memory.total() / MiB, r.capacity / MiB, 1e3 * r.block_s,
+                  p.predicted.step_s > 0 ? 100 * r.busy_s / p.predicted.step_s : 0.0,
+                  r.left_out() ? "  (left out)" : r.fits() ? "" : "  OOM");
+    out += line;
+  }
+  const PlanPrediction& pr = p.predicted;
+  std::snprintf(line, sizeof line,
+                "step %.4f s = L x block %.2f ms + head %.2f ms + optimizer %.2f ms; AG %.2f ms, RS %.2f ms per "
+                "block (%s shares); %.0f tokens/s, MFU %.1f%%\n",
+                pr.step_s, 1e3 * pr.block_s, 1e3 * pr.head_s, 1e3 * pr.optimizer_s, 1e3 * pr.ag_s, 1e3 * pr.rs_s,
+                pr.even_shares ? "even" : "uneven", pr.tokens_per_s, 100 * pr.mfu);
+  out += line;
+  if (!p.fits()) out += "OUT OF MEMORY: " + p.oom_message() + "\n";
+  return out;
+}
+
+json simulation_to_json(const Simulation& s) {
+  json entries = json::array();
+  for (const SimEntry& e : s.entries) {
+    json j{{"planner", e.planner}, {"planned", e.planned}};
+    if (!e.planned) {
+      j["error"] = e.error;
+    } else {
+      j["fits"] = e.plan.fits();
+      j["step_s"] = e.plan.predicted.step_s;
+      j["tokens_per_s"] = e.plan.predicted.tokens_per_s;
+      j["mfu"] = e.plan.predicted.mfu;
+      if (!e.plan.fits()) j["oom"] = e.plan.oom_message();
+      j["plan"] = plan_to_json(e.plan);
+    }
+    entries.push_back(j);
+  }
+  return json{{"cluster", s.cluster},       {"ranks", s.ranks},
+              {"model", config_to_json(s.model)}, {"seq_len", s.seq_len},
+              {"global_batch", s.global_batch},   {"planners", entries}};
+}
+
+}  // namespace gpumix::dist

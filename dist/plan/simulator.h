@@ -1,0 +1,56 @@
+// The simulator: a cluster file and a model → a profile (measured device profiles where
+// given, otherwise synthesised from the device catalog), then every planner's plan and its
+// predicted step, side by side.
+//
+// Synthesis, per device type (see device_catalog.h for the efficiency assumptions):
+//   block_fwd_s(m) = launch + m·T·flops_block / (peak · eff · mT/(mT + 256)) · slowdown
+//   block_bwd_s(m) = launch·2 + 3 × the compute part (recompute 1× + backward 2×)
+//   head_s(m)      = launch + 3 · m·T·2·C·V / (same rate) (embedding, LM head, loss)
+//   block_act_bytes, head_bytes: MemoryModel's analytic formulas
+//   work_bytes = 1 GiB on GPUs (context, cuBLAS workspace, NCCL buffers), 256 MiB on CPUs
+//   optimizer_s_per_param = 30 B / (0.7 · memory bandwidth)
+//   microbatch_overhead_s = 30 µs (GPU), 100 µs (CPU)
+// and communication from the cluster's links (same link figures for AG and RS).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dist/plan/cluster.h"
+#include "dist/plan/plan.h"
+#include "dist/plan/planner.h"
+#include "dist/plan/profile.h"
+
+namespace gpumix::dist {
+
+Profile synthesize_profile(const Cluster& cluster, const GPTConfig& model, int seq_len,
+                           const std::vector<Profile>& measured = {});
+
+struct SimEntry {
+  std::string planner;
+  bool planned = false;  // false: the planner found no plan (error says why)
+  std::string error;
+  Plan plan;
+};
+
+struct Simulation {
+  std::string cluster;
+  int ranks = 0;
+  GPTConfig model;
+  int seq_len = 0;
+  int64_t global_batch = 0;
+  std::vector<SimEntry> entries;  // gpumix, even, proportional, cephalo
+};
+
+Simulation simulate(const Profile& profile, const std::string& cluster_name, int64_t global_batch,
+                    const PlannerOptions& opts = {});
+
+// Text for the terminal.
+std::string simulation_table(const Simulation& s);
+std::string plan_table(const Plan& p);
+nlohmann::json simulation_to_json(const Simulation& s);
+
+}  // namespace gpumix::dist
