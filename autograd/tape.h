@@ -31,6 +31,9 @@ class Var {
   explicit Var(Tensor value, bool requires_grad = false, std::string name = {});
   // A parameter: requires a gradient, which is fp32 (its value may be a bf16 compute copy).
   static Var parameter(Tensor value, std::string name = {});
+  // A new variable like this one (parameter or not, requires_grad, name) holding `value`,
+  // with no gradient yet.
+  Var fresh(Tensor value) const;
 
   bool defined() const { return impl_ != nullptr; }
   const Tensor& value() const { return impl_->value; }
