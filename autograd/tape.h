@@ -86,8 +86,8 @@ void record(std::function<void()> backward_fn);
 size_t tape_size();
 
 // Replays this thread's tape in reverse, starting from root's gradient: 1 for a one-element
-// root, else `root_grad` (same shape as root, of grad_dtype(root)). The tape is cleared afterwards, releasing
-// every saved tensor; parameter gradients stay in their Vars.
+// root, else `root_grad` (same shape as root, of grad_dtype(root)). The tape is cleared
+// afterwards, releasing every saved tensor; parameter gradients stay in their Vars.
 void backward(const Var& root);
 void backward(const Var& root, const Tensor& root_grad);
 
