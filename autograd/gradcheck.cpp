@@ -22,11 +22,8 @@ double projected(const Var& out, const std::vector<float>& r) {
 // fp32 copies of bf16 inputs (the same values), as fresh variables of the same kind.
 std::vector<Var> fp32_twins(const std::vector<Var>& inputs) {
   std::vector<Var> twins;
-  for (const Var& v : inputs) {
-    twins.emplace_back(v.value().dtype() == DType::bf16 ? v.value().to(DType::f32) : v.value(),
-                       v.requires_grad(), v.name());
-    twins.back().impl()->parameter = v.impl()->parameter;
-  }
+  for (const Var& v : inputs)
+    twins.push_back(v.fresh(v.value().dtype() == DType::bf16 ? v.value().to(DType::f32) : v.value()));
   return twins;
 }
 

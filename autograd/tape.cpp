@@ -35,6 +35,12 @@ Var Var::parameter(Tensor value, std::string name) {
   return v;
 }
 
+Var Var::fresh(Tensor value) const {
+  Var v(std::move(value), requires_grad(), name());
+  v.impl_->parameter = impl_->parameter;
+  return v;
+}
+
 void Var::zero_grad() {
   if (impl_ && impl_->grad.defined()) impl_->grad.zero_();
 }
@@ -122,10 +128,7 @@ Var recompute(const RecomputeFn& fn, const std::vector<Var>& inputs) {
   record([fn, inputs, res]() {
     if (!res->grad.defined()) return;
     std::vector<Var> detached;  // same values, fresh gradients
-    for (const Var& v : inputs) {
-      detached.emplace_back(v.value(), v.requires_grad(), v.name());
-      detached.back().impl()->parameter = v.impl()->parameter;
-    }
+    for (const Var& v : inputs) detached.push_back(v.fresh(v.value()));
     std::vector<std::function<void()>> outer;
     outer.swap(tape.nodes);
     tape.grad_enabled = true;

@@ -31,6 +31,9 @@ class Var {
   explicit Var(Tensor value, bool requires_grad = false, std::string name = {});
   // A parameter: requires a gradient, which is fp32 (its value may be a bf16 compute copy).
   static Var parameter(Tensor value, std::string name = {});
+  // A new variable like this one (parameter or not, requires_grad, name) holding `value`,
+  // with no gradient yet.
+  Var fresh(Tensor value) const;
 
   bool defined() const { return impl_ != nullptr; }
   const Tensor& value() const { return impl_->value; }
@@ -83,8 +86,8 @@ void record(std::function<void()> backward_fn);
 size_t tape_size();
 
 // Replays this thread's tape in reverse, starting from root's gradient: 1 for a one-element
-// root, else `root_grad` (same shape as root, of grad_dtype(root)). The tape is cleared afterwards, releasing
-// every saved tensor; parameter gradients stay in their Vars.
+// root, else `root_grad` (same shape as root, of grad_dtype(root)). The tape is cleared
+// afterwards, releasing every saved tensor; parameter gradients stay in their Vars.
 void backward(const Var& root);
 void backward(const Var& root, const Tensor& root_grad);
 

@@ -47,8 +47,9 @@ void check_compute_dtype(DType t, const char* what);
 // Error naming `what` and listing the valid names.
 DType compute_dtype_from_name(const std::string& name, const char* what = "compute dtype");
 
-// True when this CPU computes bf16 natively: AVX512-BF16 or AMX-BF16, with the operating
-// system saving the registers they need (checked at run time, cpuid and xgetbv).
+// True when this CPU computes bf16 natively: the kernels' AVX512-BF16 path runs here
+// (kernels/cpu/isa.h), or it has AMX-BF16; with the operating system saving the registers
+// they need. Checked at run time.
 bool cpu_has_native_bf16();
 
 // The compute dtype a run gets unless told otherwise: bf16 where the device computes it

@@ -70,8 +70,8 @@ GPT::GPT(const GPTConfig& config, Device device, DType compute)
       unit = layout_[i].unit;
       unit_first_.push_back((int)i);
     }
-    vars_.push_back(Var::parameter(Tensor(), layout_[i].name));
-    vars_.back().impl()->requires_grad = false;  // until bound to a gradient buffer
+    vars_.emplace_back(Tensor(), false, layout_[i].name);  // requires a gradient once bound
+    vars_.back().impl()->parameter = true;
   }
   unit_first_.push_back((int)layout_.size());
 }
