@@ -671,8 +671,10 @@ ComputeDtype choose_compute_dtype(const ComputeDtypeSources& s) {
     source = "the checkpoint's";
   } else {
     c.dtype = lacking < 0 ? DType::bf16 : DType::f32;
-    const std::string what = lacking < 0 ? (all_alike ? here + " has " + s.native[0] : "every rank's device computes it natively")
-                                         : here + " has " + no_bf16;
+    const std::string what = lacking >= 0         ? here + " has " + no_bf16
+                             : !all_alike         ? "every rank's device computes it natively"
+                             : s.native[0] == kNativeFeatures[3] ? std::string("the devices are CUDA GPUs")
+                                                                : here + " has " + s.native[0];
     c.why = str(dtype_name(c.dtype), " (default: ", what, ")");
     return c;
   }
