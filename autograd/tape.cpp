@@ -29,6 +29,18 @@ Var::Var(Tensor value, bool requires_grad, std::string name) : impl_(std::make_s
   impl_->name = std::move(name);
 }
 
+Var Var::parameter(Tensor value, std::string name) {
+  Var v(std::move(value), true, std::move(name));
+  v.impl_->parameter = true;
+  return v;
+}
+
+Var Var::fresh(Tensor value) const {
+  Var v(std::move(value), requires_grad(), name());
+  v.impl_->parameter = impl_->parameter;
+  return v;
+}
+
 void Var::zero_grad() {
   if (impl_ && impl_->grad.defined()) impl_->grad.zero_();
 }
@@ -37,16 +49,33 @@ void Var::clear_grad() {
   if (impl_) impl_->grad = Tensor();
 }
 
+namespace {
+const char* name_of(const VarImpl& v) { return v.name.empty() ? "the variable" : v.name.c_str(); }
+}  // namespace
+
+DType grad_dtype(const VarImpl& v) { return v.parameter ? DType::f32 : v.value.dtype(); }
+
 Tensor& grad_buffer(VarImpl& v) {
-  if (!v.grad.defined()) v.grad = Tensor::zeros(v.value.shape(), DType::f32, v.value.device());
+  const DType dtype = grad_dtype(v);
+  if (!v.grad.defined()) {
+    v.grad = Tensor::zeros(v.value.shape(), dtype, v.value.device());
+  } else {
+    GPUMIX_CHECK(v.grad.dtype() == dtype && v.grad.shape() == v.value.shape() &&
+                     v.grad.device() == v.value.device(),
+                 "the gradient buffer bound to ", name_of(v), " is ", v.grad.str(), " but its ",
+                 v.parameter ? "parameter" : "activation", " value ", v.value.str(), " needs a ",
+                 dtype_name(dtype), " gradient of its shape and device");
+  }
   return v.grad;
 }
 
 void add_grad(VarImpl& v, const Tensor& g) {
   GPUMIX_CHECK(g.shape() == v.value.shape(), "add_grad: gradient ", g.shape().str(),
-               " does not match ", v.name.empty() ? "the variable" : v.name, " ",
-               v.value.shape().str());
+               " does not match ", name_of(v), " ", v.value.shape().str());
   Tensor& buffer = grad_buffer(v);
+  GPUMIX_CHECK(g.dtype() == buffer.dtype() || buffer.dtype() == DType::f32, "add_grad: a ",
+               dtype_name(g.dtype()), " gradient for ", name_of(v), ", whose gradient is ",
+               dtype_name(buffer.dtype()), " (an activation's gradient has its value's dtype)");
   ops::axpy(buffer, g, 1.0f);
 }
 
@@ -72,7 +101,8 @@ void backward(const Var& root) {
   GPUMIX_CHECK(root.defined() && root.value().numel() == 1, "backward: the root must be a scalar "
                "(one element), got ", root.defined() ? root.value().shape().str() : "undefined",
                "; pass its gradient explicitly");
-  backward(root, Tensor::full(root.value().shape(), 1.0f, DType::f32, root.value().device()));
+  backward(root, Tensor::full(root.value().shape(), 1.0f, grad_dtype(*root.impl()),
+                              root.value().device()));
 }
 
 void backward(const Var& root, const Tensor& root_grad) {
@@ -98,7 +128,7 @@ Var recompute(const RecomputeFn& fn, const std::vector<Var>& inputs) {
   record([fn, inputs, res]() {
     if (!res->grad.defined()) return;
     std::vector<Var> detached;  // same values, fresh gradients
-    for (const Var& v : inputs) detached.emplace_back(v.value(), v.requires_grad(), v.name());
+    for (const Var& v : inputs) detached.push_back(v.fresh(v.value()));
     std::vector<std::function<void()>> outer;
     outer.swap(tape.nodes);
     tape.grad_enabled = true;

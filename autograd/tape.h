@@ -18,6 +18,9 @@ struct VarImpl {
   Tensor value;
   Tensor grad;  // undefined until a gradient reaches this variable
   bool requires_grad = false;
+  // A parameter's gradient is fp32 whatever its value's dtype; any other variable's (an
+  // activation's) has its value's dtype (core/precision.h). See grad_dtype().
+  bool parameter = false;
   std::string name;  // for error messages ("block3.attn.qkv.weight")
 };
 
@@ -26,6 +29,11 @@ class Var {
  public:
   Var() = default;
   explicit Var(Tensor value, bool requires_grad = false, std::string name = {});
+  // A parameter: requires a gradient, which is fp32 (its value may be a bf16 compute copy).
+  static Var parameter(Tensor value, std::string name = {});
+  // A new variable like this one (parameter or not, requires_grad, name) holding `value`,
+  // with no gradient yet.
+  Var fresh(Tensor value) const;
 
   bool defined() const { return impl_ != nullptr; }
   const Tensor& value() const { return impl_->value; }
@@ -42,10 +50,14 @@ class Var {
   std::shared_ptr<VarImpl> impl_;
 };
 
-// The gradient buffer of `v`, created as zeros of the value's shape (f32, same device) on
-// first use; backward kernels accumulate into it.
+// The dtype of v's gradient: f32 for a parameter, the value's dtype for an activation.
+DType grad_dtype(const VarImpl& v);
+// The gradient buffer of `v`: the one bound to it (e.g. a view of a model's flat fp32
+// gradient buffer, which the backward kernels then accumulate into directly), else zeros
+// of the value's shape, grad_dtype(v), same device, created on first use. A bound buffer
+// of another shape, dtype or device is an error naming the variable.
 Tensor& grad_buffer(VarImpl& v);
-// v.grad += g, checking that shapes agree.
+// v.grad += g (g of grad_dtype(v), or bf16 into an fp32 gradient), checking shapes.
 void add_grad(VarImpl& v, const Tensor& g);
 
 // True while operations are being recorded on this thread's tape.
@@ -74,8 +86,8 @@ void record(std::function<void()> backward_fn);
 size_t tape_size();
 
 // Replays this thread's tape in reverse, starting from root's gradient: 1 for a one-element
-// root, else `root_grad` (same shape as root). The tape is cleared afterwards, releasing
-// every saved tensor; parameter gradients stay in their Vars.
+// root, else `root_grad` (same shape as root, of grad_dtype(root)). The tape is cleared
+// afterwards, releasing every saved tensor; parameter gradients stay in their Vars.
 void backward(const Var& root);
 void backward(const Var& root, const Tensor& root_grad);
 

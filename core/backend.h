@@ -1,6 +1,15 @@
 // The small explicit contract between core/ops (which validates) and a device's kernels.
 // One Backend per device kind; ops.cpp picks it in one place. A backend receives tensors
 // already checked for shape, dtype and device, reads the sizes it needs and calls kernels/.
+//
+// Every backend implements every op in both compute dtypes, f32 and bf16, with the
+// per-argument dtypes of core/precision.h (the same as kernels/cuda/cuda.h and the bf16
+// declarations of kernels/cpu/kernels.inc). Below, [c] marks an argument in the op's compute
+// dtype (that of its first input: activations, weights as used in compute, activation
+// gradients) and [f32] one that is fp32 in every compute dtype (parameter gradients,
+// master weights, moments, losses, lse, mean, rstd). Kernels accumulate in fp32 and round
+// a bf16 result once. Backward ops accumulate (+=) into gradients; an undefined gradient
+// (or bias) means "not needed".
 #pragma once
 
 #include <cstdint>
@@ -19,41 +28,59 @@ class Backend {
   virtual void* alloc(int64_t bytes) const = 0;  // nullptr when the system has no memory
   virtual void free(void* ptr) const = 0;
 
+  // out [c], inp [c], weight [c], bias [c].
   virtual void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                               const Tensor& bias) const = 0;
+  // dinp [c], dweight [f32], dbias [f32], dout [c], inp [c], weight [c].
   virtual void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                const Tensor& inp, const Tensor& weight) const = 0;
+  // a [c], b [c]; c [c] or [f32] (an fp32 result of bf16 operands).
   virtual void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                     float alpha, float beta) const = 0;
+  // out [c], mean [f32], rstd [f32], inp [c], weight [c], bias [c].
   virtual void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                                  const Tensor& weight, const Tensor& bias) const = 0;
+  // dinp [c], dweight [f32], dbias [f32], dout [c], inp [c], weight [c], mean, rstd [f32].
   virtual void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                   const Tensor& inp, const Tensor& weight, const Tensor& mean,
                                   const Tensor& rstd) const = 0;
+  // All [c].
   virtual void gelu_forward(Tensor& out, const Tensor& inp) const = 0;
   virtual void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) const = 0;
+  // out [c], lse [f32], qkv [c].
   virtual void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int NH) const = 0;
+  // dqkv [c], dout [c], qkv [c], out [c], lse [f32].
   virtual void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                   const Tensor& out, const Tensor& lse, int NH) const = 0;
+  // losses [f32], lse [f32], logits [c], targets i32.
   virtual void crossentropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits,
                                     const Tensor& targets, int32_t ignore_index) const = 0;
+  // dlogits [c], logits [c], lse [f32], targets i32.
   virtual void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
                                      const Tensor& targets, float dloss,
                                      int32_t ignore_index) const = 0;
+  // out [c], tokens i32, wte [c], wpe [c].
   virtual void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
                                  const Tensor& wpe) const = 0;
+  // dwte [f32], dwpe [f32], dout [c], tokens i32.
   virtual void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout,
                                   const Tensor& tokens) const = 0;
-  virtual void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                          const AdamWConfig& cfg, int step) const = 0;
+  // param, grad, m, v [f32]; param_copy: the updated weights' bf16 compute copy, written
+  // in the same pass (undefined: none, as in an f32 run, whose master is its compute copy).
+  virtual void adamw_step(Tensor& param, Tensor& param_copy, const Tensor& grad, Tensor& m,
+                          Tensor& v, const AdamWConfig& cfg, int step) const = 0;
+  // All [c], except axpy's out, which may also be [f32] (fp32 accumulation of bf16 a).
   virtual void add(Tensor& out, const Tensor& a, const Tensor& b) const = 0;
   virtual void scale(Tensor& out, const Tensor& a, float s) const = 0;
   virtual void axpy(Tensor& out, const Tensor& a, float s) const = 0;
+  // a f32 or bf16; accumulated in double.
   virtual double sum(const Tensor& a) const = 0;
   virtual double sum_squares(const Tensor& a) const = 0;
+  // Any dtype.
   virtual void fill(Tensor& t, float value) const = 0;
   // Copies bytes where at least one side is on this backend's device.
   virtual void copy(Tensor& dst, const Tensor& src) const = 0;
+  // f32 <-> bf16 (round to nearest even), or a copy when the dtypes agree.
   virtual void convert(Tensor& out, const Tensor& in) const = 0;
   virtual void uniform_(Tensor& t, uint64_t key, uint64_t offset, float low, float high) const = 0;
   virtual void normal_(Tensor& t, uint64_t key, uint64_t offset, float mean, float std) const = 0;

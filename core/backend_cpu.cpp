@@ -1,4 +1,6 @@
-// The CPU backend: fp32 compute through kernels/cpu. Tensors arrive validated by ops.cpp.
+// The CPU backend: every op in f32 and bf16 through kernels/cpu (the fp32 kernels or their
+// bf16 overloads, whose per-argument dtypes are core/backend.h's). Tensors arrive validated
+// by ops.cpp.
 #include <cstdlib>
 #include <cstring>
 
@@ -16,6 +18,30 @@ namespace k = kernels::cpu;
 float* opt(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 float* f32(const Tensor& t) { return t.data<float>(); }
 const int32_t* i32(const Tensor& t) { return t.data<int32_t>(); }
+uint16_t* bf(const Tensor& t) { return reinterpret_cast<uint16_t*>(t.data<bf16>()); }
+
+// The pointers of compute-dtype tensors as the kernels take them: `float` for f32, bf16
+// bits (`uint16_t`) for bf16. Each op's body is written once over a Compute<T> and the
+// kernels' overloads pick the fp32 or the bf16 kernel.
+template <class T> struct Compute;
+template <> struct Compute<float> {
+  float* operator()(const Tensor& t) const { return f32(t); }
+  float* opt(const Tensor& t) const { return gpumix::opt(t); }
+};
+template <> struct Compute<uint16_t> {
+  uint16_t* operator()(const Tensor& t) const { return bf(t); }
+  uint16_t* opt(const Tensor& t) const { return t.defined() ? bf(t) : nullptr; }
+};
+
+// Runs fn(Compute<T>{}) for the dtype of `anchor`, the op's compute dtype (ops.cpp checked
+// that it is f32 or bf16 and that the other compute arguments agree).
+template <class F>
+void in_compute_dtype(const Tensor& anchor, F&& fn) {
+  if (anchor.dtype() == DType::bf16)
+    fn(Compute<uint16_t>{});
+  else
+    fn(Compute<float>{});
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -31,13 +57,17 @@ class CpuBackend final : public Backend {
   void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                       const Tensor& bias) const override {
     const int OC = (int)weight.size(0), C = (int)weight.size(1);
-    k::matmul_forward(f32(out), f32(inp), f32(weight), opt(bias), (int)(inp.numel() / C), C, OC);
+    in_compute_dtype(inp, [&](auto c) {
+      k::matmul_forward(c(out), c(inp), c(weight), c.opt(bias), (int)(inp.numel() / C), C, OC);
+    });
   }
   void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& weight) const override {
     const int OC = (int)weight.size(0), C = (int)weight.size(1);
-    k::matmul_backward(opt(dinp), opt(dweight), opt(dbias), f32(dout), f32(inp), f32(weight),
-                       (int)(inp.numel() / C), C, OC);
+    in_compute_dtype(inp, [&](auto c) {
+      k::matmul_backward(c.opt(dinp), opt(dweight), opt(dbias), c(dout), c(inp), c(weight),
+                         (int)(inp.numel() / C), C, OC);
+    });
   }
   void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha,
             float beta) const override {
@@ -45,49 +75,68 @@ class CpuBackend final : public Backend {
     const int k_dim = (int)(trans_a ? a.size(-2) : a.size(-1));
     const int batch = (int)(c.numel() / ((int64_t)m * n));
     const int lda = (int)a.size(-1), ldb = (int)b.size(-1);
-    k::gemm(trans_a, trans_b, m, n, k_dim, alpha, f32(a), lda, f32(b), ldb, beta, f32(c), n, batch,
-            (int64_t)m * k_dim, (int64_t)k_dim * n, (int64_t)m * n);
+    const int64_t sa = (int64_t)m * k_dim, sb = (int64_t)k_dim * n, sc = (int64_t)m * n;
+    in_compute_dtype(a, [&](auto e) {
+      if (c.dtype() == DType::f32)  // also an fp32 result of bf16 operands
+        k::gemm(trans_a, trans_b, m, n, k_dim, alpha, e(a), lda, e(b), ldb, beta, f32(c), n, batch,
+                sa, sb, sc);
+      else
+        k::gemm(trans_a, trans_b, m, n, k_dim, alpha, e(a), lda, e(b), ldb, beta, e(c), n, batch,
+                sa, sb, sc);
+    });
   }
   void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                          const Tensor& weight, const Tensor& bias) const override {
     const int C = (int)inp.size(-1);
-    k::layernorm_forward(f32(out), f32(mean), f32(rstd), f32(inp), f32(weight), f32(bias),
-                         (int)(inp.numel() / C), C);
+    in_compute_dtype(inp, [&](auto c) {
+      k::layernorm_forward(c(out), f32(mean), f32(rstd), c(inp), c(weight), c(bias),
+                           (int)(inp.numel() / C), C);
+    });
   }
   void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                           const Tensor& inp, const Tensor& weight, const Tensor& mean,
                           const Tensor& rstd) const override {
     const int C = (int)inp.size(-1);
-    k::layernorm_backward(opt(dinp), opt(dweight), opt(dbias), f32(dout), f32(inp), f32(weight),
-                          f32(mean), f32(rstd), (int)(inp.numel() / C), C);
+    in_compute_dtype(inp, [&](auto c) {
+      k::layernorm_backward(c.opt(dinp), opt(dweight), opt(dbias), c(dout), c(inp), c(weight),
+                            f32(mean), f32(rstd), (int)(inp.numel() / C), C);
+    });
   }
   void gelu_forward(Tensor& out, const Tensor& inp) const override {
-    k::gelu_forward(f32(out), f32(inp), inp.numel());
+    in_compute_dtype(inp, [&](auto c) { k::gelu_forward(c(out), c(inp), inp.numel()); });
   }
   void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) const override {
-    k::gelu_backward(f32(dinp), f32(inp), f32(dout), inp.numel());
+    in_compute_dtype(inp, [&](auto c) { k::gelu_backward(c(dinp), c(inp), c(dout), inp.numel()); });
   }
   void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int NH) const override {
-    k::attention_forward(f32(out), f32(lse), f32(qkv), (int)qkv.size(0), (int)qkv.size(1),
-                         (int)(qkv.size(2) / 3), NH);
+    in_compute_dtype(qkv, [&](auto c) {
+      k::attention_forward(c(out), f32(lse), c(qkv), (int)qkv.size(0), (int)qkv.size(1),
+                           (int)(qkv.size(2) / 3), NH);
+    });
   }
   void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                           const Tensor& lse, int NH) const override {
-    k::attention_backward(f32(dqkv), f32(dout), f32(qkv), f32(out), f32(lse), (int)qkv.size(0),
-                          (int)qkv.size(1), (int)(qkv.size(2) / 3), NH);
+    in_compute_dtype(qkv, [&](auto c) {
+      k::attention_backward(c(dqkv), c(dout), c(qkv), c(out), f32(lse), (int)qkv.size(0),
+                            (int)qkv.size(1), (int)(qkv.size(2) / 3), NH);
+    });
   }
   void crossentropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits,
                             const Tensor& targets, int32_t ignore_index) const override {
     const int V = (int)logits.size(-1);
-    k::crossentropy_forward(f32(losses), f32(lse), f32(logits), i32(targets),
-                            (int)(logits.numel() / V), V, ignore_index);
+    in_compute_dtype(logits, [&](auto c) {
+      k::crossentropy_forward(f32(losses), f32(lse), c(logits), i32(targets),
+                              (int)(logits.numel() / V), V, ignore_index);
+    });
   }
   void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
                              const Tensor& targets, float dloss,
                              int32_t ignore_index) const override {
     const int V = (int)logits.size(-1);
-    k::crossentropy_backward(f32(dlogits), f32(logits), f32(lse), i32(targets), dloss,
-                             (int)(logits.numel() / V), V, ignore_index);
+    in_compute_dtype(logits, [&](auto c) {
+      k::crossentropy_backward(c(dlogits), c(logits), f32(lse), i32(targets), dloss,
+                               (int)(logits.numel() / V), V, ignore_index);
+    });
   }
   void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
                          const Tensor& wpe) const override {
@@ -96,44 +145,59 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < tokens.numel(); ++i)
       GPUMIX_CHECK(tok[i] >= 0 && tok[i] < V, "embedding_forward: token ", tok[i], " at position ",
                    i, " is outside the vocabulary of ", V, "; the data does not match this model");
-    k::embedding_forward(f32(out), tok, f32(wte), f32(wpe), (int)tokens.size(0),
-                         (int)tokens.size(1), (int)wte.size(1));
+    in_compute_dtype(wte, [&](auto c) {
+      k::embedding_forward(c(out), tok, c(wte), c(wpe), (int)tokens.size(0), (int)tokens.size(1),
+                           (int)wte.size(1));
+    });
   }
   void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout,
                           const Tensor& tokens) const override {
-    k::embedding_backward(opt(dwte), opt(dwpe), f32(dout), i32(tokens), (int)tokens.size(0),
-                          (int)tokens.size(1), (int)dout.size(2));
+    in_compute_dtype(dout, [&](auto c) {
+      k::embedding_backward(opt(dwte), opt(dwpe), c(dout), i32(tokens), (int)tokens.size(0),
+                            (int)tokens.size(1), (int)dout.size(2));
+    });
   }
-  void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& cfg,
-                  int step) const override {
-    k::adamw_step(f32(param), f32(grad), f32(m), f32(v), param.numel(), cfg.lr, cfg.beta1,
-                  cfg.beta2, cfg.eps, cfg.weight_decay, step);
+  void adamw_step(Tensor& param, Tensor& param_copy, const Tensor& grad, Tensor& m, Tensor& v,
+                  const AdamWConfig& cfg, int step) const override {
+    if (param_copy.defined())
+      k::adamw_step(f32(param), bf(param_copy), f32(grad), f32(m), f32(v), param.numel(), cfg.lr,
+                    cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step);
+    else
+      k::adamw_step(f32(param), f32(grad), f32(m), f32(v), param.numel(), cfg.lr, cfg.beta1,
+                    cfg.beta2, cfg.eps, cfg.weight_decay, step);
   }
   void add(Tensor& out, const Tensor& a, const Tensor& b) const override {
-    k::add(f32(out), f32(a), f32(b), a.numel());
+    in_compute_dtype(a, [&](auto c) { k::add(c(out), c(a), c(b), a.numel()); });
   }
   void scale(Tensor& out, const Tensor& a, float s) const override {
-    k::scale(f32(out), f32(a), s, a.numel());
+    in_compute_dtype(a, [&](auto c) { k::scale(c(out), c(a), s, a.numel()); });
   }
   void axpy(Tensor& out, const Tensor& a, float s) const override {
-    k::axpy(f32(out), f32(a), s, a.numel());
+    in_compute_dtype(a, [&](auto c) {
+      if (out.dtype() == DType::f32)  // also fp32 accumulation of bf16 values
+        k::axpy(f32(out), c(a), s, a.numel());
+      else
+        k::axpy(c(out), c(a), s, a.numel());
+    });
   }
-  double sum(const Tensor& a) const override { return k::sum(f32(a), a.numel()); }
-  double sum_squares(const Tensor& a) const override { return k::sum_squares(f32(a), a.numel()); }
+  double sum(const Tensor& a) const override {
+    double total = 0;
+    in_compute_dtype(a, [&](auto c) { total = k::sum(c(a), a.numel()); });
+    return total;
+  }
+  double sum_squares(const Tensor& a) const override {
+    double total = 0;
+    in_compute_dtype(a, [&](auto c) { total = k::sum_squares(c(a), a.numel()); });
+    return total;
+  }
 
   void fill(Tensor& t, float value) const override {
-    const int64_t n = t.numel();
-    if (t.dtype() == DType::f32) {
-      float* p = f32(t);
-      for (int64_t i = 0; i < n; ++i) p[i] = value;
-    } else if (t.dtype() == DType::bf16) {
-      const bf16 v(value);
-      bf16* p = t.data<bf16>();
-      for (int64_t i = 0; i < n; ++i) p[i] = v;
-    } else {
-      int32_t* p = t.data<int32_t>();
-      for (int64_t i = 0; i < n; ++i) p[i] = (int32_t)value;
+    if (t.dtype() != DType::i32) {
+      in_compute_dtype(t, [&](auto c) { k::fill(c(t), value, t.numel()); });
+      return;
     }
+    int32_t* p = t.data<int32_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = (int32_t)value;
   }
   void copy(Tensor& dst, const Tensor& src) const override {
     if (dst.nbytes() && dst.raw_data() != src.raw_data())
@@ -142,9 +206,9 @@ class CpuBackend final : public Backend {
   void convert(Tensor& out, const Tensor& in) const override {
     if (out.dtype() == in.dtype()) return copy(out, in);
     if (in.dtype() == DType::f32)
-      k::f32_to_bf16(reinterpret_cast<uint16_t*>(out.data<bf16>()), f32(in), in.numel());
+      k::f32_to_bf16(bf(out), f32(in), in.numel());
     else
-      k::bf16_to_f32(f32(out), reinterpret_cast<const uint16_t*>(in.data<bf16>()), in.numel());
+      k::bf16_to_f32(f32(out), bf(in), in.numel());
   }
   void uniform_(Tensor& t, uint64_t key, uint64_t offset, float low, float high) const override {
     generate(t, [&](int64_t i) { return low + (high - low) * philox_uniform_at(key, offset + i); });

@@ -18,7 +18,8 @@ const char* dtype_name(DType t) {
 DType dtype_from_name(const char* name) {
   for (DType t : {DType::f32, DType::bf16, DType::i32})
     if (!std::strcmp(name, dtype_name(t))) return t;
-  GPUMIX_CHECK(false, "unknown dtype '", name, "'; valid: f32, bf16, i32");
+  if (!std::strcmp(name, "fp32")) return DType::f32;
+  GPUMIX_CHECK(false, "unknown dtype '", name, "'; valid: f32 (or fp32), bf16, i32");
 }
 
 }  // namespace gpumix

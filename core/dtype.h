@@ -1,5 +1,5 @@
-// Element types. CPU compute is fp32; bf16 is the GPU compute and storage type; i32 holds
-// tokens and targets.
+// Element types: f32 and bf16 are the compute dtypes (core/precision.h says which tensor
+// has which); i32 holds tokens and targets.
 #pragma once
 
 #include <cstddef>
@@ -13,7 +13,7 @@ enum class DType : uint8_t { f32, bf16, i32 };
 
 constexpr size_t dtype_size(DType t) { return t == DType::bf16 ? 2 : 4; }
 const char* dtype_name(DType t);
-// Parses "f32", "bf16", "i32"; throws Error listing the valid names otherwise.
+// Parses "f32" (also "fp32"), "bf16", "i32"; throws Error listing the valid names otherwise.
 DType dtype_from_name(const char* name);
 
 // One bf16 value with round-to-nearest-even conversion from float.

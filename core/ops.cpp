@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/backend.h"
+#include "core/precision.h"
 
 namespace gpumix::ops {
 
@@ -70,8 +71,8 @@ void check_defined(const char* op, const char* name, const Tensor& t) {
 
 void check_float(const char* op, const char* name, const Tensor& t) {
   check_defined(op, name, t);
-  GPUMIX_CHECK(t.dtype() != DType::i32, op, ": ", name, " must be a floating-point tensor, got i32 ",
-               t.shape().str());
+  GPUMIX_CHECK(is_compute_dtype(t.dtype()), op, ": ", name, " must be a floating-point tensor "
+               "(f32 or bf16), got ", dtype_name(t.dtype()), " ", t.shape().str());
 }
 
 void check_dtype(const char* op, const char* name, const Tensor& t, DType dtype) {
@@ -99,14 +100,56 @@ void check_nonempty(const char* op, const char* name, const Tensor& t) {
   GPUMIX_CHECK(t.numel() > 0, op, ": ", name, " is empty ", t.shape().str());
 }
 
-// An optional tensor (gradients, bias): undefined is fine, otherwise it must match.
-void check_optional(const char* op, const char* name, const Tensor& t, const Shape& shape,
-                    DType dtype, Device device) {
-  if (!t.defined()) return;
-  check_dtype(op, name, t, dtype);
-  check_shape(op, name, t, shape);
-  check_device(op, name, t, device);
-}
+// One op's tensor arguments against the precision contract (core/precision.h): the op
+// computes in the dtype of its anchor (its main input, a compute dtype), runs on the
+// anchor's device, and every other argument's dtype follows from its role.
+class Args {
+ public:
+  Args(const char* op, const char* anchor_name, const Tensor& anchor)
+      : op_(op), anchor_(anchor_name) {
+    check_float(op, anchor_name, anchor);
+    compute_ = anchor.dtype();
+    device_ = anchor.device();
+  }
+  DType compute() const { return compute_; }
+  Device device() const { return device_; }
+
+  // A required argument: defined, of its role's dtype, on the op's device.
+  void need(const char* name, const Tensor& t, Role role) const {
+    check_defined(op_, name, t);
+    GPUMIX_CHECK(role_allows(role, compute_, t.dtype()), op_, ": ", name, " must be ",
+                 expectation(role), ", got ", dtype_name(t.dtype()), " ", t.shape().str());
+    check_device(op_, name, t, device_);
+  }
+  void need(const char* name, const Tensor& t, Role role, const Shape& shape) const {
+    need(name, t, role);
+    check_shape(op_, name, t, shape);
+  }
+  // An optional argument (gradients, bias): undefined means "not needed", else as need().
+  void maybe(const char* name, const Tensor& t, Role role) const {
+    if (t.defined()) need(name, t, role);
+  }
+  void maybe(const char* name, const Tensor& t, Role role, const Shape& shape) const {
+    if (t.defined()) need(name, t, role, shape);
+  }
+
+ private:
+  // "bf16 (the compute dtype, that of inp)", "f32 (fp32 in every compute dtype)".
+  std::string expectation(Role role) const {
+    const char* c = dtype_name(compute_);
+    switch (role) {
+      case Role::compute: return str(c, " (the compute dtype, that of ", anchor_, ")");
+      case Role::fp32: return "f32 (fp32 in every compute dtype)";
+      case Role::compute_or_fp32: return compute_ == DType::f32 ? str(c) : str(c, " or f32");
+    }
+    return "?";
+  }
+
+  const char* op_;
+  const char* anchor_;
+  DType compute_;
+  Device device_;
+};
 
 // Rows of a (..., C) tensor whose last dimension must be C.
 int64_t rows_of(const char* op, const char* name, const Tensor& t, int64_t C) {
@@ -119,57 +162,46 @@ int64_t rows_of(const char* op, const char* name, const Tensor& t, int64_t C) {
 
 void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
   const char* op = "matmul_forward";
-  check_float(op, "weight", weight);
+  const Args args(op, "inp", inp);
+  args.need("weight", weight, Role::compute);
   GPUMIX_CHECK(weight.dim() == 2, op, ": weight must be 2-D (OC, C), got ", weight.shape().str());
   const int64_t OC = weight.size(0), C = weight.size(1);
-  check_float(op, "inp", inp);
   GPUMIX_CHECK(inp.dim() >= 1 && inp.size(-1) == C, op, ": inp ", inp.shape().str(),
                " and weight ", weight.shape().str(), " do not match: inp's last dimension must be ", C);
   const int64_t N = inp.numel() / C;
-  check_float(op, "out", out);
+  args.need("out", out, Role::compute);
   check_numel(op, "out", out, N * OC);
   GPUMIX_CHECK(out.size(-1) == OC, op, ": out ", out.shape().str(), " must have last dimension ", OC);
-  check_device(op, "inp", inp, out.device());
-  check_device(op, "weight", weight, out.device());
-  GPUMIX_CHECK(inp.dtype() == weight.dtype() && out.dtype() == weight.dtype(), op,
-               ": mixed dtypes inp ", dtype_name(inp.dtype()), ", weight ", dtype_name(weight.dtype()),
-               ", out ", dtype_name(out.dtype()));
-  check_optional(op, "bias", bias, Shape{OC}, weight.dtype(), out.device());
-  dispatch(out.device(), [&](const Backend& b) { b.matmul_forward(out, inp, weight, bias); });
+  args.maybe("bias", bias, Role::compute, Shape{OC});
+  dispatch(args.device(), [&](const Backend& b) { b.matmul_forward(out, inp, weight, bias); });
 }
 
 void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight) {
   const char* op = "matmul_backward";
-  check_float(op, "weight", weight);
+  const Args args(op, "inp", inp);
+  args.need("weight", weight, Role::compute);
   GPUMIX_CHECK(weight.dim() == 2, op, ": weight must be 2-D (OC, C), got ", weight.shape().str());
   const int64_t OC = weight.size(0), C = weight.size(1);
   const int64_t N = rows_of(op, "inp", inp, C);
-  check_float(op, "dout", dout);
+  args.need("dout", dout, Role::compute);
   check_numel(op, "dout", dout, N * OC);
-  const Device d = dout.device();
-  check_device(op, "inp", inp, d);
-  check_device(op, "weight", weight, d);
-  check_optional(op, "dinp", dinp, inp.shape(), inp.dtype(), d);
-  if (dweight.defined()) {
-    check_numel(op, "dweight", dweight, OC * C);
-    check_device(op, "dweight", dweight, d);
-    check_float(op, "dweight", dweight);
-  }
-  if (dbias.defined()) {
-    check_numel(op, "dbias", dbias, OC);
-    check_device(op, "dbias", dbias, d);
-    check_float(op, "dbias", dbias);
-  }
-  dispatch(d, [&](const Backend& b) { b.matmul_backward(dinp, dweight, dbias, dout, inp, weight); });
+  args.maybe("dinp", dinp, Role::compute, inp.shape());
+  args.maybe("dweight", dweight, Role::fp32);
+  if (dweight.defined()) check_numel(op, "dweight", dweight, OC * C);
+  args.maybe("dbias", dbias, Role::fp32);
+  if (dbias.defined()) check_numel(op, "dbias", dbias, OC);
+  dispatch(args.device(), [&](const Backend& b) {
+    b.matmul_backward(dinp, dweight, dbias, dout, inp, weight);
+  });
 }
 
 void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha,
           float beta) {
   const char* op = "gemm";
-  check_float(op, "a", a);
-  check_float(op, "b", b);
-  check_float(op, "c", c);
+  const Args args(op, "a", a);
+  args.need("b", b, Role::compute);
+  args.need("c", c, Role::compute_or_fp32);
   GPUMIX_CHECK(a.dim() >= 2 && b.dim() >= 2 && c.dim() >= 2, op,
                ": operands must be at least 2-D, got a ", a.shape().str(), ", b ", b.shape().str(),
                ", c ", c.shape().str());
@@ -183,76 +215,59 @@ void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_
   GPUMIX_CHECK(a.numel() == batch * m * k && b.numel() == batch * k * n, op,
                ": batch sizes differ: a ", a.shape().str(), ", b ", b.shape().str(), ", c ",
                c.shape().str());
-  check_device(op, "a", a, c.device());
-  check_device(op, "b", b, c.device());
-  dispatch(c.device(), [&](const Backend& be) { be.gemm(c, a, b, trans_a, trans_b, alpha, beta); });
+  dispatch(args.device(), [&](const Backend& be) { be.gemm(c, a, b, trans_a, trans_b, alpha, beta); });
 }
 
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                        const Tensor& weight, const Tensor& bias) {
   const char* op = "layernorm_forward";
-  check_float(op, "inp", inp);
+  const Args args(op, "inp", inp);
   check_nonempty(op, "inp", inp);
   const int64_t C = inp.size(-1), N = inp.numel() / C;
-  const Device d = inp.device();
-  check_optional(op, "out", out, inp.shape(), inp.dtype(), d);
-  check_defined(op, "out", out);
-  check_optional(op, "weight", weight, Shape{C}, inp.dtype(), d);
-  check_optional(op, "bias", bias, Shape{C}, inp.dtype(), d);
-  check_defined(op, "weight", weight);
-  check_defined(op, "bias", bias);
-  check_optional(op, "mean", mean, Shape{N}, DType::f32, d);
-  check_optional(op, "rstd", rstd, Shape{N}, DType::f32, d);
-  check_defined(op, "mean", mean);
-  check_defined(op, "rstd", rstd);
-  dispatch(d, [&](const Backend& b) { b.layernorm_forward(out, mean, rstd, inp, weight, bias); });
+  args.need("out", out, Role::compute, inp.shape());
+  args.need("weight", weight, Role::compute, Shape{C});
+  args.need("bias", bias, Role::compute, Shape{C});
+  args.need("mean", mean, Role::fp32, Shape{N});
+  args.need("rstd", rstd, Role::fp32, Shape{N});
+  dispatch(args.device(), [&](const Backend& b) {
+    b.layernorm_forward(out, mean, rstd, inp, weight, bias);
+  });
 }
 
 void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                         const Tensor& inp, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd) {
   const char* op = "layernorm_backward";
-  check_float(op, "inp", inp);
+  const Args args(op, "inp", inp);
   const int64_t C = inp.size(-1), N = inp.numel() / C;
-  const Device d = inp.device();
-  check_optional(op, "dout", dout, inp.shape(), inp.dtype(), d);
-  check_defined(op, "dout", dout);
-  check_optional(op, "dinp", dinp, inp.shape(), inp.dtype(), d);
-  check_optional(op, "weight", weight, Shape{C}, inp.dtype(), d);
-  check_defined(op, "weight", weight);
-  check_optional(op, "dweight", dweight, Shape{C}, DType::f32, d);
-  check_optional(op, "dbias", dbias, Shape{C}, DType::f32, d);
-  check_optional(op, "mean", mean, Shape{N}, DType::f32, d);
-  check_optional(op, "rstd", rstd, Shape{N}, DType::f32, d);
-  check_defined(op, "mean", mean);
-  check_defined(op, "rstd", rstd);
-  dispatch(d, [&](const Backend& b) {
+  args.need("dout", dout, Role::compute, inp.shape());
+  args.maybe("dinp", dinp, Role::compute, inp.shape());
+  args.need("weight", weight, Role::compute, Shape{C});
+  args.maybe("dweight", dweight, Role::fp32, Shape{C});
+  args.maybe("dbias", dbias, Role::fp32, Shape{C});
+  args.need("mean", mean, Role::fp32, Shape{N});
+  args.need("rstd", rstd, Role::fp32, Shape{N});
+  dispatch(args.device(), [&](const Backend& b) {
     b.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
   });
 }
 
 void gelu_forward(Tensor& out, const Tensor& inp) {
-  const char* op = "gelu_forward";
-  check_float(op, "inp", inp);
-  check_optional(op, "out", out, inp.shape(), inp.dtype(), inp.device());
-  check_defined(op, "out", out);
-  dispatch(inp.device(), [&](const Backend& b) { b.gelu_forward(out, inp); });
+  const Args args("gelu_forward", "inp", inp);
+  args.need("out", out, Role::compute, inp.shape());
+  dispatch(args.device(), [&](const Backend& b) { b.gelu_forward(out, inp); });
 }
 
 void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) {
-  const char* op = "gelu_backward";
-  check_float(op, "inp", inp);
-  check_optional(op, "dout", dout, inp.shape(), inp.dtype(), inp.device());
-  check_defined(op, "dout", dout);
-  check_optional(op, "dinp", dinp, inp.shape(), inp.dtype(), inp.device());
-  check_defined(op, "dinp", dinp);
-  dispatch(inp.device(), [&](const Backend& b) { b.gelu_backward(dinp, inp, dout); });
+  const Args args("gelu_backward", "inp", inp);
+  args.need("dout", dout, Role::compute, inp.shape());
+  args.need("dinp", dinp, Role::compute, inp.shape());
+  dispatch(args.device(), [&](const Backend& b) { b.gelu_backward(dinp, inp, dout); });
 }
 
 namespace {
 // Checks qkv (B,T,3C) and NH; returns (B, T, C).
 std::array<int64_t, 3> attention_dims(const char* op, const Tensor& qkv, int NH) {
-  check_float(op, "qkv", qkv);
   GPUMIX_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, op, ": qkv must be (B, T, 3C), got ",
                qkv.shape().str());
   const int64_t C = qkv.size(2) / 3;
@@ -264,41 +279,35 @@ std::array<int64_t, 3> attention_dims(const char* op, const Tensor& qkv, int NH)
 
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int NH) {
   const char* op = "attention_forward";
+  const Args args(op, "qkv", qkv);
   const auto [B, T, C] = attention_dims(op, qkv, NH);
-  const Device d = qkv.device();
-  check_optional(op, "out", out, Shape{B, T, C}, qkv.dtype(), d);
-  check_defined(op, "out", out);
-  check_optional(op, "lse", lse, Shape{B, NH, T}, DType::f32, d);
-  check_defined(op, "lse", lse);
-  dispatch(d, [&](const Backend& b) { b.attention_forward(out, lse, qkv, NH); });
+  args.need("out", out, Role::compute, Shape{B, T, C});
+  args.need("lse", lse, Role::fp32, Shape{B, NH, T});
+  dispatch(args.device(), [&](const Backend& b) { b.attention_forward(out, lse, qkv, NH); });
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& lse, int NH) {
   const char* op = "attention_backward";
+  const Args args(op, "qkv", qkv);
   const auto [B, T, C] = attention_dims(op, qkv, NH);
-  const Device d = qkv.device();
-  check_optional(op, "dqkv", dqkv, qkv.shape(), qkv.dtype(), d);
-  check_defined(op, "dqkv", dqkv);
-  check_optional(op, "dout", dout, Shape{B, T, C}, qkv.dtype(), d);
-  check_defined(op, "dout", dout);
-  check_optional(op, "out", out, Shape{B, T, C}, qkv.dtype(), d);
-  check_defined(op, "out", out);
-  check_optional(op, "lse", lse, Shape{B, NH, T}, DType::f32, d);
-  check_defined(op, "lse", lse);
-  dispatch(d, [&](const Backend& b) { b.attention_backward(dqkv, dout, qkv, out, lse, NH); });
+  args.need("dqkv", dqkv, Role::compute, qkv.shape());
+  args.need("dout", dout, Role::compute, Shape{B, T, C});
+  args.need("out", out, Role::compute, Shape{B, T, C});
+  args.need("lse", lse, Role::fp32, Shape{B, NH, T});
+  dispatch(args.device(), [&](const Backend& b) { b.attention_backward(dqkv, dout, qkv, out, lse, NH); });
 }
 
 namespace {
 // Checks logits (..., V) against targets (N); returns N.
-int64_t crossentropy_rows(const char* op, const Tensor& logits, const Tensor& targets) {
-  check_float(op, "logits", logits);
+int64_t crossentropy_rows(const char* op, const Args& args, const Tensor& logits,
+                          const Tensor& targets) {
   check_nonempty(op, "logits", logits);
   check_dtype(op, "targets", targets, DType::i32);
   const int64_t V = logits.size(-1), N = logits.numel() / V;
   GPUMIX_CHECK(targets.numel() == N, op, ": logits ", logits.shape().str(), " has ", N,
                " rows but targets ", targets.shape().str(), " has ", targets.numel(), " elements");
-  check_device(op, "targets", targets, logits.device());
+  check_device(op, "targets", targets, args.device());
   return N;
 }
 }  // namespace
@@ -306,110 +315,109 @@ int64_t crossentropy_rows(const char* op, const Tensor& logits, const Tensor& ta
 void crossentropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets,
                           int32_t ignore_index) {
   const char* op = "crossentropy_forward";
-  const int64_t N = crossentropy_rows(op, logits, targets);
-  check_optional(op, "losses", losses, Shape{N}, DType::f32, logits.device());
-  check_defined(op, "losses", losses);
-  check_optional(op, "lse", lse, Shape{N}, DType::f32, logits.device());
-  check_defined(op, "lse", lse);
-  dispatch(logits.device(),
+  const Args args(op, "logits", logits);
+  const int64_t N = crossentropy_rows(op, args, logits, targets);
+  args.need("losses", losses, Role::fp32, Shape{N});
+  args.need("lse", lse, Role::fp32, Shape{N});
+  dispatch(args.device(),
            [&](const Backend& b) { b.crossentropy_forward(losses, lse, logits, targets, ignore_index); });
 }
 
 void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
                            const Tensor& targets, float dloss, int32_t ignore_index) {
   const char* op = "crossentropy_backward";
-  const int64_t N = crossentropy_rows(op, logits, targets);
-  check_optional(op, "dlogits", dlogits, logits.shape(), logits.dtype(), logits.device());
-  check_defined(op, "dlogits", dlogits);
-  check_optional(op, "lse", lse, Shape{N}, DType::f32, logits.device());
-  check_defined(op, "lse", lse);
-  dispatch(logits.device(), [&](const Backend& b) {
+  const Args args(op, "logits", logits);
+  const int64_t N = crossentropy_rows(op, args, logits, targets);
+  args.need("dlogits", dlogits, Role::compute, logits.shape());
+  args.need("lse", lse, Role::fp32, Shape{N});
+  dispatch(args.device(), [&](const Backend& b) {
     b.crossentropy_backward(dlogits, logits, lse, targets, dloss, ignore_index);
   });
 }
 
 void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
   const char* op = "embedding_forward";
+  const Args args(op, "wte", wte);
   check_dtype(op, "tokens", tokens, DType::i32);
   GPUMIX_CHECK(tokens.dim() == 2, op, ": tokens must be (B, T), got ", tokens.shape().str());
-  check_float(op, "wte", wte);
-  check_float(op, "wpe", wpe);
+  args.need("wpe", wpe, Role::compute);
   GPUMIX_CHECK(wte.dim() == 2 && wpe.dim() == 2 && wte.size(1) == wpe.size(1), op,
                ": wte (V, C) and wpe (Tmax, C) disagree: ", wte.shape().str(), " and ",
                wpe.shape().str());
   const int64_t B = tokens.size(0), T = tokens.size(1), C = wte.size(1);
   GPUMIX_CHECK(T <= wpe.size(0), op, ": sequence length ", T, " exceeds the model's context ",
                wpe.size(0), " (wpe ", wpe.shape().str(), "); use --seq <= ", wpe.size(0));
-  const Device d = wte.device();
-  check_device(op, "tokens", tokens, d);
-  check_device(op, "wpe", wpe, d);
-  check_optional(op, "out", out, Shape{B, T, C}, wte.dtype(), d);
-  check_defined(op, "out", out);
-  dispatch(d, [&](const Backend& b) { b.embedding_forward(out, tokens, wte, wpe); });
+  check_device(op, "tokens", tokens, args.device());
+  args.need("out", out, Role::compute, Shape{B, T, C});
+  dispatch(args.device(), [&](const Backend& b) { b.embedding_forward(out, tokens, wte, wpe); });
 }
 
 void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
   const char* op = "embedding_backward";
+  const Args args(op, "dout", dout);
   check_dtype(op, "tokens", tokens, DType::i32);
   GPUMIX_CHECK(tokens.dim() == 2, op, ": tokens must be (B, T), got ", tokens.shape().str());
-  check_float(op, "dout", dout);
   const int64_t B = tokens.size(0), T = tokens.size(1);
   GPUMIX_CHECK(dout.dim() == 3 && dout.size(0) == B && dout.size(1) == T, op, ": dout ",
                dout.shape().str(), " must be (", B, ", ", T, ", C) like tokens ", tokens.shape().str());
   const int64_t C = dout.size(2);
-  const Device d = dout.device();
-  if (dwte.defined()) {
-    check_float(op, "dwte", dwte);
-    GPUMIX_CHECK(dwte.dim() == 2 && dwte.size(1) == C, op, ": dwte ", dwte.shape().str(),
-                 " must be (V, ", C, ")");
-    check_device(op, "dwte", dwte, d);
-  }
-  if (dwpe.defined()) {
-    check_float(op, "dwpe", dwpe);
-    GPUMIX_CHECK(dwpe.dim() == 2 && dwpe.size(1) == C && dwpe.size(0) >= T, op, ": dwpe ",
-                 dwpe.shape().str(), " must be (Tmax >= ", T, ", ", C, ")");
-    check_device(op, "dwpe", dwpe, d);
-  }
-  dispatch(d, [&](const Backend& b) { b.embedding_backward(dwte, dwpe, dout, tokens); });
+  check_device(op, "tokens", tokens, args.device());
+  args.maybe("dwte", dwte, Role::fp32);
+  GPUMIX_CHECK(!dwte.defined() || (dwte.dim() == 2 && dwte.size(1) == C), op, ": dwte ",
+               dwte.shape().str(), " must be (V, ", C, ")");
+  args.maybe("dwpe", dwpe, Role::fp32);
+  GPUMIX_CHECK(!dwpe.defined() || (dwpe.dim() == 2 && dwpe.size(1) == C && dwpe.size(0) >= T), op,
+               ": dwpe ", dwpe.shape().str(), " must be (Tmax >= ", T, ", ", C, ")");
+  dispatch(args.device(), [&](const Backend& b) { b.embedding_backward(dwte, dwpe, dout, tokens); });
 }
 
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& cfg,
                 int step) {
+  Tensor no_copy;
+  adamw_step(param, no_copy, grad, m, v, cfg, step);
+}
+
+void adamw_step(Tensor& param, Tensor& param_copy, const Tensor& grad, Tensor& m, Tensor& v,
+                const AdamWConfig& cfg, int step) {
   const char* op = "adamw_step";
-  check_dtype(op, "param", param, DType::f32);
+  const Args args(op, "param", param);
+  args.need("param", param, Role::fp32);
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"grad", &grad}, {"m", &m}, {"v", &v}}) {
-    check_dtype(op, name, *t, DType::f32);
+    args.need(name, *t, Role::fp32);
     check_numel(op, name, *t, param.numel());
-    check_device(op, name, *t, param.device());
+  }
+  if (param_copy.defined()) {
+    // In f32 the master weights are the compute copy: there is none to write.
+    GPUMIX_CHECK(param_copy.dtype() == DType::bf16, op, ": param_copy (the compute copy) must be "
+                 "bf16, got ", dtype_name(param_copy.dtype()), " ", param_copy.shape().str(),
+                 "; an f32 run computes on the master weights and passes none");
+    check_numel(op, "param_copy", param_copy, param.numel());
+    check_device(op, "param_copy", param_copy, args.device());
   }
   GPUMIX_CHECK(step >= 1, op, ": step counts from 1, got ", step);
-  dispatch(param.device(), [&](const Backend& b) { b.adamw_step(param, grad, m, v, cfg, step); });
+  dispatch(args.device(), [&](const Backend& b) { b.adamw_step(param, param_copy, grad, m, v, cfg, step); });
 }
 
 void add(Tensor& out, const Tensor& a, const Tensor& b) {
-  check_float("add", "a", a);
-  check_optional("add", "b", b, a.shape(), a.dtype(), a.device());
-  check_defined("add", "b", b);
-  check_float("add", "out", out);
+  const Args args("add", "a", a);
+  args.need("b", b, Role::compute, a.shape());
+  args.need("out", out, Role::compute);
   check_numel("add", "out", out, a.numel());
-  check_device("add", "out", out, a.device());
-  dispatch(a.device(), [&](const Backend& be) { be.add(out, a, b); });
+  dispatch(args.device(), [&](const Backend& be) { be.add(out, a, b); });
 }
 
 void scale(Tensor& out, const Tensor& a, float s) {
-  check_float("scale", "a", a);
-  check_float("scale", "out", out);
+  const Args args("scale", "a", a);
+  args.need("out", out, Role::compute);
   check_numel("scale", "out", out, a.numel());
-  check_device("scale", "out", out, a.device());
-  dispatch(a.device(), [&](const Backend& b) { b.scale(out, a, s); });
+  dispatch(args.device(), [&](const Backend& b) { b.scale(out, a, s); });
 }
 
 void axpy(Tensor& out, const Tensor& a, float s) {
-  check_float("axpy", "a", a);
-  check_float("axpy", "out", out);
+  const Args args("axpy", "a", a);
+  args.need("out", out, Role::compute_or_fp32);
   check_numel("axpy", "out", out, a.numel());
-  check_device("axpy", "out", out, a.device());
-  dispatch(a.device(), [&](const Backend& b) { b.axpy(out, a, s); });
+  dispatch(args.device(), [&](const Backend& b) { b.axpy(out, a, s); });
 }
 
 double sum(const Tensor& a) {

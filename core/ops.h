@@ -2,6 +2,12 @@
 // dtypes, devices: a mismatch names the op and the shapes), then dispatches on the device
 // in exactly one place (ops.cpp) to that device's Backend, which calls kernels/.
 //
+// Dtypes: each op computes in the dtype of its main input (f32 or bf16), and every other
+// argument's dtype follows from its role (core/precision.h; core/backend.h lists the roles
+// op by op): activations, weights as used in compute and activation gradients in the
+// compute dtype; parameter gradients, losses, lse, mean and rstd always fp32. A wrong
+// dtype is an error naming the op, the argument, its dtype and the expected one.
+//
 // Out-parameter style: the caller allocates outputs (the engine reuses buffers); backward
 // ops ACCUMULATE into gradients, and an undefined gradient tensor means "not needed".
 //
@@ -58,16 +64,21 @@ void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& 
 void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
 void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
 
-// One AdamW step (step counts from 1) on fp32 param, grad, m, v of equal size.
+// One AdamW step (step counts from 1) on fp32 master weights `param`, grad, m, v of equal
+// size. The second form also writes the updated weights' bf16 compute copy `param_copy`
+// (same size; undefined: none) in the same pass.
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& cfg,
                 int step);
+void adamw_step(Tensor& param, Tensor& param_copy, const Tensor& grad, Tensor& m, Tensor& v,
+                const AdamWConfig& cfg, int step);
 
-// Elementwise (out may alias an input): out = a + b; out = s a; out += s a.
+// Elementwise (out may alias an input), all of a's dtype: out = a + b; out = s a; out += s a
+// (axpy's out may also be an fp32 accumulator of a bf16 a).
 void add(Tensor& out, const Tensor& a, const Tensor& b);
 void scale(Tensor& out, const Tensor& a, float s);
 void axpy(Tensor& out, const Tensor& a, float s);
 
-// Reductions over all elements, accumulated in double.
+// Reductions over all elements (f32 or bf16), accumulated in double.
 double sum(const Tensor& a);
 double sum_squares(const Tensor& a);
 

@@ -5,6 +5,7 @@
 
 #include "autograd/functions.h"
 #include "core/ops.h"
+#include "core/precision.h"
 #include "core/rng.h"
 
 namespace gpumix {
@@ -60,28 +61,39 @@ void GPT::init_slice(const std::vector<ParamInfo>& layout, uint64_t seed, int64_
   }
 }
 
-GPT::GPT(const GPTConfig& config, Device device)
-    : config_(config), device_(device), layout_(gpt_param_layout(config)) {
+GPT::GPT(const GPTConfig& config, Device device, DType compute)
+    : config_(config), device_(device), compute_dtype_(compute), layout_(gpt_param_layout(config)) {
+  check_compute_dtype(compute, "GPT");
   int unit = -1;
   for (size_t i = 0; i < layout_.size(); ++i) {
     if (layout_[i].unit != unit) {
       unit = layout_[i].unit;
       unit_first_.push_back((int)i);
     }
-    vars_.emplace_back(Tensor(), false, layout_[i].name);
+    vars_.emplace_back(Tensor(), false, layout_[i].name);  // requires a gradient once bound
+    vars_.back().impl()->parameter = true;
   }
   unit_first_.push_back((int)layout_.size());
 }
 
-GPT::GPT(const GPTConfig& config, Device device, uint64_t seed) : GPT(config, device) {
+GPT::GPT(const GPTConfig& config, Device device, uint64_t seed, DType compute)
+    : GPT(config, device, compute) {
   const int64_t P = config.total_params();
   params_ = Tensor::empty({P}, DType::f32, device);
+  compute_params_ = compute == DType::f32 ? params_ : Tensor::empty({P}, compute, device);
   grads_ = Tensor::zeros({P}, DType::f32, device);
   init_slice(layout_, seed, 0, params_);
+  sync_compute_params();
   for (int u = 0; u < config.num_units(); ++u) {
     const auto [offset, count] = unit_range(u);
-    bind_unit(u, params_.flat_slice(offset, count), grads_.flat_slice(offset, count));
+    bind_unit(u, compute_params_.flat_slice(offset, count), grads_.flat_slice(offset, count));
   }
+}
+
+void GPT::sync_compute_params() {
+  GPUMIX_CHECK(params_.defined(), "sync_compute_params: this model has no storage of its own "
+               "(its units are bound to outside buffers)");
+  if (compute_dtype_ != DType::f32) ops::convert(compute_params_, params_);
 }
 
 void GPT::bind_unit(int unit, const Tensor& params, const Tensor& grads) {
@@ -89,6 +101,12 @@ void GPT::bind_unit(int unit, const Tensor& params, const Tensor& grads) {
   GPUMIX_CHECK(params.numel() == count && (!grads.defined() || grads.numel() == count), "bind_unit ",
                unit, ": the unit has ", count, " parameters, got buffers of ", params.numel(), " and ",
                grads.defined() ? grads.numel() : 0);
+  GPUMIX_CHECK(params.dtype() == compute_dtype_, "bind_unit ", unit, ": parameters must be ",
+               dtype_name(compute_dtype_), " (the model's compute dtype), got ",
+               dtype_name(params.dtype()));
+  GPUMIX_CHECK(!grads.defined() || grads.dtype() == DType::f32, "bind_unit ", unit,
+               ": gradients must be f32 (parameter gradients are fp32 in every compute dtype), got ",
+               dtype_name(grads.dtype()));
   for (int i = unit_first_[unit]; i < unit_first_[unit + 1]; ++i) {
     const ParamInfo& info = layout_[i];
     VarImpl& v = *vars_[i].impl();
@@ -161,7 +179,8 @@ Tensor GPT::logits(const Tensor& tokens) const {
   NoGradGuard no_grad;
   Var x = embed(tokens);
   for (int l = 0; l < config_.L; ++l) x = block(l, x);
-  return head(x).value();
+  const Tensor out = head(x).value();
+  return out.dtype() == DType::f32 ? out : out.to(DType::f32);
 }
 
 }  // namespace gpumix

@@ -2,10 +2,17 @@
 //
 // Glossary: B batch, T sequence, C channels, L layers, NH heads, V vocabulary.
 //
-// All parameters live in ONE flat fp32 buffer (P elements) in a stable order, each
-// parameter a named view of it; the gradients likewise. The order defines the flat layout
-// that dist/ shards: units are the embedding (wte, wpe), then each block, then the head
-// (final layernorm; the LM head reuses wte).
+// All parameters live in ONE flat fp32 buffer (P elements, the master weights) in a stable
+// order; the gradients in another (fp32). The order defines the flat layout that dist/
+// shards: units are the embedding (wte, wpe), then each block, then the head (final
+// layernorm; the LM head reuses wte).
+//
+// Precision (core/precision.h): a model computes in one compute dtype, f32 or bf16. In
+// bf16 it also keeps a flat bf16 compute copy of the master weights (same layout), which
+// the stages compute with: activations and their gradients are bf16, the parameter
+// gradients accumulate in fp32 straight from the kernels, and the optimizer updates the
+// master weights and rewrites the copy in the same pass (AdamW::step). In f32 the compute
+// copy IS the master buffer: no extra memory, no extra pass. Losses are fp32.
 //
 // GPT exposes its stages (embed, block l, head + loss) so that an engine can run the model
 // layer by layer; forward() chains them for a single device.
@@ -35,18 +42,20 @@ std::vector<ParamInfo> gpt_param_layout(const GPTConfig& config);
 
 class GPT {
  public:
-  // Allocates the flat parameters and gradients on `device` and initialises them as GPT-2
-  // does: N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm 1/0.
-  // Every parameter's numbers depend only on (seed, its name), never on the layout.
-  GPT(const GPTConfig& config, Device device, uint64_t seed);
+  // Allocates the flat master weights, their compute copy (bf16 only) and the gradients on
+  // `device` and initialises the weights as GPT-2 does: N(0, 0.02), residual projections
+  // N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm 1/0. Every parameter's numbers depend only
+  // on (seed, its name), never on the layout. `compute` is f32 or bf16.
+  GPT(const GPTConfig& config, Device device, uint64_t seed, DType compute = DType::f32);
 
   // A model with no storage of its own: every unit must be bound (bind_unit) to buffers
   // before it runs. This is how a sharded engine runs a unit on its gathered parameters.
-  GPT(const GPTConfig& config, Device device);
+  GPT(const GPTConfig& config, Device device, DType compute = DType::f32);
 
-  // Points unit u's parameters at `params` (unit_params(u) elements) and their gradients at
-  // `grads` (same size, or undefined for no gradient: the unit's parameters then do not
-  // require one).
+  // Points unit u's parameters at `params` (unit_params(u) elements in the compute dtype:
+  // the unit's slice of a compute copy, e.g. gathered) and their gradients at `grads` (the
+  // same count in fp32, into which backward accumulates; or undefined for no gradient: the
+  // unit's parameters then do not require one). Other sizes or dtypes are an error.
   void bind_unit(int unit, const Tensor& params, const Tensor& grads);
   // Drops the unit's references to its buffers, so that gathered ones can be freed; the
   // unit must be bound again before it runs.
@@ -60,9 +69,14 @@ class GPT {
 
   const GPTConfig& config() const { return config_; }
   Device device() const { return device_; }
+  DType compute_dtype() const { return compute_dtype_; }
   const std::vector<ParamInfo>& layout() const { return layout_; }
-  Tensor& params() { return params_; }  // (P)
-  Tensor& grads() { return grads_; }    // (P)
+  Tensor& params() { return params_; }                  // (P) fp32 master weights
+  Tensor& compute_params() { return compute_params_; }  // (P) compute dtype; f32: params()
+  Tensor& grads() { return grads_; }                    // (P) fp32
+  // Rewrites the compute copy from the master weights, after these were written directly
+  // (loaded from a checkpoint, copied in by a test). Nothing to do in f32.
+  void sync_compute_params();
   const Var& param(int i) const { return vars_[i]; }
   int64_t num_params() const { return params_.numel(); }
   // [offset, offset + count) of unit u in the flat buffer.
@@ -80,7 +94,7 @@ class GPT {
   // With recompute, each block's activations are recomputed during backward.
   Var loss(const Tensor& tokens, const Tensor& targets, float scale, bool recompute = false) const;
 
-  // Logits for inference (no tape): (B, T, V).
+  // Logits for inference (no tape): (B, T, V), fp32 whatever the compute dtype.
   Tensor logits(const Tensor& tokens) const;
 
  private:
@@ -88,8 +102,9 @@ class GPT {
 
   GPTConfig config_;
   Device device_;
+  DType compute_dtype_;
   std::vector<ParamInfo> layout_;
-  Tensor params_, grads_;
+  Tensor params_, compute_params_, grads_;
   std::vector<Var> vars_;
   std::vector<int> unit_first_;  // index in layout_ of each unit's first parameter
 };

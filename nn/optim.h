@@ -18,9 +18,13 @@ class AdamW {
   AdamW(const std::vector<ParamInfo>& layout, int64_t offset, int64_t count, Device device,
         const AdamWConfig& config);
 
-  // One step on the slice: params and grads are (count) views of the same elements.
-  // `step` counts from 1; `lr` overrides config.lr (schedules).
-  void step(Tensor& params, const Tensor& grads, float lr, int step);
+  // One step on the slice: params (fp32 master weights) and grads (fp32) are (count) views
+  // of the same elements. `step` counts from 1; `lr` overrides config.lr (schedules).
+  // `compute_copy`, the same elements of the model's compute copy (GPT::compute_params()),
+  // is rewritten from the updated weights in the same pass when it is bf16; in f32 it is
+  // the master itself (or undefined) and nothing more is done.
+  void step(Tensor& params, const Tensor& grads, float lr, int step,
+            const Tensor& compute_copy = Tensor());
 
   Tensor& m() { return m_; }
   Tensor& v() { return v_; }

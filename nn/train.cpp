@@ -233,12 +233,13 @@ std::string generate(const GenerateOptions& o) {
   std::optional<data::Tokenizer> tok;  // not needed for a prompt of ids
   if (!o.model.empty()) {
     hf::Gpt2Model m = hf::read_model(o.model);
-    model = std::make_unique<GPT>(m.config, Device::cpu(), 0);
+    model = std::make_unique<GPT>(m.config, Device::cpu(), 0, o.dtype);
     std::copy(m.params.begin(), m.params.end(), model->params().data<float>());
+    model->sync_compute_params();
     tok = std::move(m.tokenizer);
   } else {
     const CheckpointReader reader = open_checkpoint(o.ckpt);
-    model = load_model(reader);
+    model = load_model(reader, o.dtype);
     if (o.prompt_ids.empty()) tok = checkpoint_tokenizer(reader, model->config().V);
   }
   std::vector<int32_t> ids = o.prompt_ids;

@@ -9,9 +9,11 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "nn/checkpoint.h"
 #include "nn/data/token_file.h"
 #include "nn/gpt_config.h"
@@ -55,6 +57,9 @@ struct TrainOptions {
   int64_t device_memory = 0;    // emulated device capacity in bytes (0: the machine's)
   bool quiet = false;           // no per-step lines (the log file still gets them)
   bool skip_nonfinite = false;  // a NaN/Inf loss or gradient skips the step instead of stopping
+  // Compute dtype, f32 or bf16 (core/precision.h). Unset: the plan file's, else the resumed
+  // checkpoint's, else bf16 where every rank's device computes it natively, f32 elsewhere.
+  std::optional<DType> dtype;
 };
 
 struct TrainResult {
@@ -112,6 +117,7 @@ struct GenerateOptions : SampleOptions {
   std::string prompt;
   std::vector<int32_t> prompt_ids;  // instead of `prompt`: token ids, no tokenizer needed
   int threads = 0;
+  DType dtype = DType::f32;     // compute dtype of the model (core/precision.h)
 };
 
 // Returns the prompt followed by the generated text (sample_tokens, through the run

@@ -30,10 +30,11 @@ struct ProfilerOptions {
   bool show_progress = true; // rank 0 shows a progress bar
 };
 
-// Collective over `comm`: every rank passes its device (already configured: capacity and
-// slowdown) and that device's label ("cpu:mem=2GiB:slow=3"); every rank returns the same
-// profile (ranks with the same label share one device entry).
-Profile profile_cluster(const GPTConfig& model, int seq_len, const std::string& device_label,
+// Collective over `comm`: every rank passes the run's compute dtype (f32 or bf16), its
+// device (already configured: capacity and slowdown) and that device's label
+// ("cpu:mem=2GiB:slow=3"); every rank returns the same profile (ranks with the same label
+// share one device entry), measured in that dtype.
+Profile profile_cluster(const GPTConfig& model, int seq_len, DType dtype, const std::string& device_label,
                         Device device, Comm& comm, const ProfilerOptions& options = {});
 
 }  // namespace gpumix::dist

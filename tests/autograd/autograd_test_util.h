@@ -30,6 +30,22 @@ inline Var random_var(const Shape& shape, uint32_t seed, const std::string& name
   return Var(random_tensor(shape, seed, lo, hi), requires_grad, name);
 }
 
+// The same in bf16 (values rounded once): an activation, or a parameter (fp32 gradient).
+inline Var bf16_var(const Shape& shape, uint32_t seed, const std::string& name, float lo = -1.0f,
+                    float hi = 1.0f, bool requires_grad = true) {
+  return Var(random_tensor(shape, seed, lo, hi).to(DType::bf16), requires_grad, name);
+}
+inline Var bf16_param(const Shape& shape, uint32_t seed, const std::string& name,
+                      float lo = -1.0f, float hi = 1.0f) {
+  return Var::parameter(random_tensor(shape, seed, lo, hi).to(DType::bf16), name);
+}
+// bf16 parameters holding the values of `params` rounded once.
+inline std::vector<Var> to_bf16_params(const std::vector<Var>& params) {
+  std::vector<Var> out;
+  for (const Var& p : params) out.push_back(Var::parameter(p.value().to(DType::bf16), p.name()));
+  return out;
+}
+
 inline std::vector<float> grad_of(const Var& v) {
   EXPECT_TRUE(v.grad().defined()) << v.name() << " received no gradient";
   return v.grad().defined() ? v.grad().to_vector() : std::vector<float>();

@@ -1,8 +1,10 @@
 // Every differentiable function through the finite-difference gradient checker, every
-// element of every input probed; and a deliberately wrong backward, to show the checker
-// fails when a gradient is wrong. The checker's tolerance (GradCheckOptions: atol 2e-3,
-// rtol 2e-2 at step 1e-2) is the one it documents for central differences of fp32
-// forward passes; no test changes it.
+// element of every input probed, in f32 and through the bf16 path; and a deliberately
+// wrong backward, to show the checker fails when a gradient is wrong. The checker's
+// tolerance (GradCheckOptions: atol 2e-3, rtol 2e-2 at step 1e-2) is the one it documents
+// for central differences of fp32 forward passes; in bf16 it adds
+// bf16_roundings * 2^-8 * (|numeric| + rms) (autograd/gradcheck.h), bf16_roundings counted
+// per test from the ops on the path (2 per op: its output and its input gradient).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +15,8 @@
 namespace gpumix {
 namespace {
 
+using test::bf16_param;
+using test::bf16_var;
 using test::check_all;
 using test::random_var;
 
@@ -163,15 +167,120 @@ TEST(GradCheck, ComposedBlockWithRespectToItsInput) {
       [bp](const std::vector<Var>& v) { return test::tiny_block(v[0], bp, 2); }, in, check_all())));
 }
 
+// ---- the bf16 path: bf16 values and activation gradients, fp32 parameter gradients ---------------
+
+// The checker's options for a path of `ops` differentiable functions, `extra` further bf16
+// roundings (fused attention may round its probabilities, forward and backward; residual
+// gradients are rounded once more where they meet).
+// Single ops probe every element; compositions the checker's default sample.
+GradCheckOptions bf16_check(int ops, int extra = 0) {
+  GradCheckOptions o = ops == 1 ? check_all() : GradCheckOptions{};
+  o.bf16_roundings = 2 * ops + extra;
+  return o;
+}
+
+TEST(GradCheckBf16, Linear) {
+  std::vector<Var> in = {bf16_var({2, 3, 5}, 1, "x"), bf16_param({4, 5}, 2, "w"),
+                         bf16_param({4}, 3, "b")};
+  EXPECT_TRUE(passes(check_gradients(
+      [](const std::vector<Var>& v) { return linear(v[0], v[1], v[2]); }, in, bf16_check(1))));
+  EXPECT_EQ(in[0].grad().dtype(), DType::bf16);  // an activation's gradient: its value's dtype
+  EXPECT_EQ(in[1].grad().dtype(), DType::f32);   // a parameter's: fp32
+  EXPECT_EQ(in[2].grad().dtype(), DType::f32);
+  std::vector<Var> no_bias = {bf16_var({7, 3}, 4, "x"), bf16_param({5, 3}, 5, "w")};
+  EXPECT_TRUE(passes(check_gradients(
+      [](const std::vector<Var>& v) { return linear(v[0], v[1], Var()); }, no_bias, bf16_check(1))));
+}
+
+TEST(GradCheckBf16, LayernormGeluAdd) {
+  std::vector<Var> ln = {bf16_var({2, 3, 8}, 9, "x", -2, 2), bf16_param({8}, 10, "w", 0.5f, 1.5f),
+                         bf16_param({8}, 11, "b")};
+  EXPECT_TRUE(passes(check_gradients(
+      [](const std::vector<Var>& v) { return layernorm(v[0], v[1], v[2]); }, ln, bf16_check(1))));
+  EXPECT_EQ(ln[1].grad().dtype(), DType::f32);
+  std::vector<Var> g = {bf16_var({3, 7}, 12, "x", -3, 3)};
+  EXPECT_TRUE(passes(check_gradients([](const std::vector<Var>& v) { return gelu(v[0]); }, g,
+                                     bf16_check(1))));
+  std::vector<Var> a = {bf16_var({2, 3}, 13, "a"), bf16_var({2, 3}, 14, "b")};
+  EXPECT_TRUE(passes(check_gradients([](const std::vector<Var>& v) { return add(v[0], v[1]); }, a,
+                                     bf16_check(1))));
+  // An fp32 parameter gradient receives bf16 gradients, accumulated in fp32.
+  std::vector<Var> mixed = {bf16_param({2, 3}, 15, "p"), bf16_var({2, 3}, 16, "x")};
+  EXPECT_TRUE(passes(check_gradients([](const std::vector<Var>& v) { return add(v[0], v[1]); },
+                                     mixed, bf16_check(1))));
+  EXPECT_EQ(mixed[0].grad().dtype(), DType::f32);
+}
+
+TEST(GradCheckBf16, Attention) {
+  for (int T : {1, 5, 7}) {
+    SCOPED_TRACE("T " + std::to_string(T));
+    std::vector<Var> in = {bf16_var({2, T, 24}, 100 + T, "qkv")};
+    EXPECT_TRUE(passes(check_gradients(
+        [](const std::vector<Var>& v) { return attention(v[0], 2); }, in, bf16_check(1, 2))));
+  }
+}
+
+TEST(GradCheckBf16, EmbeddingAndCrossEntropy) {
+  Tensor tokens = Tensor::from_vector(std::vector<int32_t>{1, 3, 1, 1, 0, 4, 3, 3, 2, 1}, {2, 5});
+  std::vector<Var> emb = {bf16_param({6, 4}, 18, "wte"), bf16_param({7, 4}, 19, "wpe")};
+  EXPECT_TRUE(passes(check_gradients(
+      [tokens](const std::vector<Var>& v) { return embedding(tokens, v[0], v[1]); }, emb,
+      bf16_check(1))));
+  Tensor targets = Tensor::from_vector(std::vector<int32_t>{2, -1, 0, 6, -1, 5}, {6});
+  std::vector<Var> ce = {bf16_var({2, 3, 7}, 22, "logits", -2, 2)};
+  EXPECT_TRUE(passes(check_gradients(
+      [targets](const std::vector<Var>& v) { return cross_entropy(v[0], targets, 0.25f); }, ce,
+      bf16_check(1))));
+  EXPECT_EQ(ce[0].grad().dtype(), DType::bf16);
+}
+
+// The ops on the longest path of the tiny GPT: the embedding, per block ln, qkv, attention,
+// proj, add, ln, fc, gelu, fc2, add (10), then ln_f and the head (cross-entropy's rounding is
+// its input gradient, counted with the head); extra: attention's probabilities (2 per
+// block) and the residual gradients' second accumulation (2 per block).
+int tiny_gpt_ops(const test::TinyConfig& c) { return 1 + 10 * c.L + 2; }
+
+TEST(GradCheckBf16, ComposedTwoLayerModelWithAndWithoutRecompute) {
+  const test::TinyConfig c;
+  Tensor tokens, targets;
+  test::tiny_batch(c, 2, 5, 31, &tokens, &targets);
+  for (bool checkpoint : {false, true}) {
+    SCOPED_TRACE(checkpoint ? "recompute" : "plain");
+    std::vector<Var> params = test::to_bf16_params(test::tiny_params(c, 32));
+    const GradCheckResult r = check_gradients(
+        [&](const std::vector<Var>& p) { return test::tiny_forward(p, tokens, targets, c, checkpoint); },
+        params, bf16_check(tiny_gpt_ops(c), 4 * c.L));
+    EXPECT_TRUE(passes(r));
+    for (const Var& p : params) {
+      ASSERT_TRUE(p.grad().defined()) << p.name();
+      EXPECT_EQ(p.grad().dtype(), DType::f32) << p.name();
+    }
+  }
+}
+
+TEST(GradCheckBf16, ComposedBlockWithRespectToItsInputAndParameters) {
+  // The block's input and its 12 parameters, all inputs of f (the checker also runs f on
+  // their fp32 twins).
+  const test::TinyConfig c;
+  const std::vector<Var> params = test::to_bf16_params(test::tiny_params(c, 33));
+  std::vector<Var> in = {bf16_var({2, 5, c.C}, 34, "x")};
+  in.insert(in.end(), params.begin() + 2, params.begin() + 2 + test::kBlockParams);
+  EXPECT_TRUE(passes(check_gradients(
+      [](const std::vector<Var>& v) { return test::tiny_block(v[0], &v[1], 2); }, in,
+      bf16_check(10, 4))));
+  EXPECT_EQ(in[0].grad().dtype(), DType::bf16);
+  EXPECT_EQ(in[1].grad().dtype(), DType::f32);
+}
+
 // ---- the checker fails when a backward is wrong ----------------------------------------------
 
-// y = x * x elementwise, recorded with a chosen backward: dx += factor * x * dy.
+// y = x * x elementwise (in x's dtype), recorded with a chosen backward: dx += factor * x * dy.
 Var square(const Var& x, float factor) {
   const std::vector<float> xv = x.value().to_vector();
   std::vector<float> yv(xv.size());
   for (size_t i = 0; i < xv.size(); ++i) yv[i] = xv[i] * xv[i];
   const bool rec = should_record({&x});
-  Var y(Tensor::from_vector(yv, x.value().shape()), rec);
+  Var y(Tensor::from_vector(yv, x.value().shape()).to(x.value().dtype()), rec);
   if (rec) {
     auto xi = x.impl(), yi = y.impl();
     record([xi, yi, factor]() {
@@ -179,7 +288,7 @@ Var square(const Var& x, float factor) {
       const std::vector<float> x_ = xi->value.to_vector(), dy = yi->grad.to_vector();
       std::vector<float> dx(x_.size());
       for (size_t i = 0; i < x_.size(); ++i) dx[i] = factor * x_[i] * dy[i];
-      add_grad(*xi, Tensor::from_vector(dx, xi->value.shape()));
+      add_grad(*xi, Tensor::from_vector(dx, xi->value.shape()).to(grad_dtype(*xi)));
     });
   }
   return y;
@@ -199,6 +308,17 @@ TEST(GradCheck, FailsOnAWrongBackward) {
   EXPECT_NE(r.report.find("numeric"), std::string::npos) << r.report;
   EXPECT_NE(r.report.find("analytic"), std::string::npos) << r.report;
   EXPECT_EQ(tape_size(), 0u);
+}
+
+TEST(GradCheckBf16, FailsOnAWrongBackward) {
+  std::vector<Var> in = {bf16_var({3, 4}, 40, "x")};
+  EXPECT_TRUE(passes(check_gradients([](const std::vector<Var>& v) { return square(v[0], 2.0f); },
+                                     in, bf16_check(1))));
+  // 10% off is beyond a single op's bf16 allowance (2 roundings: 0.8% of the scale).
+  const GradCheckResult r = check_gradients(
+      [](const std::vector<Var>& v) { return square(v[0], 2.2f); }, in, bf16_check(1));
+  EXPECT_FALSE(r.ok) << r.report;
+  EXPECT_NE(r.report.find("(x)"), std::string::npos) << r.report;
 }
 
 TEST(GradCheck, FailsOnAMissingGradientInAComposition) {

@@ -1,5 +1,6 @@
 // Tape semantics: += accumulation across backward calls, NoGradGuard, errors of backward,
-// unused branches, the tape cleared after backward, per-thread tapes, checked add_grad.
+// unused branches, the tape cleared after backward, per-thread tapes, checked add_grad and
+// the gradients' dtypes (fp32 for parameters, the value's for activations).
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -235,6 +236,33 @@ TEST(Tape, AddGradChecksTheShapeAndNamesTheVariable) {
   EXPECT_EQ(v.grad().to_vector(), std::vector<float>(6, 1.75f));
   EXPECT_EQ(v.grad().dtype(), DType::f32);
   EXPECT_EQ(v.grad().shape(), Shape({2, 3}));
+}
+
+TEST(Tape, GradientDtypes) {
+  // An activation's gradient has its value's dtype; a parameter's is fp32, its value may be bf16.
+  Var act(Tensor::zeros({2, 3}, DType::bf16), true, "h");
+  Var param = Var::parameter(Tensor::zeros({2, 3}, DType::bf16), "w");
+  EXPECT_EQ(grad_dtype(*act.impl()), DType::bf16);
+  EXPECT_EQ(grad_dtype(*param.impl()), DType::f32);
+  EXPECT_EQ(grad_buffer(*act.impl()).dtype(), DType::bf16);
+  EXPECT_EQ(grad_buffer(*param.impl()).dtype(), DType::f32);
+  // bf16 gradients accumulate into the fp32 one in fp32: 1 + 2^-9 twice is exact in fp32
+  // (a bf16 accumulator would round each sum back to 1).
+  const float small = 1.0f + std::ldexp(1.0f, -7);  // bf16-representable
+  add_grad(*param.impl(), Tensor::full({2, 3}, small, DType::bf16));
+  add_grad(*param.impl(), Tensor::full({2, 3}, std::ldexp(1.0f, -9), DType::f32));
+  add_grad(*param.impl(), Tensor::full({2, 3}, std::ldexp(1.0f, -9), DType::f32));
+  EXPECT_EQ(param.grad().to_vector(), std::vector<float>(6, small + std::ldexp(1.0f, -8)));
+  // An fp32 gradient for a bf16 activation is refused, naming both dtypes.
+  EXPECT_THROW_WITH(add_grad(*act.impl(), Tensor::zeros({2, 3})), Error, "add_grad",
+                    "a f32 gradient for h", "whose gradient is bf16");
+  // A bound buffer of the wrong dtype (a bf16 gradient for a parameter) is an error too.
+  Var bound = Var::parameter(Tensor::zeros({4}, DType::bf16), "ln.bias");
+  bound.impl()->grad = Tensor::zeros({4}, DType::bf16);
+  EXPECT_THROW_WITH(grad_buffer(*bound.impl()), Error, "gradient buffer bound to ln.bias",
+                    "Tensor(bf16, (4,)", "parameter value", "needs a f32 gradient");
+  // In f32 nothing changes: both are fp32.
+  EXPECT_EQ(grad_dtype(*Var(Tensor::zeros({1}), true).impl()), DType::f32);
 }
 
 TEST(Tape, FunctionShapeErrors) {

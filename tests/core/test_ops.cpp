@@ -58,7 +58,7 @@ TEST(OpsValidation, MatmulDtypesAndUndefined) {
                     "floating-point", "i32");
   Tensor w_h = Tensor::zeros({3, 5}, DType::bf16);
   EXPECT_THROW_WITH(ops::matmul_forward(out, inp, w_h, Tensor()), Error, "matmul_forward",
-                    "mixed dtypes", "f32", "bf16");
+                    "weight must be f32 (the compute dtype, that of inp), got bf16 (3, 5)");
   EXPECT_THROW_WITH(ops::matmul_forward(out, Tensor(), w, Tensor()), Error, "matmul_forward",
                     "inp is undefined");
   EXPECT_THROW_WITH(ops::matmul_forward(out, inp, Tensor(), Tensor()), Error, "matmul_forward",

@@ -42,6 +42,57 @@ inline ::testing::AssertionResult all_close(const char* what, const std::vector<
          << rtol << ")";
 }
 
+// The unit roundoff of bf16 (8 significant bits): one rounding to nearest is off by at most
+// 2^-8 of the value.
+constexpr double kBf16Roundoff = 1.0 / 256;
+
+// Relative tolerance of a bf16-path result against the fp32 path on the same inputs: `R`
+// bf16 roundings on the way to it (R = 0: an fp32 output, such as a parameter gradient)
+// plus the fp32 rounding of a k-term reduction done in another order ((k + 2) eps bounds a
+// k-term sum's rounding relative to the sum of its terms' magnitudes).
+inline double bf16_rtol(int R, int64_t k) {
+  return R * kBf16Roundoff + (double)(k + 2) * FLT_EPSILON;
+}
+
+// all_close with atol = rtol * rms(ref): every element is judged against the scale of the
+// whole output too, since a rounded sum errs relative to its terms' size, not its result's
+// (an element that cancels to near zero keeps the error of its terms).
+inline ::testing::AssertionResult close_to_scale(const char* what, const std::vector<float>& got,
+                                                 const std::vector<float>& ref, double rtol) {
+  double squares = 0;
+  for (float r : ref) squares += (double)r * r;
+  const double rms = ref.empty() ? 0 : std::sqrt(squares / (double)ref.size());
+  return all_close(what, got, std::vector<double>(ref.begin(), ref.end()), rtol, rtol * rms);
+}
+
+// The normalised mean squared error of a result after R bf16 roundings and a k-term fp32
+// reduction: independent roundings, each uniform within +-u of the value, add in
+// quadrature to an expected R u^2 / 3 (u = 2^-8); allowed: R u^2, plus the fp32 part.
+inline double bf16_nmse(int R, int64_t k) {
+  const double fp32 = (double)(k + 2) * FLT_EPSILON;
+  return R * kBf16Roundoff * kBf16Roundoff + fp32 * fp32;
+}
+
+// A deep composition (a model's logits or gradients) against a reference: every element
+// within bf16_rtol(R, k) of the scale (the first-order worst case, roundings adding up)
+// and the whole within bf16_nmse(R, k) in the mean (sum (got - ref)^2 / sum ref^2), which
+// is what makes the check tight where the worst case is loose.
+inline ::testing::AssertionResult model_close(const char* what, const std::vector<float>& got,
+                                              const std::vector<float>& ref, int R, int64_t k) {
+  ::testing::AssertionResult each = close_to_scale(what, got, ref, bf16_rtol(R, k));
+  if (!each) return each;
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    err += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+    norm += (double)ref[i] * ref[i];
+  }
+  const double nmse = norm > 0 ? err / norm : err, bound = bf16_nmse(R, k);
+  if (nmse <= bound) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": normalised mean squared error " << nmse
+                                       << " = " << nmse / bound << " x the allowance " << bound
+                                       << " (R " << R << ", k " << k << ")";
+}
+
 // Bitwise equality of two fp32 vectors, reporting the first difference.
 inline ::testing::AssertionResult bitwise_equal(const char* what, const std::vector<float>& a,
                                                 const std::vector<float>& b) {

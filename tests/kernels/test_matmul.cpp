@@ -63,8 +63,8 @@ TEST(Gemm, MatchesRefAllTransposes) {
 
 TEST(Gemm, ZeroKScalesC) {
   std::vector<float> c_fast = {1, 2, 3, 4, 5, 6}, c_ref = c_fast;
-  cpu::gemm(false, false, 2, 3, 0, 1.0f, (const float*)nullptr, 1, nullptr, 3, 0.5f, c_fast.data(), 3);
-  ref::gemm(false, false, 2, 3, 0, 1.0f, (const float*)nullptr, 1, nullptr, 3, 0.5f, c_ref.data(), 3);
+  cpu::gemm(false, false, 2, 3, 0, 1.0f, (const float*)nullptr, 1, (const float*)nullptr, 3, 0.5f, c_fast.data(), 3);
+  ref::gemm(false, false, 2, 3, 0, 1.0f, (const float*)nullptr, 1, (const float*)nullptr, 3, 0.5f, c_ref.data(), 3);
   EXPECT_EQ(c_fast, c_ref);
   EXPECT_EQ(c_fast[5], 3.0f);
 }

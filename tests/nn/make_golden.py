@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
-"""Writes tests/nn/golden_gpt.json: a tiny GPT run in PyTorch, the oracle of GPUMix's
-golden test (tests/nn/test_golden.cpp).
+"""Writes tests/nn/golden_gpt.json: a small GPT run in PyTorch, the oracle of GPUMix's
+golden test (tests/nn/test_golden.cpp), in fp32 and under PyTorch's bf16 mixed precision
+(torch.autocast("cpu", dtype=torch.bfloat16): fp32 parameters, bf16 matmuls).
 
 Run by hand with Debian's PyTorch (apt-get install python3-torch), not in CI:
     /usr/bin/python3 tests/nn/make_golden.py
 
 The model mirrors nn/gpt.cpp exactly: pre-norm blocks, fused qkv projection laid out
 [q | k | v], causal attention with 1/sqrt(head size) scaling, tanh GELU, LayerNorm eps 1e-5,
-final LayerNorm, LM head tied to the token embedding. Parameters are drawn here and stored
-in GPUMix's flat order (nn/gpt.cpp gpt_param_layout), so both sides start from the same
-numbers. The file holds: the config, tokens and targets, the flat parameters, the logits,
-the mean loss, the flat gradient of that loss, and the losses of a few AdamW steps (decay on
-matrices and embeddings only, as nn/optim.cpp)."""
+final LayerNorm, LM head tied to the token embedding. Parameters are a pure function of
+their index in GPUMix's flat order (nn/gpt.cpp gpt_param_layout), computed bit for bit the
+same by the test (golden_param below), so both sides start from the same numbers. The file
+holds: the config, tokens and targets, a check of the parameters (their sum and a few of
+them), and per mode ("fp32", "bf16_autocast") the logits, the mean loss, the flat gradient
+of that loss and the losses of a few AdamW steps (decay on matrices and embeddings only, as
+nn/optim.cpp). Large arrays are base64 of little-endian fp32 ("f32") or bf16 ("bf16", the
+autocast logits are bf16; its gradients are rounded to bf16, one more rounding that the
+test allows for)."""
+import base64
 import json
 import math
 import os
@@ -22,7 +28,7 @@ import torch.nn.functional as F
 torch.manual_seed(1234)
 torch.set_default_dtype(torch.float32)
 
-L, NH, C, V, T, B = 2, 2, 16, 37, 8, 2
+L, NH, C, V, T, B = 3, 3, 96, 301, 37, 3
 STEPS, LR, BETAS, EPS, WD = 5, 1e-2, (0.9, 0.95), 1e-8, 0.1
 
 
@@ -43,14 +49,33 @@ def layout():
     return out
 
 
-# Random (not GPT-2-initialised) values, so that every path, biases and norms included,
-# carries signal into the gradients.
+MASK = (1 << 64) - 1
+
+
+def mix64(x):
+    """splitmix64's finaliser, as core/rng.cpp mix64."""
+    x = (x + 0x9E3779B97F4A7C15) & MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
+    return x ^ (x >> 31)
+
+
+def golden_param(i, center):
+    """Flat element i: center + a 24-bit uniform in [-0.25, 0.25), exact in double, then
+    rounded once to fp32 (here by torch.tensor, in the test by a cast)."""
+    return center + ((mix64(i) >> 40) - (1 << 23)) / float(1 << 25)
+
+
+# Not GPT-2-initialised: every path, biases and norms included, carries signal into the
+# gradients. LayerNorm weights around 1, everything else around 0.
 params = {}
+offset = 0
 for name, shape, _ in layout():
-    if name.endswith("ln_1.weight") or name.endswith("ln_2.weight") or name == "ln_f.weight":
-        params[name] = (1.0 + 0.1 * torch.randn(shape)).requires_grad_()
-    else:
-        params[name] = (0.1 * torch.randn(shape)).requires_grad_()
+    n = math.prod(shape)
+    center = 1.0 if name.endswith("ln_1.weight") or name.endswith("ln_2.weight") or name == "ln_f.weight" else 0.0
+    values = [golden_param(offset + i, center) for i in range(n)]
+    params[name] = torch.tensor(values, dtype=torch.float32).view(shape).requires_grad_()
+    offset += n
 
 
 def forward(p, idx):
@@ -78,47 +103,72 @@ def forward(p, idx):
 
 
 def flat(tensors):
-    # fp32 values need at most 9 significant digits to round-trip.
-    return [float("%.9g" % v) for t in tensors for v in t.detach().reshape(-1).tolist()]
+    return torch.cat([t.detach().float().reshape(-1) for t in tensors])
+
+
+def encode(t, dtype):
+    """base64 of a tensor's values as little-endian fp32 or bf16 (round to nearest even)."""
+    if dtype == "f32":
+        raw = t.float().numpy().astype("<f4").tobytes()
+    else:
+        raw = t.to(torch.bfloat16).view(torch.int16).numpy().astype("<i2").tobytes()
+    return {"dtype": dtype, "count": t.numel(), "base64": base64.b64encode(raw).decode()}
 
 
 tokens = torch.randint(0, V, (B, T))
 targets = torch.randint(0, V, (B, T))
 targets[1, 3] = -1  # one ignored position
-
 names = [n for n, _, _ in layout()]
-flat_params = flat(params[n] for n in names)
-logits = forward(params, tokens)
-loss = F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1)
-loss.backward()
-flat_grads = flat(params[n].grad for n in names)
+all_params = flat(params[n] for n in names)
 
-decay = [params[n] for n, _, d in layout() if d]
-no_decay = [params[n] for n, _, d in layout() if not d]
-opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
-                         {"params": no_decay, "weight_decay": 0.0}], lr=LR, betas=BETAS, eps=EPS)
-losses = []
-for step in range(STEPS):
-    opt.zero_grad()
-    loss_s = F.cross_entropy(forward(params, tokens).view(-1, V), targets.view(-1), ignore_index=-1)
-    losses.append(loss_s.item())
-    loss_s.backward()
-    opt.step()
 
+def run(autocast):
+    """Logits, loss, gradient and AdamW step losses from the parameters above."""
+    p = {n: params[n].detach().clone().requires_grad_() for n in names}
+
+    def loss_of(logits):
+        return F.cross_entropy(logits.view(-1, V).float(), targets.view(-1), ignore_index=-1)
+
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        logits = forward(p, tokens)
+        loss = loss_of(logits)
+    loss.backward()
+    grads = flat(p[n].grad for n in names)
+    decay = [p[n] for n, _, d in layout() if d]
+    no_decay = [p[n] for n, _, d in layout() if not d]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=LR, betas=BETAS, eps=EPS)
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss_s = loss_of(forward(p, tokens))
+        losses.append(loss_s.item())
+        loss_s.backward()
+        opt.step()
+    print(f"{'bf16 autocast' if autocast else 'fp32'}: logits {logits.dtype}, loss {loss.item():.6f}, "
+          f"step losses {[round(x, 5) for x in losses]}")
+    return {
+        "logits": encode(logits.detach().reshape(-1), "bf16" if autocast else "f32"),
+        "loss": loss.item(),
+        "grads": encode(grads, "bf16" if autocast else "f32"),
+        "step_losses": losses,
+    }
+
+
+check_at = [0, 1, 2, V * C - 1, V * C, all_params.numel() // 2, all_params.numel() - 1]
 golden = {
     "source": "tests/nn/make_golden.py, torch " + torch.__version__,
     "config": {"L": L, "NH": NH, "C": C, "V": V, "T": T, "B": B},
     "adamw": {"lr": LR, "beta1": BETAS[0], "beta2": BETAS[1], "eps": EPS, "weight_decay": WD},
     "tokens": tokens.reshape(-1).tolist(),
     "targets": targets.reshape(-1).tolist(),
-    "params": flat_params,
-    "logits": flat([logits]),
-    "loss": loss.item(),
-    "grads": flat_grads,
-    "step_losses": losses,
+    "params_check": {"sum": all_params.double().sum().item(),
+                     "at": check_at, "values": [all_params[i].item() for i in check_at]},
+    "fp32": run(False),
+    "bf16_autocast": run(True),
 }
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden_gpt.json")
 with open(path, "w") as f:
     json.dump(golden, f, separators=(",", ":"))
-print(f"wrote {path}: {len(flat_params)} parameters, loss {loss.item():.6f}, "
-      f"step losses {[round(x, 5) for x in losses]}")
+print(f"wrote {path}: {all_params.numel()} parameters")

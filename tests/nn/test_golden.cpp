@@ -1,18 +1,41 @@
 // The whole model against PyTorch: logits, loss, every parameter gradient and the losses
-// of a few AdamW steps, from tests/nn/golden_gpt.json (made by tests/nn/make_golden.py).
+// of a few AdamW steps, from tests/nn/golden_gpt.json (made by tests/nn/make_golden.py),
+// in fp32 and in bf16 against PyTorch's bf16 autocast.
+//
+// Tolerance (tests/core/test_util.h model_close): every element within rtol (|ref| +
+// rms(ref)), rms over the compared tensor (the logits; each parameter's gradient), and the
+// whole within a normalised mean squared error, both from R bf16 roundings and a k-term
+// fp32 reduction: rtol = R 2^-8 + (k + 2) FLT_EPSILON, NMSE <= R 2^-16 + ((k + 2) eps)^2.
+// - k: the longest reduction (4C for the logits; for the gradients also the B*T rows a
+//   weight gradient sums over): the worst case of one reduction, which covers the typical
+//   (sqrt k per op) growth of fp32 rounding errors over the model's depth.
+// - fp32: R = 0.
+// - bf16: the two sides round in different places (PyTorch keeps the residual stream and
+//   LayerNorm in fp32), each at most R_side times (test_gpt_bf16.cpp: 11 L + 3 forward,
+//   2 (11 L + 3) + 2 L for the gradients): R = 2 R_side, one more for the golden gradients,
+//   stored as bf16.
+// The loss, a mean of lse - logit, may be off by twice the logits' rms error:
+// 2 sqrt(NMSE bound) rms(logits), plus (k + 2) eps |loss|; each AdamW step, which
+// normalises its update, adds as much again.
 #include <gtest/gtest.h>
 
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../core/test_util.h"
 #include "core/ops.h"
+#include "core/rng.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
 
 namespace gpumix {
 namespace {
+
+using test::bf16_nmse;
+using test::model_close;
 
 nlohmann::json load_golden() {
   std::ifstream in(GPUMIX_GOLDEN_FILE);
@@ -20,76 +43,147 @@ nlohmann::json load_golden() {
   return nlohmann::json::parse(in);
 }
 
-// fp32 against fp32 computed in another order: |a - b| <= atol + rtol * |b|, with rtol a
-// multiple of FLT_EPSILON for the reduction lengths here (<= 4C = 64 terms per dot
-// product, a few layers deep). Reports the worst element.
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, const char* what,
-                  double atol, double rtol) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double excess = std::fabs((double)got[i] - want[i]) / (atol + rtol * std::fabs(want[i]));
-    if (excess > worst) {
-      worst = excess;
-      at = i;
+std::vector<uint8_t> base64_decode(const std::string& text) {
+  std::vector<uint8_t> out;
+  uint32_t bits = 0;
+  int have = 0;
+  for (char ch : text) {
+    int v;
+    if (ch >= 'A' && ch <= 'Z') v = ch - 'A';
+    else if (ch >= 'a' && ch <= 'z') v = ch - 'a' + 26;
+    else if (ch >= '0' && ch <= '9') v = ch - '0' + 52;
+    else if (ch == '+') v = 62;
+    else if (ch == '/') v = 63;
+    else continue;  // '=' padding
+    bits = (bits << 6) | (uint32_t)v;
+    if ((have += 6) >= 8) out.push_back((uint8_t)(bits >> (have -= 8)));
+  }
+  return out;
+}
+
+// An array of the golden file: {"dtype": "f32" | "bf16", "count", "base64"} (little-endian).
+std::vector<float> golden_array(const nlohmann::json& a) {
+  const std::vector<uint8_t> raw = base64_decode(a["base64"].get<std::string>());
+  const size_t n = a["count"].get<size_t>(), width = a["dtype"] == "f32" ? 4 : 2;
+  EXPECT_EQ(raw.size(), n * width) << "golden array of " << n << " " << a["dtype"];
+  if (raw.size() != n * width) return {};
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t* b = raw.data() + i * width;
+    if (width == 2) {
+      out[i] = bf16_bits_to_f32((uint16_t)(b[0] | b[1] << 8));
+    } else {
+      const uint32_t u = b[0] | b[1] << 8 | b[2] << 16 | (uint32_t)b[3] << 24;
+      std::memcpy(&out[i], &u, 4);
     }
   }
-  EXPECT_LE(worst, 1.0) << what << ": worst element " << at << " = " << got[at] << ", PyTorch "
-                        << want[at] << ", " << worst << "x the allowance";
+  return out;
 }
 
-TEST(Golden, MatchesPyTorch) {
-  const nlohmann::json g = load_golden();
-  GPTConfig c;
-  c.name = "golden";
-  c.L = g["config"]["L"];
-  c.NH = g["config"]["NH"];
-  c.C = g["config"]["C"];
-  c.V = g["config"]["V"];
-  c.T = g["config"]["T"];
-  const int64_t B = g["config"]["B"];
-  GPT model(c, Device::cpu(), 0);
-  const std::vector<float> params = g["params"].get<std::vector<float>>();
-  ASSERT_EQ((int64_t)params.size(), model.num_params());
-  model.params().copy_from(Tensor::from_vector(params, {model.num_params()}));
+// make_golden.py golden_param: flat element i = center + a 24-bit uniform in [-0.25, 0.25).
+std::vector<float> golden_params(const GPT& model) {
+  std::vector<float> p((size_t)model.num_params());
+  for (const ParamInfo& info : model.layout()) {
+    const double center = info.init_std < 0 ? 1.0 : 0.0;  // LayerNorm weights
+    for (int64_t i = info.offset; i < info.offset + info.shape.numel(); ++i)
+      p[i] = (float)(center + ((double)(mix64((uint64_t)i) >> 40) - (double)(1 << 23)) / (double)(1 << 25));
+  }
+  return p;
+}
 
-  const Tensor tokens = Tensor::from_vector(g["tokens"].get<std::vector<int32_t>>(), {B, c.T});
-  const std::vector<int32_t> target_values = g["targets"].get<std::vector<int32_t>>();
-  const Tensor targets = Tensor::from_vector(target_values, {B, c.T});
+double rms(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += (double)x * x;
+  return std::sqrt(s / (double)v.size());
+}
+
+struct Golden {
+  nlohmann::json g;
+  GPTConfig config;
+  int64_t B = 0;
+  Tensor tokens, targets;
   int counted = 0;
-  for (int32_t t : target_values) counted += t >= 0;
+};
 
-  const double rtol = 64 * FLT_EPSILON;
-  expect_close(model.logits(tokens).to_vector(), g["logits"].get<std::vector<float>>(), "logits",
-               1e-6, rtol);
+Golden load() {
+  Golden d;
+  d.g = load_golden();
+  const nlohmann::json& c = d.g["config"];
+  d.config.name = "golden";
+  d.config.L = c["L"];
+  d.config.NH = c["NH"];
+  d.config.C = c["C"];
+  d.config.V = c["V"];
+  d.config.T = c["T"];
+  d.B = c["B"];
+  d.tokens = Tensor::from_vector(d.g["tokens"].get<std::vector<int32_t>>(), {d.B, d.config.T});
+  const std::vector<int32_t> t = d.g["targets"].get<std::vector<int32_t>>();
+  d.targets = Tensor::from_vector(t, {d.B, d.config.T});
+  for (int32_t x : t) d.counted += x >= 0;
+  return d;
+}
+
+void run_golden(DType dtype) {
+  const Golden d = load();
+  const GPTConfig& c = d.config;
+  const nlohmann::json& want = d.g[dtype == DType::f32 ? "fp32" : "bf16_autocast"];
+  GPT model(c, Device::cpu(), 0, dtype);
+  const std::vector<float> params = golden_params(model);
+  // Both sides computed the same parameters: the file's sum and samples of them.
+  double sum = 0;
+  for (float x : params) sum += x;
+  EXPECT_NEAR(sum, d.g["params_check"]["sum"].get<double>(), 1e-9 * params.size());
+  const std::vector<int64_t> at = d.g["params_check"]["at"].get<std::vector<int64_t>>();
+  const std::vector<float> values = d.g["params_check"]["values"].get<std::vector<float>>();
+  for (size_t i = 0; i < at.size(); ++i) ASSERT_EQ(params[at[i]], values[i]) << "parameter " << at[i];
+  const Tensor initial = Tensor::from_vector(params, {model.num_params()});
+  model.params().copy_from(initial);
+  model.sync_compute_params();
+
+  const int R_forward = 11 * c.L + 3, R_backward = 2 * R_forward + 2 * c.L;
+  const int64_t k_logits = 4 * c.C, k_grads = std::max<int64_t>(4 * c.C, d.B * c.T);
+  const bool bf = dtype == DType::bf16;
+  const int R_logits = bf ? 2 * R_forward : 0, R_grads = bf ? 2 * R_backward + 1 : 0;
+
+  const std::vector<float> logits = golden_array(want["logits"]);
+  EXPECT_TRUE(model_close("logits", model.logits(d.tokens).to_vector(), logits, R_logits, k_logits));
+  const double loss_allowance = 2 * std::sqrt(bf16_nmse(R_logits, k_logits)) * rms(logits) +
+                                (double)(k_logits + 2) * FLT_EPSILON * std::fabs(want["loss"].get<double>());
 
   model.zero_grad();
-  Var loss = model.loss(tokens, targets, 1.0f / counted);
-  EXPECT_NEAR(loss.value().item(), g["loss"].get<double>(), 1e-6 + rtol * g["loss"].get<double>());
+  Var loss = model.loss(d.tokens, d.targets, 1.0f / d.counted);
+  EXPECT_NEAR(loss.value().item(), want["loss"].get<double>(), loss_allowance);
   backward(loss);
-  expect_close(model.grads().to_vector(), g["grads"].get<std::vector<float>>(), "gradients", 1e-7,
-               rtol);
+  const std::vector<float> grads = model.grads().to_vector(), ref = golden_array(want["grads"]);
+  ASSERT_EQ(grads.size(), ref.size());
+  for (const ParamInfo& p : model.layout()) {
+    const auto from = (std::ptrdiff_t)p.offset, to = from + (std::ptrdiff_t)p.shape.numel();
+    EXPECT_TRUE(model_close(p.name.c_str(), std::vector<float>(grads.begin() + from, grads.begin() + to),
+                            std::vector<float>(ref.begin() + from, ref.begin() + to), R_grads, k_grads));
+  }
 
   AdamWConfig cfg;
-  cfg.beta1 = g["adamw"]["beta1"];
-  cfg.beta2 = g["adamw"]["beta2"];
-  cfg.eps = g["adamw"]["eps"];
-  cfg.weight_decay = g["adamw"]["weight_decay"];
-  const float lr = g["adamw"]["lr"];
-  model.params().copy_from(Tensor::from_vector(params, {model.num_params()}));
+  cfg.beta1 = d.g["adamw"]["beta1"];
+  cfg.beta2 = d.g["adamw"]["beta2"];
+  cfg.eps = d.g["adamw"]["eps"];
+  cfg.weight_decay = d.g["adamw"]["weight_decay"];
+  const float lr = d.g["adamw"]["lr"];
+  model.params().copy_from(initial);
+  model.sync_compute_params();
   AdamW opt(model.layout(), 0, model.num_params(), Device::cpu(), cfg);
-  const std::vector<double> want = g["step_losses"].get<std::vector<double>>();
-  for (size_t step = 1; step <= want.size(); ++step) {
+  const std::vector<double> steps = want["step_losses"].get<std::vector<double>>();
+  for (size_t step = 1; step <= steps.size(); ++step) {
     model.zero_grad();
-    Var l = model.loss(tokens, targets, 1.0f / counted);
-    // Adam normalises each update, so rounding differences grow with the steps: allow
-    // a little more than one forward pass's tolerance per step.
-    EXPECT_NEAR(l.value().item(), want[step - 1], 1e-5 * step) << "AdamW step " << step;
+    Var l = model.loss(d.tokens, d.targets, 1.0f / d.counted);
+    EXPECT_NEAR(l.value().item(), steps[step - 1], loss_allowance * (double)step) << "AdamW step " << step;
     backward(l);
-    opt.step(model.params(), model.grads(), lr, (int)step);
+    opt.step(model.params(), model.grads(), lr, (int)step, model.compute_params());
   }
 }
+
+TEST(Golden, MatchesPyTorchFp32) { run_golden(DType::f32); }
+
+TEST(Golden, Bf16MatchesPyTorchAutocast) { run_golden(DType::bf16); }
 
 }  // namespace
 }  // namespace gpumix

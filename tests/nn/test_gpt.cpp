@@ -8,26 +8,13 @@
 #include "core/ops.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
+#include "nn_test_util.h"
 
 namespace gpumix {
 namespace {
 
-GPTConfig tiny_config() {
-  GPTConfig c;
-  c.name = "tiny";
-  c.L = 2;
-  c.NH = 2;
-  c.C = 8;
-  c.V = 11;
-  c.T = 6;
-  return c;
-}
-
-Tensor random_tokens(int64_t B, int64_t T, int V, uint64_t seed) {
-  std::vector<int32_t> v(B * T);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = (int32_t)((seed * 2654435761u + i * 40503u) % V);
-  return Tensor::from_vector(v, {B, T});
-}
+using test::random_tokens;
+using test::tiny_config;
 
 TEST(GPT, LayoutCoversEveryParameterOnceInUnitOrder) {
   for (const char* name : {"gpt-nano", "gpt2", "gpt-6.7b"}) {

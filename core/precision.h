@@ -1,0 +1,60 @@
+// The mixed-precision contract (DESIGN.md "Numbers and precision"), written once: a run
+// computes in ONE compute dtype, f32 or bf16, and the dtype of every tensor argument of
+// every op follows from it and the argument's role. core/ops.cpp checks each op's arguments
+// against this rule; every Backend (core/backend.h says each argument's role, op by op)
+// implements it; autograd and nn keep their tensors by it.
+//
+// In f32 every role is fp32: the same rule with compute = f32, at no extra cost.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/device.h"
+#include "core/dtype.h"
+
+namespace gpumix {
+
+enum class Role : uint8_t {
+  // The compute dtype: activations, parameters as used in compute (the compute copy of
+  // the weights), activation gradients (dout, dinp, dqkv, dlogits).
+  compute,
+  // fp32 in every compute dtype: master weights, parameter gradients (dweight, dbias,
+  // dwte, dwpe, LayerNorm's dweight and dbias: accumulated over micro-batches and reduced
+  // across ranks in fp32), AdamW moments, losses, lse, LayerNorm mean and rstd.
+  fp32,
+  // Either: an fp32 accumulator of compute-dtype values (ops::gemm's c, ops::axpy's out).
+  compute_or_fp32,
+};
+
+// The dtypes a run can compute in: f32 and bf16.
+constexpr bool is_compute_dtype(DType t) { return t == DType::f32 || t == DType::bf16; }
+
+// Whether a tensor of dtype `t` may play `role` in a run computing in `compute`.
+constexpr bool role_allows(Role role, DType compute, DType t) {
+  switch (role) {
+    case Role::compute: return t == compute;
+    case Role::fp32: return t == DType::f32;
+    case Role::compute_or_fp32: return t == compute || t == DType::f32;
+  }
+  return false;
+}
+
+// Throws Error unless `t` is a compute dtype, naming `what` (e.g. "GPT", "--dtype").
+void check_compute_dtype(DType t, const char* what);
+
+// Parses a compute dtype: "bf16", "fp32" or "f32"; anything else (i32 included) throws
+// Error naming `what` and listing the valid names.
+DType compute_dtype_from_name(const std::string& name, const char* what = "compute dtype");
+
+// True when this CPU computes bf16 natively: the kernels' AVX512-BF16 path runs here
+// (kernels/cpu/isa.h), or it has AMX-BF16; with the operating system saving the registers
+// they need. Checked at run time.
+bool cpu_has_native_bf16();
+
+// The compute dtype a run gets unless told otherwise: bf16 where the device computes it
+// natively (every CUDA GPU the kernels are built for; a CPU with cpu_has_native_bf16()),
+// f32 elsewhere. An emulated CPU device is the machine's CPU.
+DType default_compute_dtype(Device device);
+
+}  // namespace gpumix
