@@ -315,6 +315,7 @@ TEST_F(EngineTest, InitFromAHuggingFaceFolderStartsFromItsWeightsOnAnyPlan) {
   EXPECT_NE(run_one(bad).error.find("has vocabulary 512 but the tokenizer of"), std::string::npos);
   EXPECT_FALSE(fs::exists(out("hf_bad") + "/tokenizer.bpe"));  // nothing written by a refused run
   EXPECT_FALSE(fs::exists(out("hf_bad") + "/log.jsonl") && fs::file_size(out("hf_bad") + "/log.jsonl") > 0);
+}
 
 // ---- the compute dtype ----------------------------------------------------------------------
 
