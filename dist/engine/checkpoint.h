@@ -15,8 +15,9 @@
 namespace gpumix::dist {
 
 // Writes step `step` under o.out (rank 0 prepares and commits, every rank writes its
-// slices; all agree on each stage). Returns the committed folder on rank 0, "" elsewhere.
-// meta.json's "extra" records the compute dtype (checkpoint_dtype).
+// slices; all agree on each stage), then keeps only the newest o.keep_checkpoints (when
+// set). Returns the committed folder on rank 0, "" elsewhere. meta.json's "extra" records
+// the compute dtype (checkpoint_dtype).
 std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DType dtype,
                             const std::vector<RankWork>& work, Engine& engine, Comm& comm, int step,
                             uint64_t tokenizer_hash);

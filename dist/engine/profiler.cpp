@@ -27,17 +27,22 @@ double median(std::vector<double> t) {
   return t[t.size() / 2];
 }
 
-// Median time of fn over `repeats` runs after one warm-up.
+// Fastest of `repeats` runs of a collective after one warm-up, each started by all ranks
+// together (a barrier, not timed). A rank that the machine did not run in time can only add
+// to a run; on two busy cores most runs waited so, and their median (milliseconds instead
+// of tens of microseconds per collective) made every plan look bound by its collectives,
+// whatever the ranks' speeds.
 template <class F>
-double median_time(int repeats, F&& fn) {
+double fastest_collective(Comm& comm, int repeats, F&& fn) {
   fn();
-  std::vector<double> t;
+  double fastest = 1e300;
   for (int i = 0; i < repeats; ++i) {
+    comm.barrier();
     const double t0 = detail::now_seconds();
     fn();
-    t.push_back(detail::seconds_since(t0));
+    fastest = std::min(fastest, detail::seconds_since(t0));
   }
-  return median(t);
+  return fastest;
 }
 
 // Emulated devices share this machine's cores, so a rank computes slower while the others
@@ -65,7 +70,7 @@ class Together {
         stop();
       }
     }
-    const double window = comm_.all_reduce_max(stopped_ ? 0.0 : repeats_ * warm_up);
+    const double window = comm_.all_reduce_max(stopped_ ? 0.0 : std::max(repeats_ * warm_up, kMinWindow_s));
     const double start = detail::now_seconds();
     std::vector<double> t;
     try {
@@ -104,6 +109,12 @@ class Together {
   std::function<void()> filler;  // a stopped rank's work: what it last could do
 
  private:
+  // On a loaded machine a rank waits milliseconds at a time for a core. A window of a few
+  // short runs (a micro-batch of 1: 5 x 0.3 ms) could lie inside one such wait, and the
+  // smoothing's running maximum then carried that one slow size to every larger one (a
+  // head of 4.9 ms from m = 1 to 8 where 0.4-2.6 ms was measured otherwise): the planner
+  // took every row from a device only 3x slower. Over 50 ms most runs are clear of them.
+  static constexpr double kMinWindow_s = 0.05;
   void stop() {
     clear_tape();
     stopped_ = true;
@@ -137,15 +148,15 @@ std::string cache_folder(const ProfilerOptions& o) {
 // The key: the device, the model's shape, the sequence length, the compute dtype, the
 // micro-batch sizes tried and the OpenMP threads per rank; for CPU devices also every rank's
 // device: ranks that share a machine's cores slow each other down, so a CPU device's speed
-// depends on the devices beside it. v2: measured over common windows (Together); v3: in
-// the run's compute dtype (f32 or bf16).
+// depends on the devices beside it. v2: measured over common windows (Together); v3: windows
+// of 50 ms at least; v4: in the run's compute dtype (f32 or bf16).
 std::string cache_path(const ProfilerOptions& o, const std::string& label, const std::vector<std::string>& cluster,
                        const GPTConfig& model, int seq, DType dtype) {
   const std::string folder = cache_folder(o);
   if (folder.empty()) return "";
   std::string neighbours;
   for (const std::string& l : cluster) neighbours += l + ",";
-  const std::string key = str("v3|", label, "|cluster=", neighbours, "|", config_to_json(model).dump(), "|T=", seq,
+  const std::string key = str("v4|", label, "|cluster=", neighbours, "|", config_to_json(model).dump(), "|T=", seq,
                               "|", dtype_name(dtype), "|m<=", o.max_micro_batch, "|threads=", omp_get_max_threads());
   return folder + "/device-" + str(std::hex, rng_key(0, key)) + ".json";
 }
@@ -265,9 +276,9 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
     if (comm.all_reduce_max(together.stopped() ? 0.0 : 1.0) == 0) break;
     if (progress) progress->update(m);
   }
-  GPUMIX_CHECK(!d.samples.empty(), "profiling ", label, ": not even a micro-batch of 1 sequence (T = ", seq,
-               ") fits its ", format_bytes((int64_t)d.memory_bytes), "; give the device more memory or "
-               "use a smaller model or --seq");
+  GPUMIX_CHECK_INPUT(!d.samples.empty(), "profiling ", label, ": not even a micro-batch of 1 sequence (T = ", seq,
+                     ") fits its ", format_bytes((int64_t)d.memory_bytes), "; give the device more memory or "
+                     "use a smaller model or --seq");
   smooth_samples(d.samples);
 
   for (int unit : {0, 1, model.L + 1}) gpt.unbind_unit(unit);  // frees their buffers
@@ -322,8 +333,7 @@ CommProfile measure_comm(Comm& comm, Device device, int repeats) {
     const std::vector<int64_t> counts = counts_for(total, even);
     Tensor full = Tensor::zeros({total}, DType::f32, device);
     Tensor mine = Tensor::zeros({counts[comm.rank()]}, DType::f32, device);
-    const double t = median_time(repeats, [&] {
-      comm.barrier();
+    const double t = fastest_collective(comm, repeats, [&] {
       if (gather)
         comm.all_gather_v(mine, full, counts);
       else
@@ -380,8 +390,8 @@ std::vector<std::string> all_gather_strings(Comm& comm, const std::string& mine,
 Profile profile_cluster(const GPTConfig& model, int seq_len, DType dtype, const std::string& device_label,
                         Device device, Comm& comm, const ProfilerOptions& o) {
   check_compute_dtype(dtype, "profile");
-  GPUMIX_CHECK(o.repeats >= 1 && o.max_micro_batch >= 1, "profiling needs at least 1 repeat and a largest "
-               "micro-batch of at least 1, got ", o.repeats, " repeats and ", o.max_micro_batch);
+  GPUMIX_CHECK_INPUT(o.repeats >= 1 && o.max_micro_batch >= 1, "profiling needs at least 1 repeat and a largest "
+                     "micro-batch of at least 1, got ", o.repeats, " repeats and ", o.max_micro_batch);
   const std::vector<std::string> labels = all_gather_strings(comm, device_label, device);
   const std::string cache =
       cache_path(o, device_label, device.is_cpu() ? labels : std::vector<std::string>{}, model, seq_len, dtype);

@@ -2,11 +2,13 @@
 // the model being trained: per-block forward and backward (+ recompute) times and the
 // allocator's peak at micro-batch sizes 1, 2, 4, ... up to the largest that fits, the
 // embedding + head + loss, AdamW per parameter, and the collectives among the ranks (even
-// and uneven). Times are medians after a warm-up, measured on the rank's own device, so an
-// emulated device's slowdown and capacity show as they will in training. Every rank makes
-// each measurement over one common window (the slowest rank's `repeats` runs; a rank whose
-// memory ran out keeps computing meanwhile), so that emulated devices sharing one machine's
-// cores contend for them as they will in training, where every rank computes at once.
+// and uneven). Compute times are medians after a warm-up, measured on the rank's own device,
+// so an emulated device's slowdown and capacity show as they will in training; a
+// collective's time is the fastest of its repeats (on a loaded machine the others measure
+// the wait for ranks the scheduler did not run). Every rank makes each measurement over
+// one common window (the slowest rank's `repeats` runs, 50 ms at least; a rank whose memory
+// ran out keeps computing meanwhile), so that emulated devices sharing one machine's cores
+// contend for them as they will in training, where every rank computes at once.
 // The times are then smoothed across micro-batch sizes (never more per sequence for a
 // larger micro-batch, never less in total): see smooth_samples in profiler.cpp.
 // Device measurements are cached per (device, model shape, sequence length, dtype, threads
