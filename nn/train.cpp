@@ -12,10 +12,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "core/rng.h"
-#include "kernels/philox.h"
 #include "nn/checkpoint.h"
 #include "nn/data/bpe.h"
 #include "nn/data/corpus.h"
@@ -148,60 +144,27 @@ void print_settings(const std::vector<std::pair<std::string, std::string>>& rows
 
 std::string generate(const GenerateOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  GPUMIX_CHECK(o.tokens >= 0, "--tokens must be >= 0, got ", o.tokens);
-  GPUMIX_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
   const CheckpointReader reader = open_checkpoint(o.ckpt);
+  if (!o.prompt_ids.empty()) {
+    GPUMIX_CHECK(o.prompt.empty(), "a prompt as text and as token ids contradict each other; give one");
+    std::vector<int32_t> ids = o.prompt_ids;
+    sample_tokens(*load_model(reader, o.dtype), ids, o);
+    std::string out;
+    for (int32_t id : ids) out += (out.empty() ? "" : " ") + std::to_string(id);
+    return out;
+  }
   const std::string& dir = reader.dir();
-  const GPTConfig config = config_from_json(reader.model(), dir + "/meta.json: model");
   // The tokenizer sits in the run folder, the checkpoint folder's parent.
   const fs::path tok_path = fs::path(dir).parent_path() / kTokenizerFile;
   GPUMIX_CHECK(fs::exists(tok_path), "no tokenizer next to checkpoint ", dir, " (expected ",
-               tok_path.string(), ")");
+               tok_path.string(), "; a run trained on token ids has none: pass --prompt-ids)");
   const data::Tokenizer tok = data::Tokenizer::load(tok_path.string());
-  GPUMIX_CHECK(tok.vocab_size() == config.V, "tokenizer ", tok_path.string(), " has vocabulary ",
-               tok.vocab_size(), " but the model has ", config.V);
-  GPT model(config, Device::cpu(), 0, o.dtype);
-  reader.read_slice("master", 0, model.params().data<float>(), model.num_params());
-  model.sync_compute_params();
-
+  const std::unique_ptr<GPT> model = load_model(reader, o.dtype);
+  GPUMIX_CHECK(tok.vocab_size() == model->config().V, "tokenizer ", tok_path.string(), " has vocabulary ",
+               tok.vocab_size(), " but the model has ", model->config().V);
   std::vector<int32_t> ids = tok.encode(o.prompt);
   if (ids.empty()) ids.push_back(tok.eot_id());
-  const size_t prompt_len = ids.size();
-  std::vector<float> probs(config.V);
-  for (int i = 0; i < o.tokens; ++i) {
-    const int64_t T = std::min<int64_t>((int64_t)ids.size(), config.T);
-    std::vector<int32_t> context(ids.end() - T, ids.end());
-    const Tensor logits = model.logits(Tensor::from_vector(context, {1, T}));
-    const float* last = logits.data<float>() + (T - 1) * config.V;  // (V)
-    int32_t next = 0;
-    if (o.temperature == 0) {
-      next = (int32_t)(std::max_element(last, last + config.V) - last);
-    } else {
-      // Top-k on the scaled logits, then sample with a counter-based uniform.
-      std::vector<int32_t> order(config.V);
-      for (int v = 0; v < config.V; ++v) order[v] = v;
-      const int k = o.top_k > 0 ? std::min(o.top_k, config.V) : config.V;
-      std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                        [&](int32_t a, int32_t b) { return last[a] > last[b]; });
-      double total = 0;
-      for (int j = 0; j < k; ++j) {
-        probs[j] = std::exp((last[order[j]] - last[order[0]]) / o.temperature);
-        total += probs[j];
-      }
-      const double u = philox_uniform_at(rng_key(o.seed, "generate"), (uint64_t)i) * total;
-      double acc = 0;
-      next = order[k - 1];
-      for (int j = 0; j < k; ++j) {
-        acc += probs[j];
-        if (u < acc) {
-          next = order[j];
-          break;
-        }
-      }
-    }
-    ids.push_back(next);
-  }
-  (void)prompt_len;
+  sample_tokens(*model, ids, o);
   return tok.decode(ids);
 }
 

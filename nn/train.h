@@ -16,6 +16,7 @@
 #include "nn/checkpoint.h"
 #include "nn/data/token_file.h"
 #include "nn/gpt_config.h"
+#include "nn/infer.h"
 
 namespace gpumix {
 
@@ -87,18 +88,17 @@ void print_settings(const std::vector<std::pair<std::string, std::string>>& rows
 // 1234 -> "1.2k", 2.5e6 -> "2.50M".
 std::string human_count(double x);
 
-struct GenerateOptions {
+struct GenerateOptions : SampleOptions {
   std::string ckpt;             // run folder (its latest checkpoint) or a checkpoint folder
   std::string prompt;
-  int tokens = 100;
-  float temperature = 0.8f;
-  int top_k = 40;               // 0: the whole vocabulary
-  uint64_t seed = 42;
+  std::vector<int32_t> prompt_ids;  // instead of `prompt`: token ids, no tokenizer needed
   int threads = 0;
   DType dtype = DType::f32;     // compute dtype of the model (core/precision.h)
 };
 
-// Returns the prompt followed by the generated text.
+// Returns the prompt followed by the generated text (sample_tokens, through the run
+// folder's tokenizer); with prompt_ids, the prompt's ids then the generated ones,
+// space-separated.
 std::string generate(const GenerateOptions& options);
 
 }  // namespace gpumix

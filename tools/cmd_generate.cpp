@@ -2,7 +2,6 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <stdexcept>
 #include <string>
 
 #include "nn/train.h"
@@ -15,13 +14,15 @@ int cmd_generate(int argc, char** argv) {
   CLI::App app{"Generate text from a checkpoint"};
   app.add_option("--ckpt", o.ckpt, "run folder (its latest checkpoint) or checkpoint folder")->required();
   app.add_option("--prompt", o.prompt, "text to continue");
+  app.add_option("--prompt-ids", o.prompt_ids,
+                 "token ids to continue instead, e.g. 72,101 (no tokenizer needed: prints ids)")
+      ->delimiter(',');
   app.add_option("--tokens", o.tokens, "tokens to generate");
   app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)");
   app.add_option("--top-k", o.top_k, "sample among the k most likely tokens (0: all)");
   app.add_option("--seed", o.seed, "sampling seed");
   app.add_option("--threads", o.threads, "CPU threads");
   CLI11_PARSE(app, argc, argv);
-  if (o.top_k < 0) throw std::invalid_argument("--top-k must be >= 0 (0: all tokens), got " + std::to_string(o.top_k));
   std::printf("%s\n", gpumix::generate(o).c_str());
   return 0;
 }

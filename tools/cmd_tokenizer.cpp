@@ -3,6 +3,7 @@
 //
 //   gpumix tokenizer train  --data CORPUS --vocab N --out TOKENIZER
 //   gpumix tokenizer encode --tokenizer TOKENIZER --data CORPUS --out TOKENS
+//   gpumix tokenizer encode --bytes --data FILE --out TOKENS    (each byte one id, vocab 256)
 //   gpumix tokenizer decode --tokenizer TOKENIZER --tokens TOKENS [--out TEXT]
 //
 // CORPUS is a text file, a fortunes file, or a folder of them (see nn/data/corpus.h).
@@ -84,6 +85,17 @@ int run_train(const std::string& data, int vocab, const std::string& out) {
   return 0;
 }
 
+// The raw bytes of a file as ids 0..255 (vocabulary 256, no tokenizer): the tokens of a
+// program that trains on bytes through the C API (tools/example), for the same run here.
+int run_encode_bytes(const std::string& data, const std::string& out) {
+  const std::string bytes = read_file(data);
+  const std::vector<int32_t> ids(reinterpret_cast<const unsigned char*>(bytes.data()),
+                                 reinterpret_cast<const unsigned char*>(bytes.data()) + bytes.size());
+  write_token_file(out, TokenView(ids), 256);
+  std::printf("wrote      %s: the %zu bytes of %s as ids (vocabulary 256)\n", out.c_str(), ids.size(), data.c_str());
+  return 0;
+}
+
 int run_encode(const std::string& tokenizer, const std::string& data, const std::string& out) {
   const Tokenizer tok = Tokenizer::load(tokenizer);
   size_t docs = 0;
@@ -139,7 +151,10 @@ int cmd_tokenizer(int argc, char** argv) {
   train->add_option("--out", out, "tokenizer file to write")->required();
 
   auto* encode = app.add_subcommand("encode", "encode a corpus into a token file");
-  encode->add_option("--tokenizer", tokenizer, "tokenizer file (from `tokenizer train`)")->required();
+  bool bytes = false;
+  auto* encode_tokenizer = encode->add_option("--tokenizer", tokenizer, "tokenizer file (from `tokenizer train`)");
+  encode->add_flag("--bytes", bytes, "no tokenizer: each byte of the file is one id (vocabulary 256)")
+      ->excludes(encode_tokenizer);
   encode->add_option("--data", data, "corpus: text file, fortunes file or folder")->required();
   encode->add_option("--out", out, "token file to write")->required();
 
@@ -155,6 +170,9 @@ int cmd_tokenizer(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (train->parsed()) return run_train(data, vocab, out);
+  if (encode->parsed() && bytes) return run_encode_bytes(data, out);
+  if (encode->parsed() && tokenizer.empty())
+    throw std::invalid_argument("tokenizer encode needs --tokenizer FILE (from `tokenizer train`), or --bytes");
   if (encode->parsed()) return run_encode(tokenizer, data, out);
   return run_decode(tokenizer, tokens, out);
 }

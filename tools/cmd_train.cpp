@@ -16,86 +16,10 @@
 
 namespace {
 
-using gpumix::dist::RankWork;
-
-// "1,2,5" -> {1, 2, 5}.
-template <class T>
-std::vector<T> parse_list(const std::string& text, const char* flag) {
-  std::vector<T> values;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    std::stringstream one(item);
-    T v{};
-    if (!(one >> v) || !one.eof())
-      throw std::invalid_argument(std::string(flag) + ": cannot read '" + item + "' in '" + text +
-                                  "' (expected a comma-separated list, one value per rank)");
-    values.push_back(v);
-  }
-  return values;
-}
-
-std::vector<RankWork> build_work(int64_t global_batch, int ranks, const std::string& batches,
-                                 const std::string& micro, const std::string& shares) {
-  std::vector<RankWork> work = gpumix::dist::even_work(global_batch, ranks);
-  auto check_size = [&](size_t n, const char* flag) {
-    if ((int)n != ranks)
-      throw std::invalid_argument(std::string(flag) + " has " + std::to_string(n) + " values but " +
-                                  std::to_string(ranks) + " ranks are running; give one per rank");
-  };
-  if (!batches.empty()) {
-    const auto b = parse_list<int64_t>(batches, "--batches");
-    check_size(b.size(), "--batches");
-    for (int r = 0; r < ranks; ++r) work[r].batch = work[r].micro_batch = b[r];
-  }
-  if (!micro.empty()) {
-    const auto m = parse_list<int64_t>(micro, "--micro-batches");
-    check_size(m.size(), "--micro-batches");
-    for (int r = 0; r < ranks; ++r) work[r].micro_batch = m[r];
-  }
-  if (!shares.empty()) {
-    const auto s = parse_list<double>(shares, "--shares");
-    check_size(s.size(), "--shares");
-    for (int r = 0; r < ranks; ++r) work[r].share = s[r];
-  }
-  // No clamping of micro-batches: an explicit 0 for a positive batch is a bad plan that
-  // validate_work reports (the defaults above are already at least 1 for positive batches).
-  return work;
-}
-
-bool is_planner_name(const std::string& plan) {
-  for (const char* name : {"auto", "gpumix", "even", "proportional", "cephalo", "given"})
-    if (plan == name) return true;
-  return false;
-}
-
-// The per-rank work of a plan file (`gpumix plan --out`); its ranks and global batch must
-// be the run's.
-std::vector<RankWork> work_from_plan_file(const std::string& path, int64_t global_batch, int ranks) {
-  const gpumix::dist::Plan plan = gpumix::dist::read_plan(path);
-  if ((int)plan.ranks.size() != ranks)
-    throw std::invalid_argument("plan " + path + " is for " + std::to_string(plan.ranks.size()) +
-                                " ranks but " + std::to_string(ranks) + " are running; make the plan for "
-                                "this cluster or run as many ranks");
-  for (const auto& r : plan.ranks)
-    if (r.left_out())
-      throw std::invalid_argument("plan " + path + " leaves rank " + std::to_string(r.rank) + " (" + r.device +
-                                  ") out, but this trainer keeps every rank in every collective, where that "
-                                  "rank would hold gathered units its plan does not count; make the plan "
-                                  "with `gpumix plan --no-leave-out`, or run without that device");
-  if (plan.global_batch != global_batch)
-    throw std::invalid_argument("plan " + path + " has global batch " + std::to_string(plan.global_batch) +
-                                " but --batch is " + std::to_string(global_batch) + "; pass --batch " +
-                                std::to_string(plan.global_batch));
-  std::vector<RankWork> work;
-  for (const auto& r : plan.ranks) work.push_back({r.batch, r.micro_batch, r.share});
-  gpumix::dist::validate_work(work, global_batch, ranks);
-  return work;
-}
-
 int cmd_train(int argc, char** argv) {
   gpumix::TrainOptions o;
-  std::string device_memory, batches, micro, shares, devices_text, plan = "";
+  std::string device_memory, devices_text;
+  gpumix::dist::PlanRequest plan;
   int ranks = 0;
   bool no_prefetch = false;
   CLI::App app{"Train a GPT on a text corpus or token file, on one or several ranks"};
@@ -129,13 +53,13 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--devices", devices_text,
                  "one device per rank, e.g. cpu:mem=2GiB,cpu:mem=512MiB:slow=3 (emulated: memory "
                  "capacity enforced by the allocator, every kernel slowed down by the factor)");
-  app.add_option("--plan", plan,
+  app.add_option("--plan", plan.plan,
                  "auto (profile the devices, then plan: the default with --devices), even, "
                  "proportional, cephalo, given (the --batches/--micro-batches/--shares), or a "
                  "plan file from `gpumix plan --out`");
-  app.add_option("--batches", batches, "per-rank batches, e.g. 1,2,5 (default: even)");
-  app.add_option("--micro-batches", micro, "per-rank micro-batch sizes, e.g. 1,1,2 (default: the batch)");
-  app.add_option("--shares", shares, "per-rank state shares, e.g. 0,0.3,0.7 (default: even)");
+  app.add_option("--batches", plan.batches, "per-rank batches, e.g. 1,2,5 (default: even)");
+  app.add_option("--micro-batches", plan.micro_batches, "per-rank micro-batch sizes, e.g. 1,1,2 (default: the batch)");
+  app.add_option("--shares", plan.shares, "per-rank state shares, e.g. 0,0.3,0.7 (default: even)");
   app.add_flag("--no-prefetch", no_prefetch, "do not overlap the next unit's gather with compute");
   gpumix::dist::EngineOptions engine;
   app.add_option("--drift-threshold", engine.drift.threshold,
@@ -160,19 +84,8 @@ int cmd_train(int argc, char** argv) {
   if (ranks > 1024)
     throw std::invalid_argument("--ranks " + std::to_string(ranks) + " is more than 1024 thread ranks; run "
                                 "several processes under mpirun instead");
-  const bool explicit_plan = !batches.empty() || !micro.empty() || !shares.empty();
-  if (plan.empty()) plan = explicit_plan ? "given" : !devices.empty() ? "auto" : "even";
-  if (explicit_plan && plan != "given")
-    throw std::invalid_argument("--plan " + plan + " contradicts --batches/--micro-batches/--shares; "
-                                "drop one of them (or say --plan given)");
   engine.prefetch = !no_prefetch;
-  const bool plan_file = !is_planner_name(plan);
-  if (plan_file && explicit_plan)
-    throw std::invalid_argument("--plan FILE contradicts --batches/--micro-batches/--shares; drop one");
-  if (!plan_file && plan != "given" && !(plan == "even" && devices.empty())) engine.planner = plan;
-  auto make_work = [&](int n) {
-    return plan_file ? work_from_plan_file(plan, o.batch, n) : build_work(o.batch, n, batches, micro, shares);
-  };
+  auto make_work = [&](int n) { return gpumix::dist::plan_work(plan, !devices.empty(), o.batch, n, engine); };
   const int cores = o.threads > 0 ? o.threads : (int)std::max(1u, std::thread::hardware_concurrency());
 
   if (gpumix::dist::launched_by_mpi()) {
@@ -190,6 +103,8 @@ int cmd_train(int argc, char** argv) {
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     const int per_node = local ? std::max(1, std::atoi(local)) : 1;
     omp_set_num_threads(o.threads > 0 ? o.threads : std::max(1, cores / per_node));
+    // One run per folder: rank 0 holds the lock for the job (every rank fails alike).
+    const gpumix::RunLock lock = gpumix::dist::lock_run_folder(o.out, *comm);
     try {
       gpumix::dist::train(o, work, *comm, engine);
     } catch (const std::exception& e) {
@@ -198,7 +113,7 @@ int cmd_train(int argc, char** argv) {
     return 0;
   }
   const auto work = make_work(ranks);
-  if (engine.planner.empty()) gpumix::dist::validate_work(work, o.batch, ranks);
+  const gpumix::RunLock lock(o.out);  // one run per folder, for the whole run
   gpumix::dist::train_local(o, ranks, devices, work, engine, cores);
   return 0;
 }

@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(meson ninja-build pkg-config g++ python3
-          libopenblas-openmp-dev libopenmpi-dev openmpi-bin
+packages=(meson ninja-build pkg-config g++ gfortran python3
+          libdnnl-dev libopenmpi-dev openmpi-bin
           nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
           fortunes
           # tools/ci_extra.sh: the ASan + UBSan build and the fuzz targets (clang, its

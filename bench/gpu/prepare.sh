@@ -1,29 +1,23 @@
 #!/usr/bin/env bash
 # Run HERE (the development machine, with apt and the network), before a GPU call:
 # downloads the Debian packages that the GPU machine lacks (GoogleTest, Google Benchmark,
-# OpenBLAS with its Fortran runtime, nlohmann-json, CLI11, pkgconf), unpacks them with
+# oneDNN, nlohmann-json, CLI11, pkgconf), unpacks them with
 # `dpkg -x` (never into /), trims what the build does not need, and packs the result as
 # .gpudeps/deps.tar.xz: the only thing that travels (name `.gpudeps` in the device tool's
 # `carry`). bench/gpu/check.sh unpacks it on the GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEPS=.gpudeps
-PKGS=(libgtest-dev libbenchmark-dev libbenchmark1debian libopenblas0-openmp
-      libopenblas-openmp-dev libgfortran5 libquadmath0 nlohmann-json3-dev libcli11-dev
-      pkgconf pkgconf-bin libpkgconf3)
+PKGS=(libgtest-dev libbenchmark-dev libbenchmark1debian libdnnl2 libdnnl-dev
+      nlohmann-json3-dev libcli11-dev pkgconf pkgconf-bin libpkgconf3)
 rm -rf "$DEPS"
 mkdir -p "$DEPS/debs" "$DEPS/root"
 (cd "$DEPS/debs" && apt-get download "${PKGS[@]}")
 for f in "$DEPS"/debs/*.deb; do dpkg -x "$f" "$DEPS/root"; done
 R="$DEPS/root"
-# Trim: static OpenBLAS (we link the shared one), LAPACK and the reference BLAS names,
-# docs, man pages, cmake files.
-rm -f "$R"/usr/lib/x86_64-linux-gnu/openblas-openmp/*.a \
-      "$R"/usr/lib/x86_64-linux-gnu/openblas-openmp/liblapack* \
-      "$R"/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas*
+# Trim: docs, man pages, cmake files.
 rm -rf "$R"/usr/share/doc "$R"/usr/share/man "$R"/usr/share/lintian \
-       "$R"/usr/lib/x86_64-linux-gnu/openblas-openmp/cmake "$R"/usr/lib/x86_64-linux-gnu/cmake \
-       "$R"/usr/share/cmake "$R"/usr/lib/cmake
+       "$R"/usr/lib/x86_64-linux-gnu/cmake "$R"/usr/share/cmake "$R"/usr/lib/cmake
 tar -C "$DEPS" -cJf "$DEPS/deps.tar.xz" root
 rm -rf "$DEPS/debs" "$DEPS/root"
 echo "prepare.sh: $(du -sh "$DEPS/deps.tar.xz" | cut -f1) in $DEPS/deps.tar.xz (packages: ${PKGS[*]})"

@@ -1,13 +1,12 @@
 // CPU kernel benchmarks: every fast kernel next to its reference twin (BM_<op>/fast and
 // BM_<op>/ref), reporting GFLOP/s for compute kernels and GB/s for memory-bound ones
-// (bytes = what the kernel must read + write once). Plus gemm vs a direct cblas_sgemm
-// at 1024^3: the wrapper must cost nothing. Wall-clock time: the fast kernels run on
-// every core.
+// (bytes = what the kernel must read + write once), in fp32 (BM_<op>) and bf16
+// (BM_<op>_bf16). Plus the GEMMs at the shapes of a training step (BM_gemm_f32/...,
+// BM_gemm_bf16/...). Wall-clock time: the fast kernels run on every core.
 //
 // Shapes: B 4, T 256 / 1024, C 256 / 768, V 50257 (GPT-2 small-ish). Reference GEMMs
 // run at smaller sizes (a naive 1024^3 triple loop takes seconds); rates stay comparable.
 #include <benchmark/benchmark.h>
-#include <cblas.h>
 
 #include <cstdint>
 #include <random>
@@ -58,22 +57,9 @@ void bm_gemm(benchmark::State& st) {
   st.SetLabel(std::to_string(n) + "^3");
 }
 
-void bm_cblas_sgemm(benchmark::State& st) {
-  const int n = 1024;
-  const auto a = randn((size_t)n * n, 1), b = randn((size_t)n * n, 2);
-  std::vector<float> c((size_t)n * n);
-  for (auto _ : st) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                n, 0.0f, c.data(), n);
-    benchmark::DoNotOptimize(c.data());
-  }
-  set_flops(st, 2.0 * n * n * n);
-  st.SetLabel("1024^3");
-}
-
 // GEMMs at the shapes of a GPT training step (bench/results/cpu-gemm.md): m x n x k with
-// the layout of the op, N = B*T rows. fp32 through oneDNN next to OpenBLAS's cblas_sgemm,
-// and bf16 operands with an fp32 or a bf16 result. beta 1 where the op accumulates.
+// the layout of the op, N = B*T rows: fp32, and bf16 operands with an fp32 or a bf16
+// result, through oneDNN. beta 1 where the op accumulates.
 struct GemmShape {
   const char* name;
   int m, n, k;
@@ -102,25 +88,23 @@ std::vector<uint16_t> randn_bf16(size_t n, uint32_t seed) {
   return h;
 }
 
-// In: float or uint16_t (bf16); Out likewise. Cblas: OpenBLAS's sgemm instead of ours.
-template <class In, class Out, bool Cblas = false>
+// Normal values of the storage type: float, or uint16_t (bf16 bits).
+template <class T>
+std::vector<T> data(size_t n, uint32_t seed) {
+  if constexpr (sizeof(T) == 2)
+    return randn_bf16(n, seed);
+  else
+    return randn(n, seed);
+}
+
+// In: float or uint16_t (bf16); Out likewise.
+template <class In, class Out>
 void bm_gemm_shape(benchmark::State& st, const GemmShape& g) {
   const int lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n;
-  std::vector<In> a, b;
-  if constexpr (sizeof(In) == 2) {
-    a = randn_bf16((size_t)g.m * g.k, 1);
-    b = randn_bf16((size_t)g.k * g.n, 2);
-  } else {
-    a = randn((size_t)g.m * g.k, 1);
-    b = randn((size_t)g.k * g.n, 2);
-  }
+  const auto a = data<In>((size_t)g.m * g.k, 1), b = data<In>((size_t)g.k * g.n, 2);
   std::vector<Out> c((size_t)g.m * g.n);
   for (auto _ : st) {
-    if constexpr (Cblas)
-      cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
-                  g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, g.beta, c.data(), g.n);
-    else
-      cpu::gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, g.beta, c.data(), g.n);
+    cpu::gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, g.beta, c.data(), g.n);
     benchmark::DoNotOptimize(c.data());
   }
   set_flops(st, 2.0 * g.m * g.n * g.k);
@@ -129,9 +113,7 @@ void bm_gemm_shape(benchmark::State& st, const GemmShape& g) {
 void register_train_gemms() {
   for (const GemmShape& g : k_train_gemms) {
     const std::string shape = g.name;
-    benchmark::RegisterBenchmark(("BM_gemm_f32/onednn/" + shape).c_str(), bm_gemm_shape<float, float>, g)
-        ->UseRealTime()->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("BM_gemm_f32/openblas/" + shape).c_str(), bm_gemm_shape<float, float, true>, g)
+    benchmark::RegisterBenchmark(("BM_gemm_f32/" + shape).c_str(), bm_gemm_shape<float, float>, g)
         ->UseRealTime()->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("BM_gemm_bf16/to_f32/" + shape).c_str(), bm_gemm_shape<uint16_t, float>, g)
         ->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -140,7 +122,7 @@ void register_train_gemms() {
   }
 }
 
-// Many small matrices (attention-sized): gemm spreads the batch over threads.
+// Many small matrices (attention-sized) in one batched gemm.
 template <bool Fast>
 void bm_gemm_batched(benchmark::State& st) {
   const int n = 64, batch = 64;
@@ -155,27 +137,15 @@ void bm_gemm_batched(benchmark::State& st) {
   st.SetLabel("64 x 64^3");
 }
 
-// The alternative the batched gemm's heuristic rejects: one (threaded) BLAS call after another.
-void bm_gemm_batched_blas_loop(benchmark::State& st) {
-  const int n = 64, batch = 64;
-  const int64_t s = (int64_t)n * n;
-  const auto a = randn(s * batch, 1), b = randn(s * batch, 2);
-  std::vector<float> c(s * batch);
-  for (auto _ : st) {
-    for (int p = 0; p < batch; p++)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data() + p * s, n,
-                  b.data() + p * s, n, 0.0f, c.data() + p * s, n);
-    benchmark::DoNotOptimize(c.data());
-  }
-  set_flops(st, 2.0 * n * n * n * batch);
-  st.SetLabel("64 x 64^3");
-}
+// The kernels below run in fp32 (T = float) and in bf16 (T = uint16_t, BM_<op>_bf16):
+// activations of type T, parameter gradients, statistics and losses in fp32. Bytes count
+// each element at its stored size.
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_matmul_fwd(benchmark::State& st) {
   const int N = Fast ? 1024 : 256, C = 768, OC = 768;
-  const auto inp = randn((size_t)N * C, 1), w = randn((size_t)OC * C, 2), b = randn(OC, 3);
-  std::vector<float> out((size_t)N * OC);
+  const auto inp = data<T>((size_t)N * C, 1), w = data<T>((size_t)OC * C, 2), b = data<T>(OC, 3);
+  std::vector<T> out((size_t)N * OC);
   for (auto _ : st) {
     CALL(matmul_forward, out.data(), inp.data(), w.data(), b.data(), N, C, OC);
     benchmark::DoNotOptimize(out.data());
@@ -184,11 +154,12 @@ void bm_matmul_fwd(benchmark::State& st) {
   st.SetLabel("N=" + std::to_string(N) + " C=768 OC=768");
 }
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_matmul_bwd(benchmark::State& st) {
   const int N = Fast ? 1024 : 256, C = 768, OC = 768;
-  const auto inp = randn((size_t)N * C, 1), w = randn((size_t)OC * C, 2), dout = randn((size_t)N * OC, 3);
-  std::vector<float> dinp((size_t)N * C), dw((size_t)OC * C), db(OC);
+  const auto inp = data<T>((size_t)N * C, 1), w = data<T>((size_t)OC * C, 2), dout = data<T>((size_t)N * OC, 3);
+  std::vector<T> dinp((size_t)N * C);
+  std::vector<float> dw((size_t)OC * C), db(OC);
   for (auto _ : st) {
     CALL(matmul_backward, dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
     benchmark::DoNotOptimize(dinp.data());
@@ -197,80 +168,82 @@ void bm_matmul_bwd(benchmark::State& st) {
   st.SetLabel("N=" + std::to_string(N) + " C=768 OC=768");
 }
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_bias_add(benchmark::State& st) {
   const int N = 4096, C = 768;
-  const auto inp = randn((size_t)N * C, 1), b = randn(C, 2);
-  std::vector<float> out((size_t)N * C);
+  const auto inp = data<T>((size_t)N * C, 1), b = data<T>(C, 2);
+  std::vector<T> out((size_t)N * C);
   for (auto _ : st) {
     CALL(bias_add, out.data(), inp.data(), b.data(), N, C);
     benchmark::DoNotOptimize(out.data());
   }
-  set_bytes(st, 2.0 * 4 * N * C);
+  set_bytes(st, 2.0 * sizeof(T) * N * C);
 }
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_bias_bwd(benchmark::State& st) {
   const int N = 4096, C = 768;
-  const auto dout = randn((size_t)N * C, 1);
+  const auto dout = data<T>((size_t)N * C, 1);
   std::vector<float> db(C);
   for (auto _ : st) {
     CALL(bias_backward, db.data(), dout.data(), N, C);
     benchmark::DoNotOptimize(db.data());
   }
-  set_bytes(st, 4.0 * N * C);
+  set_bytes(st, 1.0 * sizeof(T) * N * C);
 }
 
 // ---- layernorm, gelu ----------------------------------------------------------------
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_layernorm_fwd(benchmark::State& st) {
   const int N = 4096, C = 768;
-  const auto inp = randn((size_t)N * C, 1), w = randn(C, 2), b = randn(C, 3);
-  std::vector<float> out((size_t)N * C), mean(N), rstd(N);
+  const auto inp = data<T>((size_t)N * C, 1), w = data<T>(C, 2), b = data<T>(C, 3);
+  std::vector<T> out((size_t)N * C);
+  std::vector<float> mean(N), rstd(N);
   for (auto _ : st) {
     CALL(layernorm_forward, out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
     benchmark::DoNotOptimize(out.data());
   }
-  set_bytes(st, 2.0 * 4 * N * C);
+  set_bytes(st, 2.0 * sizeof(T) * N * C);
 }
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_layernorm_bwd(benchmark::State& st) {
   const int N = 4096, C = 768;
-  const auto inp = randn((size_t)N * C, 1), w = randn(C, 2), b = randn(C, 3), dout = randn((size_t)N * C, 4);
-  std::vector<float> out((size_t)N * C), mean(N), rstd(N), dinp((size_t)N * C), dw(C), db(C);
+  const auto inp = data<T>((size_t)N * C, 1), w = data<T>(C, 2), b = data<T>(C, 3), dout = data<T>((size_t)N * C, 4);
+  std::vector<T> out((size_t)N * C), dinp((size_t)N * C);
+  std::vector<float> mean(N), rstd(N), dw(C), db(C);
   cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
   for (auto _ : st) {
     CALL(layernorm_backward, dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
-                               mean.data(), rstd.data(), N, C);
+         mean.data(), rstd.data(), N, C);
     benchmark::DoNotOptimize(dinp.data());
   }
-  set_bytes(st, 4.0 * 4 * N * C);  // read inp, dout, dinp; write dinp
+  set_bytes(st, 4.0 * sizeof(T) * N * C);  // read inp, dout, dinp; write dinp
 }
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_gelu_fwd(benchmark::State& st) {
   const int64_t n = 4096 * 768;
-  const auto inp = randn(n, 1);
-  std::vector<float> out(n);
+  const auto inp = data<T>(n, 1);
+  std::vector<T> out(n);
   for (auto _ : st) {
     CALL(gelu_forward, out.data(), inp.data(), n);
     benchmark::DoNotOptimize(out.data());
   }
-  set_bytes(st, 2.0 * 4 * n);
+  set_bytes(st, 2.0 * sizeof(T) * n);
 }
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_gelu_bwd(benchmark::State& st) {
   const int64_t n = 4096 * 768;
-  const auto inp = randn(n, 1), dout = randn(n, 2);
-  std::vector<float> dinp(n);
+  const auto inp = data<T>(n, 1), dout = data<T>(n, 2);
+  std::vector<T> dinp(n);
   for (auto _ : st) {
     CALL(gelu_backward, dinp.data(), inp.data(), dout.data(), n);
     benchmark::DoNotOptimize(dinp.data());
   }
-  set_bytes(st, 4.0 * 4 * n);
+  set_bytes(st, 4.0 * sizeof(T) * n);
 }
 
 // ---- attention: B 4, T 256, C 256, NH 4 ---------------------------------------------
@@ -279,17 +252,18 @@ constexpr int k_ab = 4, k_at = 256, k_ac = 256, k_anh = 4;
 // Causal flops of one forward: q k^T and p v over the T(T+1)/2 visible pairs, 2 per MAC.
 constexpr double k_attn_fwd_flops = 2.0 * 2.0 * k_ab * k_ac * (k_at * (k_at + 1) / 2.0);
 
+template <class T>
 struct AttnData {
-  std::vector<float> qkv = randn((size_t)k_ab * k_at * 3 * k_ac, 1);
-  std::vector<float> dout = randn((size_t)k_ab * k_at * k_ac, 2);
-  std::vector<float> out = std::vector<float>((size_t)k_ab * k_at * k_ac);
+  std::vector<T> qkv = data<T>((size_t)k_ab * k_at * 3 * k_ac, 1);
+  std::vector<T> dout = data<T>((size_t)k_ab * k_at * k_ac, 2);
+  std::vector<T> out = std::vector<T>((size_t)k_ab * k_at * k_ac);
   std::vector<float> lse = std::vector<float>((size_t)k_ab * k_anh * k_at);
-  std::vector<float> dqkv = std::vector<float>(qkv.size());
+  std::vector<T> dqkv = std::vector<T>(qkv.size());
 };
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_attention_fwd(benchmark::State& st) {
-  AttnData d;
+  AttnData<T> d;
   for (auto _ : st) {
     CALL(attention_forward, d.out.data(), d.lse.data(), d.qkv.data(), k_ab, k_at, k_ac, k_anh);
     benchmark::DoNotOptimize(d.out.data());
@@ -298,26 +272,26 @@ void bm_attention_fwd(benchmark::State& st) {
   st.SetLabel("B=4 T=256 C=256 NH=4");
 }
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_attention_bwd(benchmark::State& st) {
-  AttnData d;
+  AttnData<T> d;
   cpu::attention_forward(d.out.data(), d.lse.data(), d.qkv.data(), k_ab, k_at, k_ac, k_anh);
   for (auto _ : st) {
     CALL(attention_backward, d.dqkv.data(), d.dout.data(), d.qkv.data(), d.out.data(), d.lse.data(),
-                               k_ab, k_at, k_ac, k_anh);
+         k_ab, k_at, k_ac, k_anh);
     benchmark::DoNotOptimize(d.dqkv.data());
   }
   set_flops(st, 2.0 * k_attn_fwd_flops);  // dv, dp, dq, dk: four products (recompute not counted)
   st.SetLabel("B=4 T=256 C=256 NH=4");
 }
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_attention_fwd_bwd(benchmark::State& st) {
-  AttnData d;
+  AttnData<T> d;
   for (auto _ : st) {
     CALL(attention_forward, d.out.data(), d.lse.data(), d.qkv.data(), k_ab, k_at, k_ac, k_anh);
     CALL(attention_backward, d.dqkv.data(), d.dout.data(), d.qkv.data(), d.out.data(), d.lse.data(),
-                               k_ab, k_at, k_ac, k_anh);
+         k_ab, k_at, k_ac, k_anh);
     benchmark::DoNotOptimize(d.dqkv.data());
   }
   set_flops(st, 3.0 * k_attn_fwd_flops);
@@ -328,9 +302,9 @@ void bm_attention_fwd_bwd(benchmark::State& st) {
 
 constexpr int k_cn = 256, k_cv = 50257;
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_crossentropy_fwd(benchmark::State& st) {
-  const auto logits = randn((size_t)k_cn * k_cv, 1);
+  const auto logits = data<T>((size_t)k_cn * k_cv, 1);
   std::vector<int32_t> targets(k_cn);
   for (int i = 0; i < k_cn; i++) targets[i] = (i * 7919) % k_cv;
   std::vector<float> losses(k_cn), lse(k_cn);
@@ -338,116 +312,123 @@ void bm_crossentropy_fwd(benchmark::State& st) {
     CALL(crossentropy_forward, losses.data(), lse.data(), logits.data(), targets.data(), k_cn, k_cv, -100);
     benchmark::DoNotOptimize(losses.data());
   }
-  set_bytes(st, 4.0 * k_cn * k_cv);
+  set_bytes(st, 1.0 * sizeof(T) * k_cn * k_cv);
   st.SetLabel("N=256 V=50257");
 }
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_crossentropy_bwd(benchmark::State& st) {
-  const auto logits = randn((size_t)k_cn * k_cv, 1);
+  const auto logits = data<T>((size_t)k_cn * k_cv, 1);
   std::vector<int32_t> targets(k_cn);
   for (int i = 0; i < k_cn; i++) targets[i] = (i * 7919) % k_cv;
-  std::vector<float> losses(k_cn), lse(k_cn), dlogits((size_t)k_cn * k_cv);
+  std::vector<float> losses(k_cn), lse(k_cn);
+  std::vector<T> dlogits((size_t)k_cn * k_cv);
   cpu::crossentropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), k_cn, k_cv, -100);
   for (auto _ : st) {
     CALL(crossentropy_backward, dlogits.data(), logits.data(), lse.data(), targets.data(), 1.0f / k_cn,
-                                  k_cn, k_cv, -100);
+         k_cn, k_cv, -100);
     benchmark::DoNotOptimize(dlogits.data());
   }
-  set_bytes(st, 3.0 * 4 * k_cn * k_cv);
+  set_bytes(st, 3.0 * sizeof(T) * k_cn * k_cv);
   st.SetLabel("N=256 V=50257");
 }
 
 constexpr int k_eb = 4, k_et = 1024, k_ec = 768, k_ev = 50257;
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_embedding_fwd(benchmark::State& st) {
-  const auto wte = randn((size_t)k_ev * k_ec, 1), wpe = randn((size_t)k_et * k_ec, 2);
+  const auto wte = data<T>((size_t)k_ev * k_ec, 1), wpe = data<T>((size_t)k_et * k_ec, 2);
   std::vector<int32_t> tokens(k_eb * k_et);
   for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (int32_t)((i * 7919) % k_ev);
-  std::vector<float> out((size_t)k_eb * k_et * k_ec);
+  std::vector<T> out((size_t)k_eb * k_et * k_ec);
   for (auto _ : st) {
     CALL(embedding_forward, out.data(), tokens.data(), wte.data(), wpe.data(), k_eb, k_et, k_ec);
     benchmark::DoNotOptimize(out.data());
   }
-  set_bytes(st, 3.0 * 4 * k_eb * k_et * k_ec);
+  set_bytes(st, 3.0 * sizeof(T) * k_eb * k_et * k_ec);
 }
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_embedding_bwd(benchmark::State& st) {
   std::vector<float> dwte((size_t)k_ev * k_ec), dwpe((size_t)k_et * k_ec);
   std::vector<int32_t> tokens(k_eb * k_et);
   for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (int32_t)((i * 7919) % k_ev);
-  const auto dout = randn((size_t)k_eb * k_et * k_ec, 3);
+  const auto dout = data<T>((size_t)k_eb * k_et * k_ec, 3);
   for (auto _ : st) {
     CALL(embedding_backward, dwte.data(), dwpe.data(), dout.data(), tokens.data(), k_eb, k_et, k_ec);
     benchmark::DoNotOptimize(dwte.data());
   }
-  set_bytes(st, 5.0 * 4 * k_eb * k_et * k_ec);  // read dout, read+write dwte and dwpe rows
+  // read dout, read + write the fp32 dwte and dwpe rows
+  set_bytes(st, (1.0 * sizeof(T) + 4.0 * 4) * k_eb * k_et * k_ec);
 }
 
 // ---- optimizer, elementwise, reductions, bf16 ---------------------------------------
 
-constexpr int64_t k_n = 1 << 23;  // 8M floats, 32 MiB: beyond the caches
+constexpr int64_t k_n = 1 << 23;  // 8M elements: beyond the caches
 
-template <bool Fast>
+// T = uint16_t: AdamW also writes the bf16 compute copy of the weights.
+template <bool Fast, class T>
 void bm_adamw(benchmark::State& st) {
   auto p = randn(k_n, 1);
   const auto g = randn(k_n, 2);
   std::vector<float> m(k_n, 0.0f), v(k_n, 0.0f);
+  std::vector<uint16_t> copy(sizeof(T) == 2 ? k_n : 0);
   int step = 0;
   for (auto _ : st) {
-    CALL(adamw_step, p.data(), g.data(), m.data(), v.data(), k_n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step);
+    if constexpr (sizeof(T) == 2)
+      CALL(adamw_step, p.data(), copy.data(), g.data(), m.data(), v.data(), k_n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step);
+    else
+      CALL(adamw_step, p.data(), g.data(), m.data(), v.data(), k_n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step);
     benchmark::DoNotOptimize(p.data());
   }
-  set_bytes(st, 7.0 * 4 * k_n);
+  set_bytes(st, (7.0 * 4 + (sizeof(T) == 2 ? 2 : 0)) * k_n);
 }
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_add(benchmark::State& st) {
-  const auto a = randn(k_n, 1), b = randn(k_n, 2);
-  std::vector<float> out(k_n);
+  const auto a = data<T>(k_n, 1), b = data<T>(k_n, 2);
+  std::vector<T> out(k_n);
   for (auto _ : st) {
     CALL(add, out.data(), a.data(), b.data(), k_n);
     benchmark::DoNotOptimize(out.data());
   }
-  set_bytes(st, 3.0 * 4 * k_n);
+  set_bytes(st, 3.0 * sizeof(T) * k_n);
 }
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_scale(benchmark::State& st) {
-  const auto a = randn(k_n, 1);
-  std::vector<float> out(k_n);
+  const auto a = data<T>(k_n, 1);
+  std::vector<T> out(k_n);
   for (auto _ : st) {
     CALL(scale, out.data(), a.data(), 0.5f, k_n);
     benchmark::DoNotOptimize(out.data());
   }
-  set_bytes(st, 2.0 * 4 * k_n);
+  set_bytes(st, 2.0 * sizeof(T) * k_n);
 }
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_axpy(benchmark::State& st) {
-  const auto a = randn(k_n, 1);
-  std::vector<float> out(k_n);
+  const auto a = data<T>(k_n, 1);
+  std::vector<T> out(k_n);
   for (auto _ : st) {
     CALL(axpy, out.data(), a.data(), 1e-3f, k_n);
     benchmark::DoNotOptimize(out.data());
   }
-  set_bytes(st, 3.0 * 4 * k_n);
+  set_bytes(st, 3.0 * sizeof(T) * k_n);
 }
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_sum(benchmark::State& st) {
-  const auto a = randn(k_n, 1);
+  const auto a = data<T>(k_n, 1);
   for (auto _ : st) benchmark::DoNotOptimize(CALL(sum, a.data(), k_n));
-  set_bytes(st, 4.0 * k_n);
+  set_bytes(st, 1.0 * sizeof(T) * k_n);
 }
 
-template <bool Fast>
+template <bool Fast, class T>
 void bm_sum_squares(benchmark::State& st) {
-  const auto a = randn(k_n, 1);
+  const auto a = data<T>(k_n, 1);
   for (auto _ : st) benchmark::DoNotOptimize(CALL(sum_squares, a.data(), k_n));
-  set_bytes(st, 4.0 * k_n);
+  set_bytes(st, 1.0 * sizeof(T) * k_n);
 }
 
 template <bool Fast>
@@ -482,36 +463,39 @@ void add_pair(const std::string& op, void (*fast)(benchmark::State&), void (*ref
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Each op in fp32 (BM_<op>) and, where it has one, bf16 (BM_<op>_bf16).
 #define PAIR(op) add_pair(#op, bm_##op<true>, bm_##op<false>)
+#define PAIRS(op)                                                       \
+  add_pair(#op, bm_##op<true, float>, bm_##op<false, float>);           \
+  add_pair(#op "_bf16", bm_##op<true, uint16_t>, bm_##op<false, uint16_t>)
   PAIR(gemm);
-  benchmark::RegisterBenchmark("BM_gemm/cblas_sgemm", bm_cblas_sgemm)->UseRealTime()->Unit(benchmark::kMillisecond);
   register_train_gemms();
   PAIR(gemm_batched);
-  benchmark::RegisterBenchmark("BM_gemm_batched/blas_loop", bm_gemm_batched_blas_loop)->UseRealTime()->Unit(benchmark::kMillisecond);
-  PAIR(matmul_fwd);
-  PAIR(matmul_bwd);
-  PAIR(bias_add);
-  PAIR(bias_bwd);
-  PAIR(layernorm_fwd);
-  PAIR(layernorm_bwd);
-  PAIR(gelu_fwd);
-  PAIR(gelu_bwd);
-  PAIR(attention_fwd);
-  PAIR(attention_bwd);
-  PAIR(attention_fwd_bwd);
-  PAIR(crossentropy_fwd);
-  PAIR(crossentropy_bwd);
-  PAIR(embedding_fwd);
-  PAIR(embedding_bwd);
-  PAIR(adamw);
-  PAIR(add);
-  PAIR(scale);
-  PAIR(axpy);
-  PAIR(sum);
-  PAIR(sum_squares);
+  PAIRS(matmul_fwd);
+  PAIRS(matmul_bwd);
+  PAIRS(bias_add);
+  PAIRS(bias_bwd);
+  PAIRS(layernorm_fwd);
+  PAIRS(layernorm_bwd);
+  PAIRS(gelu_fwd);
+  PAIRS(gelu_bwd);
+  PAIRS(attention_fwd);
+  PAIRS(attention_bwd);
+  PAIRS(attention_fwd_bwd);
+  PAIRS(crossentropy_fwd);
+  PAIRS(crossentropy_bwd);
+  PAIRS(embedding_fwd);
+  PAIRS(embedding_bwd);
+  PAIRS(adamw);
+  PAIRS(add);
+  PAIRS(scale);
+  PAIRS(axpy);
+  PAIRS(sum);
+  PAIRS(sum_squares);
   PAIR(f32_to_bf16);
   PAIR(bf16_to_f32);
 #undef PAIR
+#undef PAIRS
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

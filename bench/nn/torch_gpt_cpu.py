@@ -5,7 +5,10 @@ The same GPT-2-style model as nn/gpt.cpp (pre-norm blocks, tanh GELU MLP, LM hea
 wte, GPT-2 initialisation), fp32, attention written out (Q K^T, causal mask, softmax, A V:
 torch 1.13 has no scaled_dot_product_attention), the same step as `gpumix train`:
 zero_grad, mean cross-entropy, backward, global-norm clip, AdamW (betas 0.9/0.95, eps 1e-8,
-weight decay 0.1 on matrices and embeddings only) on random tokens.
+weight decay 0.1 on matrices and embeddings only) on random tokens. --dtype bf16 runs the
+forward and the loss under torch.autocast("cpu", dtype=torch.bfloat16) (PyTorch's mixed
+precision on the CPU: bf16 matmuls, fp32 weights, gradients and optimizer), the backward
+outside it, as PyTorch recommends.
 
 Run it with Debian's interpreter and OpenBLAS's OpenMP build pinned (see
 /work/shared/research/PEERS.md), with the thread count set both ways:
@@ -126,6 +129,8 @@ def main():
                     help="AdamW's multi-tensor implementation (default: torch's choice)")
     ap.add_argument("--attn", choices=("bmm", "mm"), default="bmm",
                     help="attention products: batched (q @ k^T over (B, NH), the usual way) or one mm per head")
+    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                    help="fp32, or bf16 autocast (torch.autocast('cpu', dtype=torch.bfloat16))")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--allow-reference-blas", action="store_true")
     a = ap.parse_args()
@@ -151,7 +156,8 @@ def main():
     # One step first, so that the BLAS library is loaded and visible in the maps.
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = model(tokens, targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            loss = model(tokens, targets)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         opt.step()
@@ -170,7 +176,8 @@ def main():
             sys.exit("error: torch loaded the netlib reference BLAS; pin OpenBLAS, e.g. "
                      "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp")
     print(f"torch_gpt_cpu: L={a.L} NH={a.NH} C={a.C} T={a.T} V={a.V} B={a.B}, {nparams / 1e6:.2f}M parameters, "
-          f"{a.warmup} warmup + {a.steps} timed steps, attention {a.attn}, AdamW foreach={a.foreach}")
+          f"{a.warmup} warmup + {a.steps} timed steps, attention {a.attn}, AdamW foreach={a.foreach}, "
+          f"dtype {a.dtype}{' (autocast)' if a.dtype == 'bf16' else ''}")
     ntok = a.B * a.T
     ms, rates = [], []
     for s in range(1, a.warmup + a.steps + 1):
@@ -189,7 +196,7 @@ def main():
                   f"{dt * 1e3:.1f} ms | {ntok / dt:.0f} tok/s")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(f"peak RSS {rss:.1f} MiB (whole process, including the interpreter and libraries)")
-    print(f"RESULT torch-{a.attn} ms_per_step {statistics.median(ms):.2f} tokens_per_s {statistics.median(rates):.1f} "
+    print(f"RESULT torch-{a.attn}-{a.dtype} ms_per_step {statistics.median(ms):.2f} tokens_per_s {statistics.median(rates):.1f} "
           f"peak_rss_mib {rss:.1f} threads {torch.get_num_threads()}")
 
 

@@ -14,7 +14,7 @@
 //     global token count once). all_gather_v and broadcast also move bf16 and i32.
 //   - Every rank calls the same collectives in the same order with the same counts (and
 //     root). The ranks check this: a mismatch, or a bad size on one rank, throws on EVERY
-//     rank an Error that names the ranks and their counts; it never hangs.
+//     rank a CollectiveError that names the ranks and their counts; it never hangs.
 //   - A Comm is used by one thread at a time. Asynchronous forms return a CommRequest; the
 //     buffers must stay untouched until wait() returns. Synchronous and asynchronous calls
 //     are matched across ranks in the order they are issued.
@@ -48,6 +48,14 @@
 #include "core/tensor.h"
 
 namespace gpumix::dist {
+
+// What every rank throws together when the ranks disagree or one of them reported a local
+// error to agree(): a caller that catches it knows that no rank is left inside a
+// collective (the C API's MPI form returns it as every rank's error).
+class CollectiveError : public Error {
+ public:
+  using Error::Error;
+};
 
 enum class CommOp : uint8_t { all_gather_v, reduce_scatter_v, all_reduce, broadcast, barrier, agree };
 constexpr int kCommOpCount = 6;
@@ -123,8 +131,10 @@ class Comm {
 
   // Collective check that every rank passes the same `values` (counts, a shard layout, a
   // plan's numbers). If they differ, or if any rank passes a non-empty `local_error` (a
-  // problem it found on its own), every rank throws an Error that starts with `what` and
-  // names the ranks, their values and the local errors.
+  // problem it found on its own), every rank throws a CollectiveError that starts with
+  // `what` and names the ranks, their values and the local errors. Under MPI (where every
+  // collective starts with such a check) a rank's agree() with a local error also meets
+  // the check of whatever collective its peers call next, and they all throw.
   virtual void agree(const std::string& what, const std::vector<int64_t>& values,
                      const std::string& local_error = "") = 0;
 
@@ -227,7 +237,7 @@ struct MpiOptions {
 
 // A communicator over all MPI ranks (a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN;
 // MPI errors become Errors with MPI's own text). MPI must be initialised (MpiSession).
-// Throws when built without MPI.
+// Throws when built without MPI. dist/comm/comm_mpi.h makes one over any communicator.
 std::unique_ptr<Comm> make_mpi_comm(const MpiOptions& options = {});
 
 // ---- NCCL backend -----------------------------------------------------------------------

@@ -324,7 +324,7 @@ class LocalComm : public Comm {
 
   // Throws the round's agreement error (the same on every rank).
   static const Round& finish_check(const std::shared_ptr<const Round>& round) {
-    if (!round->error.empty()) throw Error(str("local comm: ", round->error));
+    if (!round->error.empty()) throw CollectiveError(str("local comm: ", round->error));
     return *round;
   }
 

@@ -17,7 +17,8 @@
 // MPI_Allreduce (MAX of a hash, its complement and an error flag); when they differ, the
 // descriptions are all-gathered and every rank throws the same message. A rank that dies
 // makes mpirun kill the job; abort() calls MPI_Abort. The communicator is a duplicate of
-// MPI_COMM_WORLD with MPI_ERRORS_RETURN, and MPI errors become Errors with MPI's text.
+// MPI_COMM_WORLD (or of the caller's, comm_mpi.h) with MPI_ERRORS_RETURN, and MPI errors
+// become Errors with MPI's text.
 #include <mpi.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 
 #include "core/error.h"
 #include "dist/comm/comm.h"
+#include "dist/comm/comm_mpi.h"
 
 namespace gpumix::dist {
 namespace {
@@ -108,7 +110,7 @@ class MpiRequest : public CommRequest {
 
 class MpiComm : public Comm {
  public:
-  explicit MpiComm(const MpiOptions& options) : opt_(options) {
+  MpiComm(MPI_Comm base, const MpiOptions& options) : opt_(options) {
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
@@ -117,7 +119,7 @@ class MpiComm : public Comm {
                  "(and run under mpirun)");
     GPUMIX_CHECK(opt_.max_count >= 1 && opt_.max_count <= INT_MAX,
                  "MpiOptions::max_count must be in 1..", INT_MAX, ", got ", opt_.max_count);
-    GPUMIX_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    GPUMIX_MPI_CHECK(MPI_Comm_dup(base, &comm_));
     GPUMIX_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     GPUMIX_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     GPUMIX_MPI_CHECK(MPI_Comm_size(comm_, &size_));
@@ -246,7 +248,7 @@ class MpiComm : public Comm {
     }
     std::string message = detail::agreement_error(whats, all_values, errors);
     if (message.empty()) message = str(what, ": the ranks' agreement hashes differ");
-    throw Error(str("mpi comm: ", message));
+    throw CollectiveError(str("mpi comm: ", message));
   }
 
   std::vector<std::string> all_gather_strings(const std::string& s) {
@@ -545,7 +547,11 @@ MpiSession::~MpiSession() {
 }
 
 std::unique_ptr<Comm> make_mpi_comm(const MpiOptions& options) {
-  return std::make_unique<MpiComm>(options);
+  return std::make_unique<MpiComm>(MPI_COMM_WORLD, options);
+}
+
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm base, const MpiOptions& options) {
+  return std::make_unique<MpiComm>(base, options);
 }
 
 }  // namespace gpumix::dist

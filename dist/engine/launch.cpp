@@ -4,10 +4,93 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <numeric>
 #include <sstream>
+#include <stdexcept>
+
+#include "dist/plan/plan.h"
 
 namespace gpumix::dist {
+
+namespace {
+
+// "1,2,5" -> {1, 2, 5}.
+template <class T>
+std::vector<T> parse_list(const std::string& text, const char* flag) {
+  std::vector<T> values;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::stringstream one(item);
+    T v{};
+    if (!(one >> v) || !one.eof())
+      throw std::invalid_argument(std::string(flag) + ": cannot read '" + item + "' in '" + text +
+                                  "' (expected a comma-separated list, one value per rank)");
+    values.push_back(v);
+  }
+  return values;
+}
+
+std::vector<RankWork> build_work(int64_t global_batch, int ranks, const std::string& batches,
+                                 const std::string& micro, const std::string& shares) {
+  std::vector<RankWork> work = gpumix::dist::even_work(global_batch, ranks);
+  auto check_size = [&](size_t n, const char* flag) {
+    if ((int)n != ranks)
+      throw std::invalid_argument(std::string(flag) + " has " + std::to_string(n) + " values but " +
+                                  std::to_string(ranks) + " ranks are running; give one per rank");
+  };
+  if (!batches.empty()) {
+    const auto b = parse_list<int64_t>(batches, "--batches");
+    check_size(b.size(), "--batches");
+    for (int r = 0; r < ranks; ++r) work[r].batch = work[r].micro_batch = b[r];
+  }
+  if (!micro.empty()) {
+    const auto m = parse_list<int64_t>(micro, "--micro-batches");
+    check_size(m.size(), "--micro-batches");
+    for (int r = 0; r < ranks; ++r) work[r].micro_batch = m[r];
+  }
+  if (!shares.empty()) {
+    const auto s = parse_list<double>(shares, "--shares");
+    check_size(s.size(), "--shares");
+    for (int r = 0; r < ranks; ++r) work[r].share = s[r];
+  }
+  // No clamping of micro-batches: an explicit 0 for a positive batch is a bad plan that
+  // validate_work reports (the defaults above are already at least 1 for positive batches).
+  return work;
+}
+
+bool is_planner_name(const std::string& plan) {
+  for (const char* name : {"auto", "gpumix", "even", "proportional", "cephalo", "given"})
+    if (plan == name) return true;
+  return false;
+}
+
+// The per-rank work of a plan file (`gpumix plan --out`); its ranks and global batch must
+// be the run's.
+std::vector<RankWork> work_from_plan_file(const std::string& path, int64_t global_batch, int ranks) {
+  const gpumix::dist::Plan plan = gpumix::dist::read_plan(path);
+  if ((int)plan.ranks.size() != ranks)
+    throw std::invalid_argument("plan " + path + " is for " + std::to_string(plan.ranks.size()) +
+                                " ranks but " + std::to_string(ranks) + " are running; make the plan for "
+                                "this cluster or run as many ranks");
+  for (const auto& r : plan.ranks)
+    if (r.left_out())
+      throw std::invalid_argument("plan " + path + " leaves rank " + std::to_string(r.rank) + " (" + r.device +
+                                  ") out, but this trainer keeps every rank in every collective, where that "
+                                  "rank would hold gathered units its plan does not count; make the plan "
+                                  "with `gpumix plan --no-leave-out`, or run without that device");
+  if (plan.global_batch != global_batch)
+    throw std::invalid_argument("plan " + path + " has global batch " + std::to_string(plan.global_batch) +
+                                " but --batch is " + std::to_string(global_batch) + "; pass --batch " +
+                                std::to_string(plan.global_batch));
+  std::vector<RankWork> work;
+  for (const auto& r : plan.ranks) work.push_back({r.batch, r.micro_batch, r.share});
+  gpumix::dist::validate_work(work, global_batch, ranks);
+  return work;
+}
+
+}  // namespace
 
 std::vector<ClusterDevice> parse_devices(const std::string& text) {
   std::vector<ClusterDevice> devices;
@@ -54,6 +137,38 @@ std::vector<std::vector<int>> place_ranks(const std::vector<double>& slowdowns, 
     placed[r].push_back(cpu);
   }
   return placed;
+}
+
+std::vector<RankWork> plan_work(const PlanRequest& request, bool have_devices, int64_t global_batch, int ranks,
+                                EngineOptions& engine) {
+  const bool lists = !request.batches.empty() || !request.micro_batches.empty() || !request.shares.empty();
+  const std::string plan = !request.plan.empty() ? request.plan : lists ? "given" : have_devices ? "auto" : "even";
+  const bool plan_file = !is_planner_name(plan);
+  if (lists && plan != "given")
+    throw std::invalid_argument("--plan " + plan + " contradicts --batches/--micro-batches/--shares; drop one of "
+                                "them (or say --plan given)");
+  if (plan_file && !std::filesystem::exists(plan))
+    throw std::invalid_argument("--plan " + plan + " is neither a planner (auto, gpumix, even, proportional, cephalo, "
+                                "given) nor a plan file: cannot open " + plan);
+  if (plan_file) return work_from_plan_file(plan, global_batch, ranks);
+  if (plan != "given" && !(plan == "even" && !have_devices)) engine.planner = plan;
+  std::vector<RankWork> work = build_work(global_batch, ranks, request.batches, request.micro_batches, request.shares);
+  if (engine.planner.empty()) validate_work(work, global_batch, ranks);
+  return work;
+}
+
+RunLock lock_run_folder(const std::string& dir, Comm& comm) {
+  RunLock lock;
+  std::string error;
+  if (comm.rank() == 0) {
+    try {
+      lock = RunLock(dir);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  comm.agree("run folder lock", {}, error);
+  return lock;
 }
 
 void start_local_rank(Comm& comm, const std::vector<ClusterDevice>& devices, int threads, EngineOptions& engine) {

@@ -8,6 +8,7 @@
 
 #include "dist/plan/cluster.h"
 #include "dist/engine/trainer.h"
+#include "nn/run_lock.h"
 
 namespace gpumix::dist {
 
@@ -31,6 +32,27 @@ std::vector<std::vector<int>> place_ranks(const std::vector<double>& slowdowns, 
 // cores (OpenMP threads, pinned as place_ranks says) and, if devices are given, its device
 // (configure_rank_device).
 void start_local_rank(Comm& comm, const std::vector<ClusterDevice>& devices, int threads, EngineOptions& engine);
+
+// The plan of a run as `gpumix train --plan` and gpumix_config.plan name it.
+struct PlanRequest {
+  // "" : "given" when a list is set, else "auto" with devices, else "even"; a planner
+  // (auto, gpumix, even, proportional, cephalo); "given"; or a plan file (`gpumix plan --out`).
+  std::string plan;
+  // "given": per-rank lists, e.g. "1,2,5", "1,1,2", "0,0.3,0.7" ("" : even).
+  std::string batches, micro_batches, shares;
+};
+
+// What `ranks` ranks run for `request`: sets engine.planner when a planner is to profile
+// and plan (then the work returned is even, and ignored), else returns the given lists'
+// or the plan file's work, validated. Throws std::invalid_argument naming the flag, the
+// numbers and the fix.
+std::vector<RankWork> plan_work(const PlanRequest& request, bool have_devices, int64_t global_batch, int ranks,
+                                EngineOptions& engine);
+
+// The run folder's lock for the ranks of one job: rank 0 takes it (nn/run_lock.h), the
+// others learn the outcome, so that every rank throws the same error (naming the folder and
+// the holder) when another run has the folder. Collective; only rank 0's lock holds.
+RunLock lock_run_folder(const std::string& dir, Comm& comm);
 
 // Runs `ranks` thread ranks (devices: empty, or one per rank) sharing `threads` cores, each
 // calling train(). Returns rank 0's result; a rank's failure stops all and is rethrown.

@@ -118,8 +118,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
     const double s = 1.0 / std::sqrt(var + k_ln_eps);
     for (int c = 0; c < C; c++)
       out[(int64_t)i * C + c] = (float)((x[c] - m) * s * weight[c] + bias[c]);
-    mean[i] = (float)m;
-    rstd[i] = (float)s;
+    if (mean) mean[i] = (float)m;
+    if (rstd) rstd[i] = (float)s;
   }
 }
 

@@ -22,7 +22,15 @@ GPUMIX_TARGET_AVX512 void tile_gemm_avx512(int m, int n, int k, const float* a, 
                                            int64_t a_cs, const float* b, int64_t ldb, float* c,
                                            int64_t ldc, bool accumulate);
 
-// The two as policies, for kernel bodies written once over the path.
+// bf16 operands, fp32 products and accumulation (AVX-512 BF16 vdpbf16ps: 32 products a
+// step). a is row-major bf16 with leading dimension lda and k even (its padding column, if
+// any, zero); b is packed in pairs along k: element (l, j) at b[(l / 2) * ldb + 2 j + l % 2]
+// (ldb >= 2 n; a padding row of an odd k zero).
+GPUMIX_TARGET_AVX512_BF16 void tile_gemm_bf16(int m, int n, int k, const uint16_t* a, int64_t lda,
+                                              const uint16_t* b, int64_t ldb, float* c,
+                                              int64_t ldc, bool accumulate);
+
+// The two fp32 ones as policies, for kernel bodies written once over the path.
 struct TilePortable {
   static void gemm(int m, int n, int k, const float* a, int64_t a_rs, int64_t a_cs,
                    const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {

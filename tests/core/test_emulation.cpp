@@ -35,7 +35,9 @@ struct Gemm {
     ops::gemm(c, a, b, false, true);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  static constexpr int kN = 512;
+  // Long enough (~10 ms) that the credit an overrunning sleep leaves (up to 2 ms,
+  // core/ops.cpp) cannot hide the wait: at 512 (~1.2 ms through oneDNN) it could.
+  static constexpr int kN = 1024;
   Tensor a, b, c;
 };
 

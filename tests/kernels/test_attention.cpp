@@ -78,4 +78,4 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(AttnShape{1, 1, 16, 2}, AttnShape{2, 3, 16, 2}, AttnShape{1, 17, 32, 2},
                       AttnShape{2, 33, 16, 2}, AttnShape{1, 64, 32, 2}, AttnShape{2, 64, 16, 1},
                       AttnShape{1, 65, 48, 2}, AttnShape{2, 130, 32, 4},
-                      AttnShape{1, 200, 72, 3}));
+                      AttnShape{1, 200, 72, 3}, AttnShape{2, 37, 21, 3}));

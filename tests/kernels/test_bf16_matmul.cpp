@@ -158,8 +158,9 @@ TEST(GemmBf16, PrimitivesAreCachedAndTheBf16PathIsNamed) {
   EXPECT_FALSE(impl.empty());
   // Where the CPU has bf16 dot products, oneDNN must find its bf16 kernels, not a
   // reference loop (unless DNNL_MAX_CPU_ISA caps it, as the fallback test run does).
-  if (cpu::isa_supported(cpu::Isa::avx512_bf16) && !std::getenv("DNNL_MAX_CPU_ISA"))
+  if (cpu::isa_supported(cpu::Isa::avx512_bf16) && !std::getenv("DNNL_MAX_CPU_ISA")) {
     EXPECT_NE(impl.find("bf16"), std::string::npos) << impl;
+  }
   std::printf("oneDNN bf16->bf16 matmul: %s\n", impl.c_str());
 }
 
@@ -195,7 +196,8 @@ TEST(Gemm, ConcurrentThreadsShareCachedPrimitivesSafely) {
 class MatmulBf16 : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
 
 TEST_P(MatmulBf16, ForwardMatchesRefEveryElementWritten) {
-  const auto [N, C, OC] = GetParam();
+  const auto& params = GetParam();  // not a structured binding: clang 14 lambdas cannot capture one
+  const int N = std::get<0>(params), C = std::get<1>(params), OC = std::get<2>(params);
   const auto inp = random_bf16((size_t)N * C, 10), w = random_bf16((size_t)OC * C, 11),
              bias = random_bf16(OC, 12);
   for_each_isa([&] {
@@ -212,7 +214,8 @@ TEST_P(MatmulBf16, ForwardMatchesRefEveryElementWritten) {
 }
 
 TEST_P(MatmulBf16, BackwardMatchesRefAndAccumulates) {
-  const auto [N, C, OC] = GetParam();
+  const auto& params = GetParam();
+  const int N = std::get<0>(params), C = std::get<1>(params), OC = std::get<2>(params);
   const auto inp = random_bf16((size_t)N * C, 20), w = random_bf16((size_t)OC * C, 21),
              dout = random_bf16((size_t)N * OC, 22);
   // Nonzero starting gradients: the kernels must add to them.
@@ -245,7 +248,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatmulBf16,
 class BiasBf16 : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(BiasBf16, AddIsTheRoundedSumInPlaceToo) {
-  const auto [N, C] = GetParam();
+  const auto& params = GetParam();
+  const int N = std::get<0>(params), C = std::get<1>(params);
   const auto inp = random_bf16((size_t)N * C, 40), bias = random_bf16(C, 41);
   const auto x = to_f32(inp), b = to_f32(bias);
   std::vector<float> sum((size_t)N * C);
@@ -263,7 +267,8 @@ TEST_P(BiasBf16, AddIsTheRoundedSumInPlaceToo) {
 }
 
 TEST_P(BiasBf16, BackwardMatchesRefAndAccumulates) {
-  const auto [N, C] = GetParam();
+  const auto& params = GetParam();
+  const int N = std::get<0>(params), C = std::get<1>(params);
   const auto dout = random_bf16((size_t)N * C, 42);
   const auto db0 = random_floats(C, 43);
   for_each_isa([&] {

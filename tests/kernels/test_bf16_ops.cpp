@@ -23,7 +23,8 @@ using namespace gpumix::kernels::test;
 class LayerNormBf16 : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(LayerNormBf16, ForwardMatchesRef) {
-  const auto [N, C] = GetParam();
+  const auto& params = GetParam();  // not a structured binding: clang 14 lambdas cannot capture one
+  const int N = std::get<0>(params), C = std::get<1>(params);
   // An offset mean: a one-pass E[x^2] - E[x]^2 variance would lose digits here.
   const auto inp = random_bf16((size_t)N * C, 1, 2.0f, 5.0f);
   const auto w = random_bf16(C, 2), b = random_bf16(C, 3);
@@ -47,7 +48,8 @@ TEST_P(LayerNormBf16, ForwardMatchesRef) {
 }
 
 TEST_P(LayerNormBf16, BackwardMatchesRefWithNullsAndAccumulates) {
-  const auto [N, C] = GetParam();
+  const auto& params = GetParam();
+  const int N = std::get<0>(params), C = std::get<1>(params);
   const auto inp = random_bf16((size_t)N * C, 4), w = random_bf16(C, 5), b = random_bf16(C, 6),
              dout = random_bf16((size_t)N * C, 7);
   std::vector<float> out((size_t)N * C), mean(N), rstd(N);
@@ -220,7 +222,8 @@ class CrossEntropyBf16 : public ::testing::TestWithParam<std::tuple<int, int>> {
 
 TEST_P(CrossEntropyBf16, ForwardBackwardMatchRefWithIgnoreIndex) {
   constexpr int32_t k_ignore = -100;
-  const auto [N, V] = GetParam();
+  const auto& params = GetParam();
+  const int N = std::get<0>(params), V = std::get<1>(params);
   // Logits around 100: without the max subtraction exp() would overflow to inf.
   auto lf = random_floats((size_t)N * V, 1, -8.0f, 8.0f);
   for (auto& x : lf) x += 100.0f;
@@ -242,7 +245,9 @@ TEST_P(CrossEntropyBf16, ForwardBackwardMatchRefWithIgnoreIndex) {
     // lse ~ 100 in fp32 over V terms; loss = lse - logit is judged at the scale of lse.
     EXPECT_TRUE(all_close("bf16 crossentropy lse", lse, lse_r, fp32_rtol(V + 1)));
     for (int i = 0; i < N; i++) {
-      if (targets[i] == k_ignore) EXPECT_EQ(loss[i], 0.0f) << i;
+      if (targets[i] == k_ignore) {
+        EXPECT_EQ(loss[i], 0.0f) << i;
+      }
       EXPECT_NEAR(loss[i], loss_r[i], fp32_rtol(V + 1) * 108.0) << i;
     }
     // Accumulating: dlogits += ...; ignored rows keep their values exactly.
@@ -270,7 +275,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CrossEntropyBf16,
 class EmbeddingBf16 : public ::testing::TestWithParam<std::tuple<int, int, int, int>> {};
 
 TEST_P(EmbeddingBf16, ForwardIsTheRoundedSumBackwardMatchesRef) {
-  const auto [B, T, C, V] = GetParam();
+  const auto& params = GetParam();
+  const int B = std::get<0>(params), T = std::get<1>(params), C = std::get<2>(params), V = std::get<3>(params);
   const auto wte = random_bf16((size_t)V * C, 1), wpe = random_bf16((size_t)T * C, 2);
   auto tokens = random_ints((size_t)B * T, 3, 0, V - 1);
   tokens[0] = tokens.back();  // a repeated token: its gradient rows add up

@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -71,6 +73,45 @@ Result gpumix(const std::vector<std::string>& args, const std::string& scratch) 
 std::string show(const Result& r) {
   return "exit " + std::to_string(r.code) + "\n--- stderr:\n" + r.err + "--- stdout (tail):\n" +
          (r.out.size() > 2000 ? r.out.substr(r.out.size() - 2000) : r.out);
+}
+
+// `gpumix <args>` started in the background (one OpenMP thread, output to files).
+pid_t start_gpumix(const std::vector<std::string>& args, const std::string& scratch) {
+  std::vector<std::string> argv_text = {kGpumix};
+  argv_text.insert(argv_text.end(), args.begin(), args.end());
+  const std::string out = scratch + "/background.out";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setenv("OMP_NUM_THREADS", "1", 1);
+    if (!freopen(out.c_str(), "w", stdout) || !freopen(out.c_str(), "a", stderr)) _exit(127);
+    std::vector<char*> argv;
+    for (std::string& a : argv_text) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits until `pred` holds (polling every 2 ms), at most `seconds`.
+bool wait_for(const std::function<bool()>& pred, double seconds) {
+  for (int i = 0; i < seconds * 500; ++i) {
+    if (pred()) return true;
+    usleep(2000);
+  }
+  return pred();
+}
+
+// The steps of a run's log lines, in the order written.
+std::vector<int> log_steps(const std::string& run) {
+  std::vector<int> steps;
+  std::ifstream in(run + "/log.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("final")) steps.push_back(j.at("step").get<int>());
+  }
+  return steps;
 }
 
 // Expects a clear failure: exit 1 and every part in stderr.
@@ -354,11 +395,79 @@ TEST_F(Tools, GenerateContinuesThePromptAndIsGreedyAtTemperatureZero) {
   EXPECT_EQ(s.out, s2.out) << "the same seed sampled different text";
 }
 
+TEST_F(Tools, GenerateFromTokenIdsWithoutATokenizer) {
+  // A run on raw bytes (`tokenizer encode --bytes`, vocabulary 256) has no tokenizer; its
+  // model continues token ids, the same ones for the same seed.
+  const std::string bytes = path("bytes.tok"), run = path("bytes_run");
+  Result r = gpumix({"tokenizer", "encode", "--bytes", "--data", kCorpus, "--out", bytes}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("vocabulary 256"), std::string::npos) << r.out;
+  r = gpumix({"train", "--data", bytes, "--model", "gpt-nano", "--layers", "2", "--channels", "32", "--seq", "16",
+              "--batch", "4", "--steps", "3", "--threads", "1", "--quiet", "--out", run},
+             dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_FALSE(fs::exists(run + "/tokenizer.bpe"));
+  const std::vector<std::string> args = {"generate", "--ckpt", run, "--prompt-ids", "84,104,101", "--tokens", "12",
+                                         "--temperature", "0.8", "--top-k", "20", "--seed", "5", "--threads", "1"};
+  const Result a = gpumix(args, dir_), b = gpumix(args, dir_);
+  ASSERT_EQ(a.code, 0) << show(a);
+  std::istringstream ids(a.out);
+  std::vector<int> got;
+  for (int id; ids >> id;) got.push_back(id);
+  ASSERT_EQ(got.size(), 15u) << a.out;
+  EXPECT_EQ(std::vector<int>(got.begin(), got.begin() + 3), (std::vector<int>{84, 104, 101}));
+  for (int id : got) EXPECT_TRUE(id >= 0 && id < 256) << id;
+  EXPECT_EQ(a.out, b.out) << "the same seed sampled other ids";
+  expect_failure(gpumix({"generate", "--ckpt", run, "--prompt", "x"}, dir_), {"tokenizer", "--prompt-ids"});
+  expect_failure(gpumix({"generate", "--ckpt", run, "--prompt-ids", "84,300"}, dir_), {"prompt", "300", "256"});
+  expect_failure(gpumix({"generate", "--ckpt", run, "--prompt-ids", "84", "--prompt", "x"}, dir_), {"contradict"});
+  expect_failure(gpumix({"tokenizer", "encode", "--data", kCorpus, "--out", path("never_bytes.tok")}, dir_),
+                 {"--tokenizer", "--bytes"});
+  EXPECT_FALSE(fs::exists(path("never_bytes.tok")));
+}
+
+// One run per folder: a second run on a folder in use is refused at once, naming the folder
+// and the holder, and the first goes on undisturbed; a holder killed with SIGKILL leaves no
+// stale lock.
+TEST_F(Tools, ASecondRunOnTheSameFolderIsRefused) {
+  const std::string run = path("locked_run");
+  const pid_t first = start_gpumix(train_args(run, {"--steps", "400"}), dir_);
+  const std::string holder = "pid " + std::to_string(first) + " on ";
+  ASSERT_TRUE(wait_for([&] { return read_file(run + "/lock").find(holder) != std::string::npos; }, 60))
+      << "the first run never took the lock";
+  ASSERT_EQ(kill(first, SIGSTOP), 0);  // it holds the lock, paused, while the second tries
+  const Result second = gpumix(train_args(run), dir_);
+  ASSERT_EQ(kill(first, SIGCONT), 0);
+  expect_failure(second, {"run folder " + run + " is in use by another run", holder, "lock file " + run + "/lock"});
+  int status = 0;
+  ASSERT_EQ(waitpid(first, &status, 0), first);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_file(dir_ + "/background.out");
+  std::vector<int> expected(400);
+  for (int i = 0; i < 400; ++i) expected[i] = i + 1;
+  EXPECT_EQ(log_steps(run), expected) << "the log holds another run's lines";
+}
+
+TEST_F(Tools, AKilledRunLeavesNoStaleLock) {
+  const std::string run = path("killed_run");
+  const pid_t first = start_gpumix(train_args(run, {"--steps", "100000", "--ckpt-interval", "2"}), dir_);
+  ASSERT_TRUE(wait_for([&] { return fs::exists(run + "/latest"); }, 60)) << "no checkpoint was written";
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(first, &status, 0), first);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  const gpumix::CheckpointScan scan = gpumix::scan_checkpoints(run);
+  ASSERT_FALSE(scan.steps.empty());
+  const int64_t last = scan.steps.back();
+  const Result next = gpumix(train_args(run, {"--resume", run, "--steps", std::to_string(last + 2)}), dir_);
+  ASSERT_EQ(next.code, 0) << show(next);
+  EXPECT_EQ(log_steps(run).back(), last + 2);
+}
+
 TEST_F(Tools, GenerateFromAnUnknownCheckpoint) {
   const Result r = gpumix({"generate", "--ckpt", path("no_such_run"), "--prompt", "x"}, dir_);
   expect_failure(r, {"no_such_run", "does not exist"});
   const Result t = gpumix({"generate", "--ckpt", base(), "--temperature", "-1"}, dir_);
-  expect_failure(t, {"--temperature", "-1"});
+  expect_failure(t, {"temperature", "-1"});
 }
 
 }  // namespace
@@ -600,9 +709,9 @@ TEST_F(BadInputs, Generate) {
       {"meta.json with a wrong-typed model field", generate(path("m_ckpt_bad_model") + ckpt3, {}),
        {"meta.json: model.NH", "positive integer", "\"four\""}},
       {"--tokens beyond int", generate(base(), {"--tokens", "99999999999"}), {"--tokens", "99999999999"}},
-      {"--tokens negative", generate(base(), {"--tokens", "-5"}), {"--tokens", "-5"}},
-      {"--top-k negative", generate(base(), {"--top-k", "-3"}), {"--top-k", "-3"}},
-      {"--temperature nan", generate(base(), {"--temperature", "nan"}), {"--temperature", "nan"}},
+      {"--tokens negative", generate(base(), {"--tokens", "-5"}), {"number of tokens", "-5"}},
+      {"--top-k negative", generate(base(), {"--top-k", "-3"}), {"top-k", "-3"}},
+      {"--temperature nan", generate(base(), {"--temperature", "nan"}), {"temperature", "nan"}},
   });
   expect_base_intact();
 }

@@ -1,0 +1,250 @@
+// The C API (tools/capi/gpumix.h) on thread ranks: training, then the model from C
+// (gpumix_forward's logits and per-token losses, gpumix_evaluate, gpumix_generate, which
+// must sample the ids `gpumix generate --prompt-ids` prints for the same checkpoint and
+// seed), a session that only loads a checkpoint, one session per run folder, and bad calls,
+// each a -1 with a message that names the problem and the numbers.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "capi_test_util.h"
+#include "tools/capi/gpumix.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using gpumix::capi::test::corpus_bytes;
+using gpumix::capi::test::TinyConfig;
+
+std::string error() { return gpumix_last_error(); }
+
+// Expects a failed call (rc -1) whose message holds every part.
+void expect_error(int rc, std::initializer_list<std::string> parts) {
+  EXPECT_EQ(rc, -1);
+  const std::string message = error();
+  for (const std::string& part : parts)
+    EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' missing from: " << message;
+}
+
+class CApi : public ::testing::Test {
+ protected:
+  static std::string dir_;
+  static std::vector<int32_t> tokens_;
+  static gpumix_session* trained_;
+
+  static void SetUpTestSuite() {
+    dir_ = (fs::temp_directory_path() / ("gpumix_test_capi_" + std::to_string(::getpid()))).string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    tokens_ = corpus_bytes();
+    const TinyConfig cfg(dir_ + "/trained");
+    trained_ = gpumix_session_create(&cfg.c);
+    ASSERT_NE(trained_, nullptr) << error();
+    ASSERT_EQ(gpumix_train(trained_, tokens_.data(), (int64_t)tokens_.size(), 2), 0) << error();
+  }
+  static void TearDownTestSuite() {
+    gpumix_session_destroy(trained_);
+    fs::remove_all(dir_);
+  }
+};
+std::string CApi::dir_;
+std::vector<int32_t> CApi::tokens_;
+gpumix_session* CApi::trained_ = nullptr;
+
+TEST_F(CApi, TheModelsShapeIsTheCheckpoints) {
+  gpumix_model_info info{};
+  ASSERT_EQ(gpumix_get_model_info(trained_, &info), 0) << error();
+  EXPECT_EQ(info.vocab, 256);
+  EXPECT_EQ(info.context, 16);
+  EXPECT_EQ(info.layers, 4);  // gpt-nano
+  EXPECT_EQ(info.heads, 4);
+  EXPECT_EQ(info.channels, 128);
+  EXPECT_GT(info.params, 0);
+  EXPECT_NE(gpumix_checkpoint(trained_), nullptr);
+}
+
+// Per-token losses are the logits' log-sum-exp minus the target's logit, and their mean is
+// gpumix_evaluate's. fp32 sums of V terms: within V * FLT_EPSILON * (1 + |loss|).
+TEST_F(CApi, ForwardLossesMatchItsLogitsAndEvaluate) {
+  const int64_t B = 3, T = 16, V = 256;
+  std::vector<float> logits(B * T * V), losses(B * T);
+  ASSERT_EQ(gpumix_forward(trained_, tokens_.data(), nullptr, B, T, logits.data()), 0) << error();
+  ASSERT_EQ(gpumix_forward(trained_, tokens_.data(), tokens_.data() + 1, B, T, losses.data()), 0) << error();
+  double sum = 0;
+  for (int64_t i = 0; i < B * T; ++i) {
+    const float* row = logits.data() + i * V;
+    double top = row[0], z = 0;
+    for (int64_t v = 1; v < V; ++v) top = std::max<double>(top, row[v]);
+    for (int64_t v = 0; v < V; ++v) z += std::exp(row[v] - top);
+    const double loss = top + std::log(z) - row[tokens_[i + 1]];
+    EXPECT_NEAR(losses[i], loss, V * FLT_EPSILON * (1 + std::fabs(loss))) << "position " << i;
+    sum += losses[i];
+  }
+  double mean = 0;
+  ASSERT_EQ(gpumix_evaluate(trained_, tokens_.data(), B * T + 1, &mean), 0) << error();
+  EXPECT_NEAR(mean, sum / (B * T), V * FLT_EPSILON * (1 + mean));
+  // An ignored target (-1) costs nothing.
+  std::vector<int32_t> targets(tokens_.begin() + 1, tokens_.begin() + 1 + T);
+  targets[3] = -1;
+  std::vector<float> one(T);
+  ASSERT_EQ(gpumix_forward(trained_, tokens_.data(), targets.data(), 1, T, one.data()), 0) << error();
+  EXPECT_EQ(one[3], 0.0f);
+  EXPECT_EQ(one[4], losses[4]);
+  // Shorter sequences than the context work; the first positions see the same context.
+  std::vector<float> short_logits(2 * 5 * V);
+  std::vector<int32_t> short_tokens(tokens_.begin(), tokens_.begin() + 5);
+  short_tokens.insert(short_tokens.end(), tokens_.begin() + T, tokens_.begin() + T + 5);
+  ASSERT_EQ(gpumix_forward(trained_, short_tokens.data(), nullptr, 2, 5, short_logits.data()), 0) << error();
+  for (int64_t v = 0; v < V; ++v) EXPECT_NEAR(short_logits[4 * V + v], logits[4 * V + v], 1e-4) << v;
+}
+
+TEST_F(CApi, GenerateSamplesWhatTheGpumixProgramSamples) {
+  const std::vector<int32_t> prompt = {84, 104, 101};  // "The"
+  std::vector<int32_t> ids(12), again(12);
+  ASSERT_EQ(gpumix_generate(trained_, prompt.data(), 3, 12, 0.8f, 20, 5, ids.data()), 0) << error();
+  ASSERT_EQ(gpumix_generate(trained_, prompt.data(), 3, 12, 0.8f, 20, 5, again.data()), 0) << error();
+  EXPECT_EQ(ids, again);
+  std::vector<int32_t> greedy(12);
+  ASSERT_EQ(gpumix_generate(trained_, prompt.data(), 3, 12, 0.0f, 0, 5, greedy.data()), 0) << error();
+
+  const std::string out = dir_ + "/generate.out";
+  const std::string cmd = std::string("OMP_NUM_THREADS=1 '") + GPUMIX_EXE + "' generate --ckpt '" +
+                          gpumix_checkpoint(trained_) +
+                          "' --prompt-ids 84,104,101 --tokens 12 --temperature 0.8 --top-k 20 --seed 5 >'" + out + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(out);
+  std::vector<int32_t> cli;
+  for (int32_t id; in >> id;) cli.push_back(id);
+  ASSERT_EQ(cli.size(), 15u);
+  EXPECT_EQ(std::vector<int32_t>(cli.begin() + 3, cli.end()), ids) << "gpumix generate sampled other ids";
+}
+
+TEST_F(CApi, ASessionThatOnlyLoadsACheckpoint) {
+  TinyConfig cfg("");
+  cfg.c.out_dir = nullptr;
+  gpumix_session* s = gpumix_session_create(&cfg.c);
+  ASSERT_NE(s, nullptr) << error();
+  std::vector<float> logits(16 * 256);
+  expect_error(gpumix_forward(s, tokens_.data(), nullptr, 1, 16, logits.data()),
+               {"gpumix_forward", "no model yet", "gpumix_load"});
+  expect_error(gpumix_train(s, tokens_.data(), (int64_t)tokens_.size(), 1), {"no run folder", "out_dir"});
+  expect_error(gpumix_load(s, (dir_ + "/no_such_run").c_str()), {"no_such_run", "does not exist"});
+  ASSERT_EQ(gpumix_load(s, (dir_ + "/trained").c_str()), 0) << error();  // its latest checkpoint
+  EXPECT_STREQ(gpumix_checkpoint(s), gpumix_checkpoint(trained_));
+  gpumix_metrics m{};
+  ASSERT_EQ(gpumix_get_metrics(s, &m), 0);
+  EXPECT_EQ(m.step, 2);
+  const std::vector<int32_t> prompt = {84, 104, 101};
+  std::vector<int32_t> a(8), b(8);
+  ASSERT_EQ(gpumix_generate(s, prompt.data(), 3, 8, 0.8f, 20, 9, a.data()), 0) << error();
+  ASSERT_EQ(gpumix_generate(trained_, prompt.data(), 3, 8, 0.8f, 20, 9, b.data()), 0) << error();
+  EXPECT_EQ(a, b);
+  gpumix_session_destroy(s);
+}
+
+TEST_F(CApi, OneSessionPerRunFolder) {
+  const TinyConfig cfg(dir_ + "/one_folder");
+  gpumix_session* first = gpumix_session_create(&cfg.c);
+  ASSERT_NE(first, nullptr) << error();
+  EXPECT_EQ(gpumix_session_create(&cfg.c), nullptr);
+  for (const std::string& part : {dir_ + "/one_folder is in use by another run",
+                                  "pid " + std::to_string(::getpid()) + " on ", std::string("out_dir")})
+    EXPECT_NE(error().find(part), std::string::npos) << "'" << part << "' missing from: " << error();
+  gpumix_session_destroy(first);
+  gpumix_session* second = gpumix_session_create(&cfg.c);
+  EXPECT_NE(second, nullptr) << error();
+  gpumix_session_destroy(second);
+  // A folder that already holds a run is refused too (gpumix_load it into a new folder).
+  const TinyConfig used(dir_ + "/trained2");
+  gpumix_session* s = gpumix_session_create(&used.c);
+  ASSERT_NE(s, nullptr);
+  ASSERT_EQ(gpumix_train(s, tokens_.data(), (int64_t)tokens_.size(), 1), 0) << error();
+  gpumix_session_destroy(s);
+  EXPECT_EQ(gpumix_session_create(&used.c), nullptr);
+  EXPECT_NE(error().find("already holds a run"), std::string::npos) << error();
+}
+
+TEST_F(CApi, BadCallsSayWhatIsWrong) {
+  std::vector<float> out(4 * 17 * 256);
+  std::vector<int32_t> bad(tokens_.begin(), tokens_.begin() + 32);
+  expect_error(gpumix_forward(trained_, tokens_.data(), nullptr, 1, 17, out.data()), {"seq (17)", "1..16"});
+  expect_error(gpumix_forward(trained_, tokens_.data(), nullptr, 0, 16, out.data()), {"batch (0)"});
+  expect_error(gpumix_forward(trained_, nullptr, nullptr, 1, 16, out.data()), {"tokens and out must not be NULL"});
+  bad[5] = 256;
+  expect_error(gpumix_forward(trained_, bad.data(), nullptr, 2, 16, out.data()), {"tokens", "256", "position 5", "[0, 256)"});
+  bad[5] = 7;
+  bad[20] = -2;
+  expect_error(gpumix_forward(trained_, tokens_.data(), bad.data(), 2, 16, out.data()), {"targets", "-2", "position 20"});
+  expect_error(gpumix_forward(trained_, bad.data(), nullptr, 2, 16, out.data()), {"tokens", "-2", "position 20"});
+  double mean = 0;
+  expect_error(gpumix_evaluate(trained_, tokens_.data(), 16, &mean), {"16 tokens", "17"});
+  const int32_t prompt[2] = {1, 2};
+  int32_t ids[4];
+  expect_error(gpumix_generate(trained_, prompt, 0, 4, 0.8f, 20, 1, ids), {"n_prompt", "0"});
+  expect_error(gpumix_generate(trained_, prompt, 2, 4, -1.0f, 20, 1, ids), {"temperature", "-1"});
+  expect_error(gpumix_generate(trained_, prompt, 2, 4, NAN, 20, 1, ids), {"temperature", "nan"});
+  expect_error(gpumix_generate(trained_, prompt, 2, 4, 0.8f, -3, 1, ids), {"top-k", "-3"});
+  expect_error(gpumix_generate(trained_, prompt, 2, -4, 0.8f, 20, 1, ids), {"tokens", "-4"});
+  const int32_t outside[1] = {999};
+  expect_error(gpumix_generate(trained_, outside, 1, 4, 0.8f, 20, 1, ids), {"prompt", "999"});
+  expect_error(gpumix_forward(nullptr, tokens_.data(), nullptr, 1, 16, out.data()), {"session is NULL"});
+  // The session still works after its bad calls.
+  EXPECT_EQ(gpumix_generate(trained_, prompt, 2, 4, 0.8f, 20, 1, ids), 0) << error();
+  EXPECT_STREQ(gpumix_last_error(), "");
+}
+
+TEST_F(CApi, BadConfigsSayWhatIsWrong) {
+  const TinyConfig never(dir_ + "/never");
+  gpumix_config c = never.c;
+  c.plan = "bogus";
+  EXPECT_EQ(gpumix_session_create(&c), nullptr);
+  EXPECT_NE(error().find("bogus"), std::string::npos) << error();
+  c = never.c;
+  c.devices = "gpu:mem=1GiB";
+  EXPECT_EQ(gpumix_session_create(&c), nullptr);
+  EXPECT_NE(error().find("unknown device type 'gpu'"), std::string::npos) << error();
+  c = never.c;
+  c.seq = -3;
+  EXPECT_EQ(gpumix_session_create(&c), nullptr);
+  EXPECT_NE(error().find("seq (-3)"), std::string::npos) << error();
+  EXPECT_EQ(gpumix_session_create(nullptr), nullptr);
+  EXPECT_NE(error().find("config is NULL"), std::string::npos) << error();
+  EXPECT_FALSE(fs::exists(dir_ + "/never")) << "a refused session made its folder";
+}
+
+// A plan file as `plan`: the per-rank batches, micro-batches and shares of `gpumix plan --out`.
+TEST_F(CApi, APlanFileGivesTheRanksTheirWork) {
+  const std::string plan = dir_ + "/plan.json";
+  std::ofstream(plan) << R"({"format": "gpumix-plan", "version": 1, "model": {"name": "gpt-nano", "L": 4, "NH": 4,
+    "C": 128, "V": 256, "T": 16}, "seq_len": 16, "global_batch": 4,
+    "ranks": [{"device": "cpu", "batch": 1, "micro_batch": 1, "share": 0.25},
+              {"device": "cpu", "batch": 3, "micro_batch": 2, "share": 0.75}]})";
+  TinyConfig cfg(dir_ + "/planned");
+  cfg.c.devices = "cpu,cpu";
+  cfg.c.plan = plan.c_str();
+  gpumix_session* s = gpumix_session_create(&cfg.c);
+  ASSERT_NE(s, nullptr) << error();
+  ASSERT_EQ(gpumix_train(s, tokens_.data(), (int64_t)tokens_.size(), 2), 0) << error();
+  gpumix_metrics planned{}, whole{};
+  ASSERT_EQ(gpumix_get_metrics(s, &planned), 0);
+  ASSERT_EQ(gpumix_get_metrics(trained_, &whole), 0);
+  // The same model as the one-rank session's (fp32 rounding apart: tests/dist_engine's 1e-5).
+  EXPECT_NEAR(planned.loss, whole.loss, 1e-5 * whole.loss);
+  gpumix_session_destroy(s);
+  TinyConfig three(dir_ + "/planned3");
+  three.c.devices = "cpu,cpu,cpu";
+  three.c.plan = plan.c_str();
+  EXPECT_EQ(gpumix_session_create(&three.c), nullptr);
+  EXPECT_NE(error().find("is for 2 ranks but 3 are running"), std::string::npos) << error();
+}
+
+}  // namespace

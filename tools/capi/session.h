@@ -1,0 +1,42 @@
+// The C API's session (internal: shared by gpumix.cpp and the MPI form, gpumix_mpi.cpp).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/engine/launch.h"
+#include "nn/gpt.h"
+#include "nn/run_lock.h"
+#include "nn/train.h"
+#include "tools/capi/gpumix.h"
+
+struct gpumix_session {
+  gpumix::TrainOptions options;  // options.out "": no run folder
+  std::vector<gpumix::dist::ClusterDevice> devices;
+  gpumix::dist::EngineOptions engine;
+  std::vector<gpumix::dist::RankWork> work;  // the plan's work when no planner runs
+  int ranks = 1;
+  int threads = 0;  // local form: in all; MPI form: of this rank (0: leave OpenMP's setting)
+  // The MPI form: a duplicate of the host's communicator; the ranks train together.
+  std::unique_ptr<gpumix::dist::Comm> comm;
+  gpumix::RunLock lock;    // of the run folder (on rank 0 in the MPI form)
+  std::string resume;      // checkpoint to continue from ("" : none yet)
+  std::string checkpoint;  // the newest one written or loaded
+  gpumix_metrics metrics{};
+  // The model that forward / evaluate / generate use: `checkpoint`'s, read on first use.
+  std::unique_ptr<gpumix::GPT> model;
+  std::string model_dir;
+};
+
+namespace gpumix::capi {
+
+// Runs fn, turning exceptions into -1 and the thread's last error.
+int guarded(const std::function<void()>& fn);
+
+// A session of `config` (NULL comm: thread ranks; else the communicator's ranks, of which
+// `node_ranks` share this node). In the MPI form every rank gets the same outcome.
+gpumix_session* create_session(const gpumix_config* config, std::unique_ptr<dist::Comm> comm, int node_ranks);
+
+}  // namespace gpumix::capi
