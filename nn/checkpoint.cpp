@@ -1,13 +1,11 @@
 // Checkpoints: see checkpoint.h for the format, the protocol and the guarantees.
 #include "nn/checkpoint.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <sstream>
@@ -28,65 +27,28 @@ namespace gpumix {
 
 namespace {
 
+namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
 constexpr const char* format_name = "gpumix-checkpoint";
 constexpr const char* slices_dir_name = ".slices";
 constexpr size_t io_chunk_bytes = size_t(8) << 20;
 
-// ---- XXH64 constants ---------------------------------------------------------------------
-constexpr uint64_t P1 = 0x9E3779B185EBCA87ull;
-constexpr uint64_t P2 = 0xC2B2AE3D27D4EB4Full;
-constexpr uint64_t P3 = 0x165667B19E3779F9ull;
-constexpr uint64_t P4 = 0x85EBCA77C2B2AE63ull;
-constexpr uint64_t P5 = 0x27D4EB2F165667C5ull;
-
-inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-inline uint64_t read64(const unsigned char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-inline uint32_t read32(const unsigned char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-inline uint64_t xxh_round(uint64_t acc, uint64_t input) {
-  acc += input * P2;
-  acc = rotl64(acc, 31);
-  return acc * P1;
-}
-inline uint64_t xxh_merge(uint64_t acc, uint64_t val) {
-  acc ^= xxh_round(0, val);
-  return acc * P1 + P4;
-}
-
 // ---- small helpers -----------------------------------------------------------------------
-std::string join_path(const std::string& a, const std::string& b) {
-  if (a.empty()) return b;
-  if (a.back() == '/') return a + b;
-  return a + "/" + b;
-}
+std::string join_path(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
 
-std::string strip_slashes(std::string p) {
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  return p;
+// A folder as given, without trailing separators ("runs/a/" -> "runs/a").
+fs::path folder_path(const std::string& dir) {
+  fs::path p(dir);
+  return p.has_filename() || p == p.root_path() ? p : p.parent_path();
 }
 
 std::string parent_of(const std::string& dir) {
-  std::string d = strip_slashes(dir);
-  size_t s = d.rfind('/');
-  if (s == std::string::npos) return ".";
-  if (s == 0) return "/";
-  return d.substr(0, s);
+  fs::path p = folder_path(dir).parent_path();
+  return p.empty() ? "." : p.string();
 }
 
-std::string base_of(const std::string& dir) {
-  std::string d = strip_slashes(dir);
-  size_t s = d.rfind('/');
-  return s == std::string::npos ? d : d.substr(s + 1);
-}
+std::string base_of(const std::string& dir) { return folder_path(dir).filename().string(); }
 
 std::string hex16(uint64_t v) {
   char b[17];
@@ -142,15 +104,16 @@ bool valid_nonce(const std::string& s) {
 }
 
 std::string random_nonce() {
-  uint64_t v = 0;
+  // The device's randomness (when there is one), the process, the time and a stack address
+  // (which differs between threads), mixed into 64 bits.
+  uint64_t seed[4] = {0, uint64_t(::getpid()), uint64_t(std::time(nullptr)), 0};
+  seed[3] = uint64_t(reinterpret_cast<uintptr_t>(&seed));
   try {
     std::random_device rd;
-    v = (uint64_t(rd()) << 32) ^ uint64_t(rd());
+    seed[0] = (uint64_t(rd()) << 32) ^ uint64_t(rd());
   } catch (...) {
   }
-  v ^= uint64_t(::getpid()) * P1 ^ uint64_t(std::time(nullptr)) * P2;
-  v ^= uint64_t(reinterpret_cast<uintptr_t>(&v));  // differs between threads
-  return hex16(v);
+  return hex16(XXH64(seed, sizeof seed, 0));
 }
 
 const char* errno_hint(int e) {
@@ -286,47 +249,58 @@ bool read_small_file(const std::string& path, std::string* out) {
   return true;
 }
 
+// The queries below answer false, and the listing is empty, on any error (a missing or
+// unreadable path): callers report what they expected to find.
 bool is_dir(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  std::error_code ec;
+  return fs::is_directory(p, ec);
 }
 bool is_file(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
 }
-bool exists_l(const std::string& p) {
-  struct stat st;
-  return ::lstat(p.c_str(), &st) == 0;
+bool exists_l(const std::string& p) {  // without following a symbolic link
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(p, ec));
 }
 
 void mkdir_p(const std::string& dir) {
   if (dir.empty() || is_dir(dir)) return;
-  std::string parent = parent_of(dir);
-  if (parent != dir && parent != "." && parent != "/") mkdir_p(parent);
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw_sys("creating the folder", dir, errno);
-  if (!is_dir(dir)) throw CheckpointError(dir + " exists but is not a folder; choose another output folder");
+  if (exists_l(dir)) throw CheckpointError(dir + " exists but is not a folder; choose another output folder");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw_sys("creating the folder", dir, ec.value());
 }
 
+// Creates the folder `dir`, whose parent exists; false when it exists already.
+bool make_folder(const std::string& dir) {
+  std::error_code ec;
+  if (fs::create_directory(dir, ec)) return true;
+  if (ec) throw_sys("creating the folder", dir, ec.value());
+  return false;
+}
+
+void rename_or_throw(const std::string& from, const std::string& to) {
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  if (ec) throw_sys("renaming " + from + " to", to, ec.value());
+}
+
+// The names in `dir`, sorted; *ok tells whether it could be read.
 std::vector<std::string> list_dir(const std::string& dir, bool* ok = nullptr) {
   std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  if (ok) *ok = d != nullptr;
-  if (!d) return names;
-  while (struct dirent* e = ::readdir(d)) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
-  }
-  ::closedir(d);
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    names.push_back(it->path().filename().string());
+  if (ok) *ok = !ec;
   std::sort(names.begin(), names.end());
   return names;
 }
 
-int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }
-
 // Best effort; true when the tree is gone.
 bool remove_tree(const std::string& path) {
-  if (!exists_l(path)) return true;
-  ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  std::error_code ec;
+  fs::remove_all(path, ec);
   return !exists_l(path);
 }
 
@@ -405,83 +379,16 @@ std::string earlier_checkpoints_text(const std::string& dir) {
 }  // namespace
 
 // ---- XXH64 ---------------------------------------------------------------------------------
-Xxh64::Xxh64() : v_{P1 + P2, P2, 0, 0 - P1} {}
-
+Xxh64::Xxh64() : state_(XXH64_createState()) {
+  if (!state_ || XXH64_reset(state_, 0) != XXH_OK) throw std::bad_alloc();
+}
+Xxh64::~Xxh64() { XXH64_freeState(state_); }
 void Xxh64::update(const void* data, size_t size) {
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  total_ += size;
-  if (buf_size_ + size < 32) {
-    if (size) std::memcpy(buf_ + buf_size_, p, size);
-    buf_size_ += size;
-    return;
-  }
-  if (buf_size_ > 0) {
-    size_t fill = 32 - buf_size_;
-    std::memcpy(buf_ + buf_size_, p, fill);
-    for (int i = 0; i < 4; ++i) v_[i] = xxh_round(v_[i], read64(buf_ + 8 * i));
-    p += fill;
-    size -= fill;
-    buf_size_ = 0;
-  }
-  uint64_t v0 = v_[0], v1 = v_[1], v2 = v_[2], v3 = v_[3];
-  while (size >= 32) {
-    v0 = xxh_round(v0, read64(p));
-    v1 = xxh_round(v1, read64(p + 8));
-    v2 = xxh_round(v2, read64(p + 16));
-    v3 = xxh_round(v3, read64(p + 24));
-    p += 32;
-    size -= 32;
-  }
-  v_[0] = v0;
-  v_[1] = v1;
-  v_[2] = v2;
-  v_[3] = v3;
-  if (size) std::memcpy(buf_, p, size);
-  buf_size_ = size;
+  if (size) XXH64_update(state_, data, size);  // cannot fail on a valid state and input
 }
+uint64_t Xxh64::digest() const { return XXH64_digest(state_); }
 
-uint64_t Xxh64::digest() const {
-  uint64_t h;
-  if (total_ >= 32) {
-    h = rotl64(v_[0], 1) + rotl64(v_[1], 7) + rotl64(v_[2], 12) + rotl64(v_[3], 18);
-    for (int i = 0; i < 4; ++i) h = xxh_merge(h, v_[i]);
-  } else {
-    h = P5;  // seed 0
-  }
-  h += total_;
-  const unsigned char* p = buf_;
-  size_t n = buf_size_;
-  while (n >= 8) {
-    h ^= xxh_round(0, read64(p));
-    h = rotl64(h, 27) * P1 + P4;
-    p += 8;
-    n -= 8;
-  }
-  if (n >= 4) {
-    h ^= uint64_t(read32(p)) * P1;
-    h = rotl64(h, 23) * P2 + P3;
-    p += 4;
-    n -= 4;
-  }
-  while (n > 0) {
-    h ^= uint64_t(*p) * P5;
-    h = rotl64(h, 11) * P1;
-    ++p;
-    --n;
-  }
-  h ^= h >> 33;
-  h *= P2;
-  h ^= h >> 29;
-  h *= P3;
-  h ^= h >> 32;
-  return h;
-}
-
-uint64_t checkpoint_xxh64(const void* data, size_t size) {
-  Xxh64 x;
-  x.update(data, size);
-  return x.digest();
-}
+uint64_t checkpoint_xxh64(const void* data, size_t size) { return XXH64(data, size, 0); }
 
 // ---- names -----------------------------------------------------------------------------------
 std::string checkpoint_folder_name(int64_t step) {
@@ -533,9 +440,10 @@ std::string CheckpointWriter::begin(const std::string& out_dir, int64_t step,
   }
 
   mkdir_p(out_dir);
-  struct statvfs vfs;
-  if (::statvfs(out_dir.c_str(), &vfs) == 0) {
-    int64_t avail = int64_t(vfs.f_bavail) * int64_t(vfs.f_frsize);
+  std::error_code space_error;
+  const fs::space_info space = fs::space(out_dir, space_error);
+  if (!space_error) {
+    int64_t avail = int64_t(space.available);
     if (avail < total_bytes)
       throw CheckpointError("not enough space for checkpoint step " + std::to_string(step) + " in " +
                             out_dir + ": it needs " + human_bytes(total_bytes) +
@@ -544,16 +452,13 @@ std::string CheckpointWriter::begin(const std::string& out_dir, int64_t step,
   }
 
   std::string tmp = checkpoint_temp_dir(out_dir, step, n);
-  if (::mkdir(tmp.c_str(), 0755) != 0) {
-    if (errno == EEXIST)
-      throw CheckpointError("the temporary folder " + tmp +
-                            " already exists: another save with the same nonce is running, or an "
-                            "interrupted one left it; remove it or use another nonce");
-    throw_sys("creating the temporary folder", tmp, errno);
-  }
+  if (!make_folder(tmp))
+    throw CheckpointError("the temporary folder " + tmp +
+                          " already exists: another save with the same nonce is running, or an "
+                          "interrupted one left it; remove it or use another nonce");
   try {
     std::string slices = join_path(tmp, slices_dir_name);
-    if (::mkdir(slices.c_str(), 0755) != 0) throw_sys("creating the folder", slices, errno);
+    make_folder(slices);
     for (const CheckpointArraySpec& a : arrays) {
       std::string path = join_path(tmp, a.name + ".bin");
       Fd fd = open_or_throw(path, O_WRONLY | O_CREAT | O_EXCL);
@@ -728,9 +633,10 @@ std::string CheckpointWriter::commit(const CheckpointMeta& meta) {
 
     // 4. Rename into place; an existing folder of the same step goes only once the new one is
     // in its place.
-    struct stat st;
-    if (::lstat(final_dir.c_str(), &st) == 0) {
-      if (!S_ISDIR(st.st_mode))
+    std::error_code ec;
+    const fs::file_status final_status = fs::symlink_status(final_dir, ec);
+    if (fs::exists(final_status)) {
+      if (!fs::is_directory(final_status))
         throw CheckpointError(final_dir + " exists and is not a folder; move it away");
       bool swapped = false;
 #ifdef RENAME_EXCHANGE
@@ -748,18 +654,19 @@ std::string CheckpointWriter::commit(const CheckpointMeta& meta) {
         // between leaves the new folder under its temporary name and find_latest falls back
         // to the newest other complete checkpoint.
         std::string old_dir = join_path(out_dir_, "." + checkpoint_folder_name(step_) + ".old-" + nonce_);
-        if (::rename(final_dir.c_str(), old_dir.c_str()) != 0) throw_sys("renaming " + final_dir + " to", old_dir, errno);
-        if (::rename(tmp_dir_.c_str(), final_dir.c_str()) != 0) {
-          int e = errno;
-          ::rename(old_dir.c_str(), final_dir.c_str());
-          throw_sys("renaming " + tmp_dir_ + " to", final_dir, e);
+        rename_or_throw(final_dir, old_dir);
+        fs::rename(tmp_dir_, final_dir, ec);
+        if (ec) {
+          std::error_code ignored;
+          fs::rename(old_dir, final_dir, ignored);
+          throw_sys("renaming " + tmp_dir_ + " to", final_dir, ec.value());
         }
         active_ = false;
         fsync_dir(out_dir_);
         remove_tree(old_dir);
       }
     } else {
-      if (::rename(tmp_dir_.c_str(), final_dir.c_str()) != 0) throw_sys("renaming " + tmp_dir_ + " to", final_dir, errno);
+      rename_or_throw(tmp_dir_, final_dir);
       active_ = false;
       fsync_dir(out_dir_);
     }
@@ -773,10 +680,11 @@ std::string CheckpointWriter::commit(const CheckpointMeta& meta) {
   std::string latest_tmp = join_path(out_dir_, "latest.tmp-" + nonce_);
   try {
     write_file_durable(latest_tmp, checkpoint_folder_name(step_) + "\n");
-    if (::rename(latest_tmp.c_str(), latest.c_str()) != 0) throw_sys("renaming " + latest_tmp + " to", latest, errno);
+    rename_or_throw(latest_tmp, latest);
     fsync_dir(out_dir_);
   } catch (const CheckpointError& e) {
-    ::unlink(latest_tmp.c_str());
+    std::error_code ignored;
+    fs::remove(latest_tmp, ignored);
     throw CheckpointError(std::string(e.what()) + "; the checkpoint itself is complete in " + final_dir +
                           ": resume from it explicitly");
   }
@@ -862,6 +770,22 @@ std::vector<std::string> remove_checkpoint_leftovers(const std::string& out_dir)
   return removed;
 }
 
+std::vector<std::string> prune_checkpoints(const std::string& out_dir, int keep) {
+  if (keep < 1) throw CheckpointError("prune_checkpoints: keep " + std::to_string(keep) + " must be at least 1");
+  const CheckpointScan s = scan_checkpoints(out_dir);
+  std::vector<std::string> removed;
+  const size_t surplus = s.complete.size() > size_t(keep) ? s.complete.size() - size_t(keep) : 0;
+  for (size_t i = 0; i < surplus; ++i) {  // oldest first
+    if (s.complete[i] == s.latest_name) continue;
+    const std::string dir = join_path(out_dir, s.complete[i]);
+    const std::string doomed = join_path(out_dir, "." + s.complete[i] + ".old-" + random_nonce());
+    rename_or_throw(dir, doomed);
+    remove_tree(doomed);
+    removed.push_back(dir);
+  }
+  return removed;
+}
+
 void check_model_config(const std::string& dir, const nlohmann::json& saved, const nlohmann::json& current) {
   if (saved == current) return;
   std::string diff;
@@ -879,11 +803,11 @@ void check_model_config(const std::string& dir, const nlohmann::json& saved, con
   throw CheckpointError("checkpoint " + dir + " was written for model " + config_text(saved) +
                         " but the current model is " + config_text(current) +
                         (diff.empty() ? "" : " (differs in " + diff + ")") +
-                        "; use the same --model or start a new run");
+                        "; use the same --model (or the same --init-from, for a run that started from one) or start a new run");
 }
 
 // ---- reader ----------------------------------------------------------------------------------
-CheckpointReader::CheckpointReader(const std::string& dir) : dir_(strip_slashes(dir)) {
+CheckpointReader::CheckpointReader(const std::string& dir) : dir_(folder_path(dir).string()) {
   if (!is_dir(dir_)) {
     std::vector<std::string> there = list_checkpoints(parent_of(dir_));
     throw CheckpointError("checkpoint folder " + dir_ + " does not exist; " +
@@ -963,14 +887,15 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(strip_slashes(
   }
   // The files: present, with the size meta.json implies.
   for (const Array& a : arrays_) {
-    struct stat st;
-    if (::stat(a.file.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    std::error_code ec;
+    const int64_t size = is_file(a.file) ? int64_t(fs::file_size(a.file, ec)) : -1;
+    if (size < 0 || ec)
       corrupted(a.file + " is missing (meta.json lists array '" + a.name + "' of " + std::to_string(a.count) +
                 " elements)");
-    if (int64_t(st.st_size) != a.count * 4)
-      corrupted(a.file + " has " + std::to_string(st.st_size) + " bytes but meta.json expects " +
+    if (size != a.count * 4)
+      corrupted(a.file + " has " + std::to_string(size) + " bytes but meta.json expects " +
                 std::to_string(a.count * 4) + " (" + std::to_string(a.count) + " fp32 elements): the file is " +
-                (int64_t(st.st_size) < a.count * 4 ? "truncated" : "too long"));
+                (size < a.count * 4 ? "truncated" : "too long"));
   }
 }
 

@@ -20,8 +20,8 @@
 // replaces <out>/latest by write-temp-and-rename. A crash at any point leaves the
 // previous checkpoint and `latest` usable; a folder without meta.json is never complete.
 //
-// Integrity: XXH64 (seed 0, the xxHash reference algorithm, implemented here; `xxhsum -H1
-// master.bin` prints the same value). The committing rank re-reads the complete files
+// Integrity: XXH64 (seed 0, through libxxhash; `xxhsum -H1 master.bin` prints the same
+// value). The committing rank re-reads the complete files
 // after every rank has written its slices, so the checksum covers what is really on disk
 // and no per-slice hashes have to be communicated. Besides the whole-file hash, meta.json
 // holds one hash per block (16 MiB by default), so that each rank of a resume can verify
@@ -50,6 +50,8 @@
 
 #include <nlohmann/json.hpp>
 
+struct XXH64_state_s;  // libxxhash's streaming state (xxhash.h)
+
 namespace gpumix {
 
 inline constexpr int checkpoint_format_version = 1;
@@ -62,18 +64,19 @@ class CheckpointError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// XXH64 with seed 0, streaming. Identical to the xxHash reference implementation.
+// XXH64 with seed 0, streaming: libxxhash's, behind a small owner of its state (xxhash.h
+// stays out of this header).
 class Xxh64 {
  public:
   Xxh64();
+  ~Xxh64();
+  Xxh64(const Xxh64&) = delete;
+  Xxh64& operator=(const Xxh64&) = delete;
   void update(const void* data, size_t size);
   uint64_t digest() const;
 
  private:
-  uint64_t v_[4];
-  uint64_t total_ = 0;
-  unsigned char buf_[32];
-  size_t buf_size_ = 0;
+  ::XXH64_state_s* state_;
 };
 uint64_t checkpoint_xxh64(const void* data, size_t size);
 
@@ -179,6 +182,14 @@ std::optional<std::string> find_latest(const std::string& out_dir, std::string* 
 // Deletes the leftovers of interrupted saves (only when no save is running into out_dir).
 // Returns what it removed.
 std::vector<std::string> remove_checkpoint_leftovers(const std::string& out_dir);
+
+// Keeps the newest `keep` (>= 1) complete checkpoints of out_dir, by step, and the one
+// <out>/latest names whatever its step; deletes the other complete ones, oldest first. Each
+// goes by a rename to a .ckpt-<step>.old-<nonce> leftover and then deletion, so a crash in
+// between leaves a leftover that find_latest ignores, never a half-deleted checkpoint.
+// Call it after commit(): `latest` then names the new checkpoint, so the one it named
+// before stays until the next is committed. Returns the folders it deleted.
+std::vector<std::string> prune_checkpoints(const std::string& out_dir, int keep);
 
 // Throws CheckpointError when the saved model config differs from the current one:
 // "checkpoint <dir> was written for model {C=128, L=4, ...} but the current model is

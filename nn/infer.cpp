@@ -21,9 +21,9 @@ std::unique_ptr<GPT> load_model(const CheckpointReader& reader, DType compute) {
 
 void check_token_ids(const int32_t* ids, int64_t n, int64_t vocab, const char* what, int32_t lowest) {
   for (int64_t i = 0; i < n; ++i)
-    GPUMIX_CHECK(ids[i] >= lowest && ids[i] < vocab, what, ": id ", ids[i], " at position ", i,
-                 " is outside [", lowest, ", ", vocab, "), the model's vocabulary",
-                 lowest < 0 ? " (-1: no target)" : "");
+    GPUMIX_CHECK_INPUT(ids[i] >= lowest && ids[i] < vocab, what, ": id ", ids[i], " at position ", i,
+                       " is outside [", lowest, ", ", vocab, "), the model's vocabulary",
+                       lowest < 0 ? " (-1: no target)" : "");
 }
 
 Tensor token_losses(const GPT& model, const Tensor& tokens, const Tensor& targets) {
@@ -39,8 +39,8 @@ Tensor token_losses(const GPT& model, const Tensor& tokens, const Tensor& target
 
 double mean_loss(const GPT& model, const int32_t* tokens, int64_t n, int64_t* windows_out) {
   const int64_t T = model.config().T;
-  GPUMIX_CHECK(n >= T + 1, "mean loss: ", n, " tokens are fewer than one window of the model's context + 1 = ",
-               T + 1, "; pass more tokens");
+  GPUMIX_CHECK_INPUT(n >= T + 1, "mean loss: ", n, " tokens are fewer than one window of the model's context + 1 = ",
+                     T + 1, "; pass more tokens");
   const data::BatchLoader loader(data::TokenView(tokens, (size_t)n), T, 1, 0);
   const int64_t windows = loader.num_eval_windows();
   const int64_t chunk = 8;  // windows per forward: bounds the logits to 8 * T * V floats
@@ -58,10 +58,10 @@ double mean_loss(const GPT& model, const int32_t* tokens, int64_t n, int64_t* wi
 
 void sample_tokens(const GPT& model, std::vector<int32_t>& ids, const SampleOptions& o) {
   const GPTConfig& config = model.config();
-  GPUMIX_CHECK(o.tokens >= 0, "generate: the number of tokens must be >= 0, got ", o.tokens);
-  GPUMIX_CHECK(o.temperature >= 0, "generate: the temperature must be >= 0 (0: greedy), got ", o.temperature);
-  GPUMIX_CHECK(o.top_k >= 0, "generate: top-k must be >= 0 (0: all tokens), got ", o.top_k);
-  GPUMIX_CHECK(!ids.empty(), "generate: the prompt must hold at least one token id");
+  GPUMIX_CHECK_INPUT(o.tokens >= 0, "generate: the number of tokens must be >= 0, got ", o.tokens);
+  GPUMIX_CHECK_INPUT(o.temperature >= 0, "generate: the temperature must be >= 0 (0: greedy), got ", o.temperature);
+  GPUMIX_CHECK_INPUT(o.top_k >= 0, "generate: top-k must be >= 0 (0: all tokens), got ", o.top_k);
+  GPUMIX_CHECK_INPUT(!ids.empty(), "generate: the prompt must hold at least one token id");
   check_token_ids(ids.data(), (int64_t)ids.size(), config.V, "generate: prompt");
   std::vector<float> probs(config.V);
   for (int i = 0; i < o.tokens; ++i) {

@@ -49,18 +49,18 @@ std::string read_holder(const std::string& path) {
 RunLock::RunLock(const std::string& run_dir) : path_((fs::path(run_dir) / "lock").string()) {
   std::error_code ec;
   fs::create_directories(run_dir, ec);
-  GPUMIX_CHECK(!ec, "cannot create run folder ", run_dir, ": ", ec.message());
+  GPUMIX_CHECK_INPUT(!ec, "cannot create run folder ", run_dir, ": ", ec.message());
   const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  GPUMIX_CHECK(fd >= 0, "cannot open the run folder's lock file ", path_, ": ", std::strerror(errno),
-               "; check that the folder is writable");
+  GPUMIX_CHECK_INPUT(fd >= 0, "cannot open the run folder's lock file ", path_, ": ", std::strerror(errno),
+                     "; check that the folder is writable");
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     ::close(fd);
-    GPUMIX_CHECK(err != EWOULDBLOCK, "run folder ", run_dir, " is in use by another run (",
-                 read_holder(path_), "; lock file ", path_,
-                 "); wait for that run to end, or choose another run folder (--out, out_dir)");
-    GPUMIX_CHECK(false, "cannot lock ", path_, ": ", std::strerror(err),
-                 "; put the run folder on a file system with flock(2) locks");
+    GPUMIX_CHECK_INPUT(err != EWOULDBLOCK, "run folder ", run_dir, " is in use by another run (",
+                       read_holder(path_), "; lock file ", path_,
+                       "); wait for that run to end, or choose another run folder (--out, out_dir)");
+    GPUMIX_CHECK_INPUT(false, "cannot lock ", path_, ": ", std::strerror(err),
+                       "; put the run folder on a file system with flock(2) locks");
   }
   fd_ = fd;
   const std::string line = holder_line() + "\n";

@@ -11,13 +11,16 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "nn/checkpoint.h"
 #include "nn/data/bpe.h"
 #include "nn/data/corpus.h"
+#include "nn/data/file_util.h"
 #include "nn/data/loader.h"
 #include "nn/data/token_file.h"
 #include "nn/gpt.h"
+#include "nn/hf/gpt2.h"
 #include "nn/optim.h"
 
 namespace gpumix {
@@ -45,47 +48,76 @@ bool looks_binary(const std::string& path) {
 RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
   if (o.token_data) {
     RunData d;
-    GPUMIX_CHECK(o.token_count > 0 && o.token_vocab > 0, "caller tokens: ", o.token_count,
-                 " tokens with vocabulary ", o.token_vocab, "; both must be positive");
+    GPUMIX_CHECK_INPUT(o.token_count > 0 && o.token_vocab > 0, "caller tokens: ", o.token_count,
+                       " tokens with vocabulary ", o.token_vocab, "; both must be positive");
     for (int64_t i = 0; i < o.token_count; ++i)
-      GPUMIX_CHECK(o.token_data[i] >= 0 && o.token_data[i] < o.token_vocab, "caller tokens: token ",
-                   o.token_data[i], " at position ", i, " is outside the vocabulary of ", o.token_vocab);
+      GPUMIX_CHECK_INPUT(o.token_data[i] >= 0 && o.token_data[i] < o.token_vocab, "caller tokens: token ",
+                         o.token_data[i], " at position ", i, " is outside the vocabulary of ", o.token_vocab);
     d.tokens = data::TokenView(o.token_data, (size_t)o.token_count);
     d.vocab = o.token_vocab;
     d.tokenizer_path = "(none: tokens from the caller)";
     return d;
   }
-  GPUMIX_CHECK(!o.data.empty(), "no training data: pass --data FILE (a text corpus, a folder of "
-               "fortune files, or a token file from `gpumix tokenizer encode`)");
-  GPUMIX_CHECK(fs::exists(o.data), "training data '", o.data, "' does not exist; pass --data with "
-               "a text corpus or token file (the main job uses /usr/share/games/fortunes from "
-               "Debian's fortunes package)");
+  GPUMIX_CHECK_INPUT(!o.data.empty(), "no training data: pass --data FILE (a text corpus, a folder of "
+                     "fortune files, or a token file from `gpumix tokenizer encode`)");
+  GPUMIX_CHECK_INPUT(fs::exists(o.data), "training data '", o.data, "' does not exist; pass --data with "
+                     "a text corpus or token file (the main job uses /usr/share/games/fortunes from "
+                     "Debian's fortunes package)");
   RunData d;
   d.tokenizer_path = o.tokenizer.empty() ? (fs::path(o.out) / kTokenizerFile).string() : o.tokenizer;
+  if (o.tokenizer.empty() && !o.resume.empty() && may_train_tokenizer && !fs::exists(d.tokenizer_path)) {
+    // A run resumed into another folder takes the tokenizer of the run it continues.
+    const fs::path resumed = fs::path(run_folder_of(o.resume)) / kTokenizerFile;
+    GPUMIX_CHECK_INPUT(fs::exists(resumed), "--resume ", o.resume, ": its run folder has no ", kTokenizerFile,
+                       " (expected ", resumed.string(), "); pass the --tokenizer the run was trained with");
+    fs::create_directories(o.out);
+    fs::copy_file(resumed, d.tokenizer_path);
+  }
+  // With --init-from the run's tokenizer is the folder's: rank 0 saves it into the run folder
+  // once the data is known good, and the other ranks load it from there.
+  std::optional<data::Tokenizer> imported;
+  if (!o.init_from.empty() && may_train_tokenizer) {
+    imported = data::Tokenizer::load(o.init_from);
+    GPUMIX_CHECK_INPUT(!fs::exists(d.tokenizer_path) || data::Tokenizer::load(d.tokenizer_path).hash() == imported->hash(),
+                 "run folder ", o.out, " holds a tokenizer (", d.tokenizer_path, ") other than ", o.init_from,
+                 "'s; pass another --out, or the --init-from folder this run started from");
+  }
+  const auto keep_imported = [&] {
+    if (!imported || fs::exists(d.tokenizer_path)) return;
+    fs::create_directories(fs::path(d.tokenizer_path).parent_path());
+    imported->save(d.tokenizer_path);
+    std::printf("tokenizer of %s (%d tokens) -> %s\n", o.init_from.c_str(), imported->vocab_size(),
+                d.tokenizer_path.c_str());
+  };
   if (fs::is_regular_file(o.data) && data::is_token_file(o.data)) {
     d.file = std::make_unique<data::TokenFile>(o.data);
     d.tokens = d.file->tokens();
     d.vocab = (int64_t)d.file->vocab_size();
-    if (fs::exists(d.tokenizer_path)) {
-      const data::Tokenizer tok = data::Tokenizer::load(d.tokenizer_path);
-      GPUMIX_CHECK(tok.vocab_size() == d.vocab, "token file ", o.data, " has vocabulary ", d.vocab,
-                   " but tokenizer ", d.tokenizer_path, " has ", tok.vocab_size(),
-                   "; pass the --tokenizer that encoded it");
+    if (imported || fs::exists(d.tokenizer_path)) {
+      const data::Tokenizer tok = imported ? *imported : data::Tokenizer::load(d.tokenizer_path);
+      const std::string source = imported ? "the tokenizer of " + o.init_from : "tokenizer " + d.tokenizer_path;
+      GPUMIX_CHECK_INPUT(tok.vocab_size() == d.vocab, "token file ", o.data, " has vocabulary ", d.vocab, " but ", source,
+                   " has ", tok.vocab_size(), "; pass the --tokenizer that encoded it (with --init-from: a token "
+                   "file made with the folder's tokenizer, or the text)");
       d.tokenizer_hash = tok.hash();
     }
+    keep_imported();
     return d;
   }
-  GPUMIX_CHECK(!fs::is_regular_file(o.data) || !looks_binary(o.data), "training data '", o.data,
-               "' is neither a token file (it does not start with the magic \"GPMXTOK\") nor text (it "
-               "holds NUL bytes); pass a token file written by `gpumix tokenizer encode` (re-encode a "
-               "damaged one) or a text corpus");
+  GPUMIX_CHECK_INPUT(!fs::is_regular_file(o.data) || !looks_binary(o.data), "training data '", o.data,
+                     "' is neither a token file (it does not start with the magic \"GPMXTOK\") nor text (it "
+                     "holds NUL bytes); pass a token file written by `gpumix tokenizer encode` (re-encode a "
+                     "damaged one) or a text corpus");
   const std::string text = data::read_corpus(o.data);
-  GPUMIX_CHECK(!text.empty(), "training corpus '", o.data, "' is empty; pass a corpus with text in it");
+  GPUMIX_CHECK_INPUT(!text.empty(), "training corpus '", o.data, "' is empty; pass a corpus with text in it");
   data::Tokenizer tok;
-  if (fs::exists(d.tokenizer_path)) {
+  if (imported) {
+    tok = *imported;
+    keep_imported();
+  } else if (fs::exists(d.tokenizer_path)) {
     tok = data::Tokenizer::load(d.tokenizer_path);
   } else {
-    GPUMIX_CHECK(may_train_tokenizer, "tokenizer ", d.tokenizer_path, " is missing");
+    GPUMIX_CHECK_INPUT(may_train_tokenizer, "tokenizer ", d.tokenizer_path, " is missing");
     data::TrainOptions topt;
     topt.show_progress = true;
     tok = data::Tokenizer::train(text, gpt_preset(o.model).V, topt);
@@ -101,7 +133,38 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
   return d;
 }
 
+namespace {
+
+// --init-from's config.json, once no flag contradicts the folder and its weights match it:
+// checked before the run writes anything.
+GPTConfig init_from_config(const TrainOptions& o) {
+  GPUMIX_CHECK(o.tokenizer.empty(), "--tokenizer ", o.tokenizer, " contradicts --init-from ", o.init_from,
+               ", whose vocab.json and merges.txt are the tokenizer; drop one of them");
+  GPUMIX_CHECK(!o.layers && !o.heads && !o.channels, "--layers/--heads/--channels contradict --init-from ",
+               o.init_from, ", whose config.json gives the model's shape; drop them");
+  const GPTConfig c = hf::read_config(o.init_from);
+  GPUMIX_CHECK(o.seq <= c.T, "--seq ", o.seq, " exceeds the context of ", o.init_from, " (n_positions ", c.T,
+               " in its config.json); pass --seq ", c.T, " or less");
+  hf::Weights(o.init_from, c);  // names, shapes, dtypes: every contradiction with config.json
+  return c;
+}
+
+}  // namespace
+
+int64_t resolve_seq(const TrainOptions& o) {
+  const int64_t context = o.init_from.empty() ? gpt_preset(o.model).T  // an unknown name fails here
+                                              : init_from_config(o).T;
+  return o.seq > 0 ? o.seq : context;
+}
+
 GPTConfig resolve_model(const TrainOptions& o, int64_t vocab, int64_t seq) {
+  if (!o.init_from.empty()) {
+    const GPTConfig c = init_from_config(o);
+    GPUMIX_CHECK(c.V == vocab, o.init_from, "/config.json: vocab_size ", c.V, " but the data's vocabulary is ",
+                 vocab, "; train on text (encoded with the folder's tokenizer) or on a token file it made");
+    GPUMIX_CHECK(seq <= c.T, "sequence length ", seq, " exceeds n_positions ", c.T, " of ", o.init_from);
+    return c;  // the context stays n_positions: training on shorter windows uses wpe's first rows
+  }
   GPTConfig c = gpt_preset(o.model);
   if (o.layers) c.L = o.layers;
   if (o.heads) c.NH = o.heads;
@@ -115,8 +178,15 @@ GPTConfig resolve_model(const TrainOptions& o, int64_t vocab, int64_t seq) {
 
 // ---- checkpoints ---------------------------------------------------------------------------
 
+std::string run_folder_of(const std::string& where) {
+  const fs::path p = fs::path(where).lexically_normal();
+  const fs::path folder = p.has_filename() ? p : p.parent_path();  // "runs/a/" -> "runs/a"
+  if (!fs::exists(folder / "meta.json")) return folder.string();
+  return folder.has_parent_path() ? folder.parent_path().string() : ".";
+}
+
 CheckpointReader open_checkpoint(const std::string& where) {
-  GPUMIX_CHECK(fs::exists(where), "checkpoint or run folder '", where, "' does not exist");
+  GPUMIX_CHECK_INPUT(fs::exists(where), "checkpoint or run folder '", where, "' does not exist");
   if (fs::exists(fs::path(where) / "meta.json")) return CheckpointReader(where);
   return CheckpointReader::open_latest(where);
 }
@@ -142,30 +212,55 @@ void print_settings(const std::vector<std::pair<std::string, std::string>>& rows
 
 // ---- generation ----------------------------------------------------------------------------
 
+data::Tokenizer checkpoint_tokenizer(const CheckpointReader& reader, int64_t vocab) {
+  const std::string& dir = reader.dir();
+  const fs::path tok_path = fs::path(run_folder_of(dir)) / kTokenizerFile;
+  GPUMIX_CHECK_INPUT(fs::exists(tok_path), "no tokenizer next to checkpoint ", dir, " (expected ",
+               tok_path.string(), "; a run trained on token ids has none: pass --prompt-ids)");
+  data::Tokenizer tok = data::Tokenizer::load(tok_path.string());
+  GPUMIX_CHECK_INPUT(tok.vocab_size() == vocab, "tokenizer ", tok_path.string(), " has vocabulary ", tok.vocab_size(),
+               " but the model has ", vocab);
+  return tok;
+}
+
 std::string generate(const GenerateOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  const CheckpointReader reader = open_checkpoint(o.ckpt);
+  GPUMIX_CHECK_INPUT(o.ckpt.empty() != o.model.empty(), "pass one of --ckpt RUN (a GPUMix run or checkpoint) and "
+               "--model DIR (a Hugging Face GPT-2 folder)");
+  GPUMIX_CHECK_INPUT(o.prompt_ids.empty() || o.prompt.empty(),
+               "a prompt as text and as token ids contradict each other; give one");
+  std::unique_ptr<GPT> model;
+  std::optional<data::Tokenizer> tok;  // not needed for a prompt of ids
+  if (!o.model.empty()) {
+    hf::Gpt2Model m = hf::read_model(o.model);
+    model = std::make_unique<GPT>(m.config, Device::cpu(), 0, o.dtype);
+    std::copy(m.params.begin(), m.params.end(), model->params().data<float>());
+    model->sync_compute_params();
+    tok = std::move(m.tokenizer);
+  } else {
+    const CheckpointReader reader = open_checkpoint(o.ckpt);
+    model = load_model(reader, o.dtype);
+    if (o.prompt_ids.empty()) tok = checkpoint_tokenizer(reader, model->config().V);
+  }
+  std::vector<int32_t> ids = o.prompt_ids;
+  if (ids.empty()) ids = tok->encode(o.prompt);
+  if (ids.empty()) ids.push_back(tok->eot_id());
+  if (!o.dump_logits.empty()) {
+    // The prompt's logits, to compare with another implementation (tests/hf/make_hf_golden.py).
+    const int64_t T = std::min<int64_t>((int64_t)ids.size(), model->config().T);
+    const std::vector<int32_t> context(ids.begin(), ids.begin() + T);
+    check_token_ids(context.data(), T, model->config().V, "prompt id");
+    const json j = {{"source", "gpumix generate"}, {"prompt", o.prompt}, {"tokens", context},
+                    {"logits", model->logits(Tensor::from_vector(context, {1, T})).to_vector()}};  // (T, V)
+    data::write_file_atomic(o.dump_logits, j.dump());
+  }
+  sample_tokens(*model, ids, o);
   if (!o.prompt_ids.empty()) {
-    GPUMIX_CHECK(o.prompt.empty(), "a prompt as text and as token ids contradict each other; give one");
-    std::vector<int32_t> ids = o.prompt_ids;
-    sample_tokens(*load_model(reader, o.dtype), ids, o);
     std::string out;
     for (int32_t id : ids) out += (out.empty() ? "" : " ") + std::to_string(id);
     return out;
   }
-  const std::string& dir = reader.dir();
-  // The tokenizer sits in the run folder, the checkpoint folder's parent.
-  const fs::path tok_path = fs::path(dir).parent_path() / kTokenizerFile;
-  GPUMIX_CHECK(fs::exists(tok_path), "no tokenizer next to checkpoint ", dir, " (expected ",
-               tok_path.string(), "; a run trained on token ids has none: pass --prompt-ids)");
-  const data::Tokenizer tok = data::Tokenizer::load(tok_path.string());
-  const std::unique_ptr<GPT> model = load_model(reader, o.dtype);
-  GPUMIX_CHECK(tok.vocab_size() == model->config().V, "tokenizer ", tok_path.string(), " has vocabulary ",
-               tok.vocab_size(), " but the model has ", model->config().V);
-  std::vector<int32_t> ids = tok.encode(o.prompt);
-  if (ids.empty()) ids.push_back(tok.eot_id());
-  sample_tokens(*model, ids, o);
-  return tok.decode(ids);
+  return tok->decode(ids);
 }
 
 }  // namespace gpumix

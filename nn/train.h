@@ -16,6 +16,7 @@
 #include "nn/checkpoint.h"
 #include "nn/data/token_file.h"
 #include "nn/gpt_config.h"
+#include "nn/data/bpe.h"
 #include "nn/infer.h"
 
 namespace gpumix {
@@ -26,7 +27,10 @@ struct TrainOptions {
   const int32_t* token_data = nullptr;
   int64_t token_count = 0;
   int64_t token_vocab = 0;
-  std::string tokenizer;        // tokenizer file; default: <out>/tokenizer.bpe, trained if absent
+  std::string tokenizer;        // tokenizer file; default: <out>/tokenizer.bpe, when absent
+                                // copied from the resumed run's folder, or else trained
+  std::string init_from;        // a Hugging Face GPT-2 folder (nn/hf/gpt2.h) to start from: its
+                                // config.json is the model, vocab.json + merges.txt the tokenizer
   std::string model = "gpt-nano";  // preset name
   int layers = 0, heads = 0, channels = 0;  // explicit shape overrides (0 = the preset's)
   std::string out = "runs/gpt";  // run folder: tokenizer, log.jsonl, checkpoints
@@ -44,6 +48,7 @@ struct TrainOptions {
   int eval_interval = 50;       // steps between validation passes (0: only at the end)
   int eval_windows = 32;        // validation windows (of T tokens) per pass
   int ckpt_interval = 0;        // steps between checkpoints (0: only at the end)
+  int keep_checkpoints = 0;     // keep the newest N checkpoints of the run folder (0: all)
   uint64_t seed = 1337;
   int threads = 0;              // OpenMP threads (0: all cores)
   bool recompute = false;       // activation checkpointing per block
@@ -74,14 +79,27 @@ struct RunData {
 
 // Reads o.data. A text corpus is encoded with the run's tokenizer, which is trained (with
 // the model preset's vocabulary) and saved when absent and `may_train_tokenizer`; other
-// ranks pass false and load what rank 0 saved.
+// ranks pass false and load what rank 0 saved. With o.init_from the run's tokenizer is the
+// folder's, saved as <out>/tokenizer.bpe (which, if present, must be the same).
 RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer);
 
-// The preset with the flags' overrides, the data's vocabulary and sequence length `seq`.
+// The sequence length of a run: --seq, or the model's context (the preset's, or
+// n_positions of o.init_from's config.json, which --seq must not exceed).
+int64_t resolve_seq(const TrainOptions& o);
+
+// The preset with the flags' overrides, the data's vocabulary and sequence length `seq`;
+// or, with o.init_from, its config.json (context n_positions), whose vocab_size must be
+// the data's and which no shape flag may override.
 GPTConfig resolve_model(const TrainOptions& o, int64_t vocab, int64_t seq);
 
 // A checkpoint folder given directly, or the latest complete one of a run folder.
 CheckpointReader open_checkpoint(const std::string& where);
+// The run folder of `where`: the parent of a checkpoint folder, else `where` itself.
+std::string run_folder_of(const std::string& where);
+
+// The run's tokenizer of a checkpoint: tokenizer.bpe in its run folder (the checkpoint
+// folder's parent), whose vocabulary must be the model's `vocab`.
+data::Tokenizer checkpoint_tokenizer(const CheckpointReader& reader, int64_t vocab);
 
 // A boxed two-column table of resolved settings, on stdout.
 void print_settings(const std::vector<std::pair<std::string, std::string>>& rows);
@@ -90,6 +108,8 @@ std::string human_count(double x);
 
 struct GenerateOptions : SampleOptions {
   std::string ckpt;             // run folder (its latest checkpoint) or a checkpoint folder
+  std::string model;            // or a Hugging Face GPT-2 folder (nn/hf/gpt2.h)
+  std::string dump_logits;      // when set: write the prompt's ids and logits there as JSON
   std::string prompt;
   std::vector<int32_t> prompt_ids;  // instead of `prompt`: token ids, no tokenizer needed
   int threads = 0;

@@ -1,4 +1,4 @@
-// gpumix generate: sample text from a trained checkpoint.
+// gpumix generate: sample text from a trained checkpoint or a Hugging Face GPT-2 folder.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -11,8 +11,12 @@ namespace {
 
 int cmd_generate(int argc, char** argv) {
   gpumix::GenerateOptions o;
-  CLI::App app{"Generate text from a checkpoint"};
-  app.add_option("--ckpt", o.ckpt, "run folder (its latest checkpoint) or checkpoint folder")->required();
+  CLI::App app{"Generate text from a checkpoint or a Hugging Face GPT-2 folder"};
+  auto* ckpt = app.add_option("--ckpt", o.ckpt, "run folder (its latest checkpoint) or checkpoint folder");
+  auto* model = app.add_option("--model", o.model, "Hugging Face GPT-2 folder (model.safetensors, config.json, "
+                                                   "vocab.json, merges.txt), e.g. from `gpumix export`");
+  ckpt->excludes(model);
+  app.add_option("--dump-logits", o.dump_logits, "also write the prompt's token ids and logits to this JSON file");
   app.add_option("--prompt", o.prompt, "text to continue");
   app.add_option("--prompt-ids", o.prompt_ids,
                  "token ids to continue instead, e.g. 72,101 (no tokenizer needed: prints ids)")
@@ -29,4 +33,4 @@ int cmd_generate(int argc, char** argv) {
 
 }  // namespace
 
-GPUMIX_COMMAND("generate", "sample text from a trained checkpoint", cmd_generate);
+GPUMIX_COMMAND("generate", "sample text from a checkpoint or a Hugging Face GPT-2 folder", cmd_generate);

@@ -5,16 +5,31 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "dist/engine/launch.h"
 #include "dist/plan/plan.h"
+#include "nn/train.h"
 #include "tools/command.h"
 #include "tools/size_flag.h"
 
 namespace {
+
+// --trace-steps "A:B" (1 <= A <= B) -> {A, B}.
+std::pair<int, int> parse_trace_steps(const std::string& text) {
+  int first = 0, last = 0;
+  char colon = 0, rest = 0;
+  if (std::sscanf(text.c_str(), "%d%c%d%c", &first, &colon, &last, &rest) != 3 || colon != ':' || first < 1 ||
+      last < first)
+    throw std::invalid_argument("--trace-steps: cannot read '" + text +
+                                "' as A:B, the first and last step to trace (1 <= A <= B), e.g. 2:4");
+  return {first, last};
+}
 
 int cmd_train(int argc, char** argv) {
   gpumix::TrainOptions o;
@@ -25,11 +40,16 @@ int cmd_train(int argc, char** argv) {
   CLI::App app{"Train a GPT on a text corpus or token file, on one or several ranks"};
   app.add_option("--data", o.data, "text corpus, folder of fortune files, or token file")->required();
   app.add_option("--tokenizer", o.tokenizer, "tokenizer file (default: <out>/tokenizer.bpe, trained if absent)");
-  app.add_option("--model", o.model, "model preset (gpt-nano, gpt-micro, gpt-mini, gpt2, ...)");
+  auto* model = app.add_option("--model", o.model, "model preset (gpt-nano, gpt-micro, gpt-mini, gpt2, ...)");
+  app.add_option("--init-from", o.init_from,
+                 "start from a Hugging Face GPT-2 folder (model.safetensors, config.json, vocab.json, "
+                 "merges.txt): its shape, weights and tokenizer")
+      ->excludes(model);
   app.add_option("--layers", o.layers, "override the preset's number of layers");
   app.add_option("--heads", o.heads, "override the preset's number of heads");
   app.add_option("--channels", o.channels, "override the preset's channels");
-  app.add_option("--out", o.out, "run folder (log.jsonl, tokenizer, checkpoints)");
+  app.add_option("--out", o.out, "run folder (log.jsonl, tokenizer, checkpoints; default runs/gpt, "
+                 "with --resume the resumed run's folder)");
   app.add_option("--resume", o.resume, "continue from a run folder or checkpoint folder");
   app.add_option("--batch,--global-batch", o.batch, "sequences per step, over all ranks");
   app.add_option("--seq", o.seq, "sequence length (default: the model's context)");
@@ -41,6 +61,9 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--eval-interval", o.eval_interval, "steps between validation passes (0: end only)");
   app.add_option("--eval-windows", o.eval_windows, "validation windows of the evaluations during training (the last uses all; 0: all)");
   app.add_option("--ckpt-interval", o.ckpt_interval, "steps between checkpoints (0: end only)");
+  app.add_option("--keep-checkpoints", o.keep_checkpoints,
+                 "keep the newest N checkpoints, deleting older ones once a newer one is complete (0: all)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--seed", o.seed, "random seed (initialisation and batch order)");
   app.add_option("--threads", o.threads, "CPU threads in all (default: all cores)");
   app.add_flag("--recompute", o.recompute, "recompute block activations in backward (one rank)");
@@ -62,6 +85,10 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--shares", plan.shares, "per-rank state shares, e.g. 0,0.3,0.7 (default: even)");
   app.add_flag("--no-prefetch", no_prefetch, "do not overlap the next unit's gather with compute");
   gpumix::dist::EngineOptions engine;
+  std::string trace_steps;
+  app.add_option("--trace", engine.trace,
+                 "write a trace of --trace-steps to this file (Trace Event Format: ui.perfetto.dev, chrome://tracing)");
+  app.add_option("--trace-steps", trace_steps, "the steps to trace, A:B (default 2:4)");
   app.add_option("--drift-threshold", engine.drift.threshold,
                  "re-plan when a rank's compute time, relative to the others', is off the plan's "
                  "prediction by more than this fraction (0: never)")
@@ -69,7 +96,12 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--drift-steps", engine.drift.steps, "consecutive drifting steps before re-planning")
       ->check(CLI::Range(1, 1000000));
   CLI11_PARSE(app, argc, argv);
+  if (!o.resume.empty() && app.count("--out") == 0) o.out = gpumix::run_folder_of(o.resume);
   if (!device_memory.empty()) o.device_memory = gpumix::tools::parse_bytes(device_memory);
+  if (!trace_steps.empty()) {
+    if (engine.trace.empty()) throw std::invalid_argument("--trace-steps needs --trace FILE, the file to write");
+    std::tie(engine.trace_first, engine.trace_last) = parse_trace_steps(trace_steps);
+  }
   std::vector<gpumix::dist::ClusterDevice> devices;
   if (!devices_text.empty()) {
     devices = gpumix::dist::parse_devices(devices_text);

@@ -4,7 +4,8 @@
 # heterogeneous cluster of three CPU ranks: a fast one with little memory, a slow one (3x)
 # with much, and one in between (1.5x). GPUMix profiles the three devices, prints its plan
 # (each rank's batch, micro-batch and share of the training state), trains with each rank's
-# busy share per step, re-plans if a device drifts, and finally prints generated text.
+# busy share per step, re-plans if a device drifts, prints generated text, and draws the
+# run (<out>/run.svg: losses, tokens/s, busy shares; docs/run.svg is one).
 # DEVICES=... overrides the cluster (e.g. DEVICES=cpu for one rank), STEPS the steps.
 # Measured on the 2-core machine, build done: 3 min 12 s in all; 400 steps at a median
 # 0.38 s (5.4k tokens/s; the plan predicted 0.386 s, each rank's compute within 0.92-1.00x),
@@ -23,3 +24,4 @@ echo
 echo "---- sample ----"
 ./build/tools/gpumix generate --ckpt "$out" --prompt "The meaning of life" --tokens 120 \
     --temperature 0.8 --top-k 40
+./build/tools/gpumix plot "$out" --svg "$out/run.svg"

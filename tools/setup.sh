@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 packages=(meson ninja-build pkg-config g++ gfortran python3
           libdnnl-dev libopenmpi-dev openmpi-bin
-          nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
+          nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev libbenchmark-dev
+          libpcre2-dev  # GPT-2's Unicode pre-tokenizer regex
           fortunes
           # tools/ci_extra.sh: the ASan + UBSan build and the fuzz targets (clang, its
           # sanitizer and libFuzzer runtimes, its OpenMP, llvm-symbolizer for the reports)

@@ -319,6 +319,10 @@ std::string agreement_error(const std::vector<std::string>& whats,
   return m;
 }
 
+void agree_alone(const std::string& local_error) {
+  if (!local_error.empty()) throw CollectiveError(local_error);
+}
+
 uint64_t agreement_hash(const std::string& what, const std::vector<int64_t>& values,
                         bool has_error) {
   uint64_t h = 1469598103934665603ull;
@@ -376,7 +380,7 @@ MpiSession::MpiSession(int*, char***, bool) {}
 MpiSession::~MpiSession() = default;
 
 std::unique_ptr<Comm> make_mpi_comm(const MpiOptions&) {
-  GPUMIX_CHECK(false, "the MPI backend is not available: GPUMix was built without MPI "
+  GPUMIX_CHECK_INPUT(false, "the MPI backend is not available: GPUMix was built without MPI "
                       "(install libopenmpi-dev and reconfigure with -Dmpi=enabled), or use "
                       "the local backend (--ranks N)");
   return nullptr;
@@ -389,13 +393,13 @@ bool nccl_built() { return true; }
 bool nccl_built() { return false; }
 
 std::unique_ptr<DeviceComm> make_nccl_comm(const NcclOptions&) {
-  GPUMIX_CHECK(false, "the NCCL backend is not available: GPUMix was built without ",
+  GPUMIX_CHECK_INPUT(false, "the NCCL backend is not available: GPUMix was built without ",
 #ifdef GPUMIX_HAVE_CUDA
-               "MPI (needed to bootstrap NCCL)",
+                     "MPI (needed to bootstrap NCCL)",
 #else
-               "CUDA",
+                     "CUDA",
 #endif
-               "; use the MPI backend for host memory");
+                     "; use the MPI backend for host memory");
   return nullptr;
 }
 #endif

@@ -134,7 +134,8 @@ class Comm {
   // problem it found on its own), every rank throws a CollectiveError that starts with
   // `what` and names the ranks, their values and the local errors. Under MPI (where every
   // collective starts with such a check) a rank's agree() with a local error also meets
-  // the check of whatever collective its peers call next, and they all throw.
+  // the check of whatever collective its peers call next, and they all throw. A single rank
+  // has nobody to agree with: it throws its local error as it is (a CollectiveError).
   virtual void agree(const std::string& what, const std::vector<int64_t>& values,
                      const std::string& local_error = "") = 0;
 
@@ -329,6 +330,8 @@ std::string check_root(int root, int size);
 std::string agreement_error(const std::vector<std::string>& whats,
                             const std::vector<std::vector<int64_t>>& values,
                             const std::vector<std::string>& local_errors);
+// agree() on a single rank: throws `local_error` unwrapped when it is not empty.
+void agree_alone(const std::string& local_error);
 // FNV-1a over what + values: what the MPI backend compares across ranks.
 uint64_t agreement_hash(const std::string& what, const std::vector<int64_t>& values,
                         bool has_error);

@@ -132,7 +132,7 @@ class NcclComm : public DeviceComm {
       else if (v == "auto" || v == "automatic")
         opt_.uneven = UnevenAlgo::automatic;
       else
-        GPUMIX_CHECK(false, "GPUMIX_NCCL_UNEVEN=", v, " is not one of padded, grouped, auto");
+        GPUMIX_CHECK_INPUT(false, "GPUMIX_NCCL_UNEVEN=", v, " is not one of padded, grouped, auto");
     }
 
     // The GPU: the node-local rank modulo the visible devices. Errors are agreed, so that

@@ -50,8 +50,12 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, cons
     json ranks = json::array();
     for (const RankWork& w : work) ranks.push_back({{"batch", w.batch}, {"micro_batch", w.micro_batch}, {"share", w.share}});
     meta.plan = {{"ranks", ranks}, {"global_batch", o.batch}};
-    meta.extra = {{"lr", o.lr}, {"steps", o.steps}, {"seq", config.T}};
-    attempt([&] { dir = writer.commit(meta); });
+    meta.extra = {{"lr", o.lr}, {"steps", o.steps}, {"seq", o.seq > 0 ? o.seq : (int64_t)config.T}};
+    attempt([&] {
+      dir = writer.commit(meta);
+      fault_point(comm.rank(), "prune");  // between the commit and the deletion of old ones
+      if (o.keep_checkpoints > 0) prune_checkpoints(o.out, o.keep_checkpoints);
+    });
   }
   comm.agree("checkpoint: committing step " + std::to_string(step), {}, error);
   return dir;
@@ -64,9 +68,9 @@ int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& e
   try {
     const CheckpointReader reader = open_checkpoint(where);
     reader.check_model(config_to_json(config));
-    GPUMIX_CHECK(!tokenizer_hash || !reader.tokenizer_hash() || reader.tokenizer_hash() == tokenizer_hash,
-                 "checkpoint ", reader.dir(), " was trained with another tokenizer; resume with the "
-                 "run's own (--tokenizer <run>/tokenizer.bpe)");
+    GPUMIX_CHECK_INPUT(!tokenizer_hash || !reader.tokenizer_hash() || reader.tokenizer_hash() == tokenizer_hash,
+                       "checkpoint ", reader.dir(), " was trained with another tokenizer; resume with the "
+                       "run's own (--tokenizer <run>/tokenizer.bpe)");
     for (const OwnedSlice& s : engine.slices()) {
       const int64_t n = s.master.numel();
       reader.read_slice("master", s.flat_offset, s.master.data<float>(), n);

@@ -14,7 +14,8 @@
 namespace gpumix::dist {
 
 // Writes step `step` under o.out (rank 0 prepares and commits, every rank writes its
-// slices; all agree on each stage). Returns the committed folder on rank 0, "" elsewhere.
+// slices; all agree on each stage), then keeps only the newest o.keep_checkpoints (when
+// set). Returns the committed folder on rank 0, "" elsewhere.
 std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, const std::vector<RankWork>& work,
                             Engine& engine, Comm& comm, int step, uint64_t tokenizer_hash);
 

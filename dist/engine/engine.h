@@ -13,6 +13,7 @@
 
 #include "core/tensor.h"
 #include "dist/engine/shard_layout.h"
+#include "dist/engine/trace.h"
 #include "nn/optim.h"
 
 namespace gpumix::dist {
@@ -51,6 +52,7 @@ class Engine {
   // shares). Every rank calls it at the same point.
   virtual void reshard(const ShardLayout& next) = 0;
   double wait_s = 0;  // time spent waiting for collectives since the last reset
+  Tracer* tracer = nullptr;  // the run's (dist/engine/trace.h); null or idle: no spans
 };
 
 }  // namespace gpumix::dist

@@ -20,7 +20,7 @@ struct Fault {
   std::string arg;
 };
 
-const char* const kPoints[] = {"forward", "backward", "collective", "optimizer", "checkpoint",
+const char* const kPoints[] = {"forward", "backward", "collective", "optimizer", "checkpoint", "prune",
                                "nan_loss", "nan_grad", "inf_grad", "slow"};
 
 std::vector<Fault> parse(const char* text) {
@@ -45,7 +45,7 @@ std::vector<Fault> parse(const char* text) {
     } catch (const std::exception&) {
       throw std::invalid_argument("GPUMIX_FAULT: cannot read '" + item +
                                   "' (expected RANK:POINT:STEP[:ARG], POINT one of forward, backward, "
-                                  "collective, optimizer, checkpoint, nan_loss, nan_grad, inf_grad, slow)");
+                                  "collective, optimizer, checkpoint, prune, nan_loss, nan_grad, inf_grad, slow)");
     }
     faults.push_back(f);
   }

@@ -9,6 +9,8 @@
 //   collective  just before the first gradient reduce-scatter of the step
 //   optimizer   just before the optimizer step
 //   checkpoint  after writing this rank's slices of a checkpoint, before it is committed
+//   prune       rank 0, after a checkpoint is committed, before --keep-checkpoints deletes
+//               older ones
 // ARG for these: "throw" (default: an exception, as a bug would), "exit" (_exit(86): the
 // process vanishes without cleanup) or "kill" (SIGKILL to itself).
 //

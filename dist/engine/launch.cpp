@@ -98,11 +98,11 @@ std::vector<ClusterDevice> parse_devices(const std::string& text) {
   std::string item;
   while (std::getline(in, item, ',')) {
     const ClusterDevice d = parse_device_spec(item, "--devices");
-    GPUMIX_CHECK(d.kind == "cpu", "--devices: '", item, "' is not an emulated CPU device; this build "
-                 "runs cpu devices (e.g. cpu:mem=2GiB:slow=3)");
+    GPUMIX_CHECK_INPUT(d.kind == "cpu", "--devices: '", item, "' is not an emulated CPU device; this build "
+                       "runs cpu devices (e.g. cpu:mem=2GiB:slow=3)");
     for (int i = 0; i < d.count; ++i) devices.push_back(d);
   }
-  GPUMIX_CHECK(!devices.empty(), "--devices is empty; e.g. --devices cpu,cpu:slow=2");
+  GPUMIX_CHECK_INPUT(!devices.empty(), "--devices is empty; e.g. --devices cpu,cpu:slow=2");
   return devices;
 }
 
@@ -195,8 +195,8 @@ void start_local_rank(Comm& comm, const std::vector<ClusterDevice>& devices, int
 
 TrainResult train_local(const TrainOptions& o, int ranks, const std::vector<ClusterDevice>& devices,
                         const std::vector<RankWork>& work, const EngineOptions& engine, int threads) {
-  GPUMIX_CHECK(devices.empty() || (int)devices.size() == ranks, devices.size(), " devices for ", ranks,
-               " ranks; give one device per rank");
+  GPUMIX_CHECK_INPUT(devices.empty() || (int)devices.size() == ranks, devices.size(), " devices for ", ranks,
+                     " ranks; give one device per rank");
   TrainResult result;
   run_local(ranks, [&](Comm& comm) {
     EngineOptions mine = engine;

@@ -259,9 +259,9 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string&
     if (comm.all_reduce_max(together.stopped() ? 0.0 : 1.0) == 0) break;
     if (progress) progress->update(m);
   }
-  GPUMIX_CHECK(!d.samples.empty(), "profiling ", label, ": not even a micro-batch of 1 sequence (T = ", seq,
-               ") fits its ", format_bytes((int64_t)d.memory_bytes), "; give the device more memory or "
-               "use a smaller model or --seq");
+  GPUMIX_CHECK_INPUT(!d.samples.empty(), "profiling ", label, ": not even a micro-batch of 1 sequence (T = ", seq,
+                     ") fits its ", format_bytes((int64_t)d.memory_bytes), "; give the device more memory or "
+                     "use a smaller model or --seq");
   smooth_samples(d.samples);
 
   for (int unit : {0, 1, model.L + 1}) gpt.unbind_unit(unit);  // frees their buffers
@@ -371,8 +371,8 @@ std::vector<std::string> all_gather_strings(Comm& comm, const std::string& mine,
 
 Profile profile_cluster(const GPTConfig& model, int seq_len, const std::string& device_label,
                         Device device, Comm& comm, const ProfilerOptions& o) {
-  GPUMIX_CHECK(o.repeats >= 1 && o.max_micro_batch >= 1, "profiling needs at least 1 repeat and a largest "
-               "micro-batch of at least 1, got ", o.repeats, " repeats and ", o.max_micro_batch);
+  GPUMIX_CHECK_INPUT(o.repeats >= 1 && o.max_micro_batch >= 1, "profiling needs at least 1 repeat and a largest "
+                     "micro-batch of at least 1, got ", o.repeats, " repeats and ", o.max_micro_batch);
   const std::vector<std::string> labels = all_gather_strings(comm, device_label, device);
   const std::string cache =
       cache_path(o, device_label, device.is_cpu() ? labels : std::vector<std::string>{}, model, seq_len);

@@ -26,26 +26,33 @@ double ShardedEngine::forward_backward(const Tensor& inputs, const Tensor& targe
   // Head and loss, then backward into the last block's output. The LM head is tied to
   // wte, so unit 0 is gathered here too and its gradient buffer lives until the end.
   Tensor g0 = Tensor::zeros({layout_.unit_size(0)}, DType::f32, device_);
-  Tensor gh = Tensor::zeros({layout_.unit_size(head)}, DType::f32, device_);
-  bind(head, fetch(head, 0), gh);
-  bind(0, fetch(0, L), g0);
   std::vector<Tensor> dx(saved[L].size());
   double loss = 0;
-  for_micro_batches(rows, micro, [&](int64_t j, int64_t r0, int64_t r1) {
-    Var x(saved[L][j], true);
-    Var l = cross_entropy(model_.head(x), targets.slice(r0, r1), scale);
-    backward(l);
-    loss += l.value().item();
-    dx[j] = x.grad();
-  });
-  reduce(head, gh);
-  release(head);
+  {
+    TraceSpan unit_span(tracer, nullptr, "unit", head);
+    Tensor gh = Tensor::zeros({layout_.unit_size(head)}, DType::f32, device_);
+    bind(head, fetch(head, 0), gh);
+    bind(0, fetch(0, L), g0);
+    for_micro_batches(rows, micro, [&](int64_t j, int64_t r0, int64_t r1) {
+      TraceSpan span(tracer, "forward and backward", "compute", head, (int)j);
+      Var x(saved[L][j], true);
+      Var l = cross_entropy(model_.head(x), targets.slice(r0, r1), scale);
+      backward(l);
+      loss += l.value().item();
+      dx[j] = x.grad();
+    });
+    reduce(head, gh);
+    release(head);
+  }
   // Blocks, last to first: recompute each from its saved input, backward, one
   // reduce-scatter per unit.
+  TraceSpan backward_span(tracer, "backward", "pass");
   for (int l = L - 1; l >= 0; --l) {
+    TraceSpan unit_span(tracer, nullptr, "unit", l + 1);
     Tensor g = Tensor::zeros({layout_.unit_size(l + 1)}, DType::f32, device_);
     bind(l + 1, fetch(l + 1, l >= 1 ? l : -1), g);
     for (size_t j = 0; j < dx.size(); ++j) {
+      TraceSpan span(tracer, "recompute and backward", "compute", l + 1, (int)j);
       Var x(saved[l][j], true);
       Var y = model_.block(l, x);
       backward(y, dx[j]);
@@ -57,10 +64,12 @@ double ShardedEngine::forward_backward(const Tensor& inputs, const Tensor& targe
     release(l + 1);
   }
   // Embedding backward needs only the tokens and the incoming gradient.
+  TraceSpan unit_span(tracer, nullptr, "unit", 0);
   const int64_t VC = (int64_t)config_.V * config_.C;
   Tensor dwte = g0.flat_slice(0, VC).view({config_.V, config_.C});
   Tensor dwpe = g0.flat_slice(VC, (int64_t)config_.T * config_.C).view({config_.T, config_.C});
   for_micro_batches(rows, micro, [&](int64_t j, int64_t r0, int64_t r1) {
+    TraceSpan span(tracer, "backward", "compute", 0, (int)j);
     ops::embedding_backward(dwte, dwpe, dx[j], inputs.slice(r0, r1));
   });
   reduce(0, g0);
@@ -71,11 +80,13 @@ double ShardedEngine::forward_backward(const Tensor& inputs, const Tensor& targe
 double ShardedEngine::loss_sum(const Tensor& inputs, const Tensor& targets, int64_t micro) {
   const int L = config_.L, head = L + 1;
   std::vector<std::vector<Tensor>> saved = forward_blocks(inputs, micro);
+  TraceSpan unit_span(tracer, nullptr, "unit", head);
   bind(head, fetch(head, 0), Tensor());
   bind(0, fetch(0, -1), Tensor());
   NoGradGuard no_grad;
   double sum = 0;
   for_micro_batches(inputs.size(0), micro, [&](int64_t j, int64_t r0, int64_t r1) {
+    TraceSpan span(tracer, "forward", "compute", head, (int)j);
     sum += cross_entropy(model_.head(Var(saved[L][j])), targets.slice(r0, r1), 1.0f).value().item();
   });
   release(head);
@@ -166,17 +177,26 @@ Tensor ShardedEngine::grad_slice(int u) {
 // Forward through the embedding and every block without recording, keeping each block's
 // input per micro-batch: saved[l][j] is block l's input (saved[L][j] the head's).
 std::vector<std::vector<Tensor>> ShardedEngine::forward_blocks(const Tensor& inputs, int64_t micro) {
+  TraceSpan forward_span(tracer, "forward", "pass");
   NoGradGuard no_grad;
   const int L = config_.L;
   std::vector<std::vector<Tensor>> saved(L + 1);
-  bind(0, fetch(0, 1), Tensor());
-  for_micro_batches(inputs.size(0), micro, [&](int64_t, int64_t r0, int64_t r1) {
-    saved[0].push_back(model_.embed(inputs.slice(r0, r1)).value());
-  });
-  release(0);
+  {
+    TraceSpan unit_span(tracer, nullptr, "unit", 0);
+    bind(0, fetch(0, 1), Tensor());
+    for_micro_batches(inputs.size(0), micro, [&](int64_t j, int64_t r0, int64_t r1) {
+      TraceSpan span(tracer, "forward", "compute", 0, (int)j);
+      saved[0].push_back(model_.embed(inputs.slice(r0, r1)).value());
+    });
+    release(0);
+  }
   for (int l = 0; l < L; ++l) {
+    TraceSpan unit_span(tracer, nullptr, "unit", l + 1);
     bind(l + 1, fetch(l + 1, l + 2 <= L ? l + 2 : L + 1), Tensor());
-    for (const Tensor& x : saved[l]) saved[l + 1].push_back(model_.block(l, Var(x)).value());
+    for (size_t j = 0; j < saved[l].size(); ++j) {
+      TraceSpan span(tracer, "forward", "compute", l + 1, (int)j);
+      saved[l + 1].push_back(model_.block(l, Var(saved[l][j])).value());
+    }
     release(l + 1);
   }
   return saved;
@@ -189,17 +209,24 @@ Tensor ShardedEngine::fetch(int unit, int next) {
   Tensor full;
   const double t0 = detail::now_seconds();
   if (pending_ && pending_unit_ == unit) {
-    pending_->wait();
+    {
+      TraceSpan span(tracer, "wait for gather", "wait", unit);
+      pending_->wait();
+    }
+    if (tracer) tracer->add("gather", "collective", pending_issued_, detail::now_seconds(), Tracer::kCollectives, unit);
     full = pending_full_;
     pending_.reset();
   } else {
     GPUMIX_CHECK(!pending_, "internal: prefetched unit ", pending_unit_, " but unit ", unit, " is needed");
+    TraceSpan span(tracer, "gather", "collective", unit);
     full = Tensor::empty({layout_.unit_size(unit)}, DType::f32, device_);
     comm_.all_gather_v(master_slice(unit), full, layout_.counts(unit));
   }
   wait_s += detail::seconds_since(t0);
   if (prefetch_ && next >= 0) {
+    TraceSpan span(tracer, "issue gather", "collective", next);
     pending_full_ = Tensor::empty({layout_.unit_size(next)}, DType::f32, device_);
+    pending_issued_ = detail::now_seconds();
     pending_ = comm_.all_gather_v_async(master_slice(next), pending_full_, layout_.counts(next));
     pending_unit_ = next;
   }
@@ -208,6 +235,7 @@ Tensor ShardedEngine::fetch(int unit, int next) {
 
 void ShardedEngine::reduce(int unit, const Tensor& full_grad) {
   fault_point(comm_.rank(), "collective");
+  TraceSpan span(tracer, "reduce-scatter", "collective", unit);
   const double t0 = detail::now_seconds();
   Tensor mine = grad_slice(unit);
   comm_.reduce_scatter_v(full_grad, mine, layout_.counts(unit));

@@ -56,6 +56,7 @@ class ShardedEngine final : public Engine {
   CommRequestPtr pending_;
   Tensor pending_full_;
   int pending_unit_ = -1;
+  double pending_issued_ = 0;  // when the pending gather was issued (its trace span)
 };
 
 }  // namespace gpumix::dist

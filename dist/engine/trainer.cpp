@@ -22,9 +22,11 @@
 #include "dist/engine/replan.h"
 #include "dist/engine/shard_layout.h"
 #include "dist/engine/sharded_engine.h"
+#include "dist/engine/trace.h"
 #include "dist/engine/whole_model_engine.h"
 #include "dist/plan/simulator.h"
 #include "nn/data/loader.h"
+#include "nn/hf/gpt2.h"
 #include "nn/optim.h"
 
 namespace gpumix::dist {
@@ -114,12 +116,6 @@ void slow_down_if_injected(int rank, Device device) {
   configure_device(device, props);
 }
 
-// --seq, or the preset's context; an unknown --model fails here, before anything is written.
-int64_t seq_of(const TrainOptions& o) {
-  const GPTConfig preset = gpt_preset(o.model);
-  return o.seq > 0 ? o.seq : preset.T;
-}
-
 std::vector<double> ms_of(const std::vector<double>& seconds) {
   std::vector<double> ms;
   for (double x : seconds) ms.push_back(x * 1e3);
@@ -151,9 +147,11 @@ class Training {
   void choose_device();
   void choose_plan(const std::vector<RankWork>& given_work);
   void make_engine();
+  void init_from();
   void resume();
   void print_settings() const;
   void open_log();
+  void start_trace();
   void run_steps();
   TrainResult finish();
 
@@ -163,6 +161,7 @@ class Training {
   StepOutcome forward_backward_update(int step);
   StepTime time_step(double t0);
   json step_line(int step, const StepOutcome& s, const StepTime& t, std::string* busy_text) const;
+  void write_trace();
   std::string evaluate_if_due(int step, json& line);
   std::string replan_if_drifted(const std::vector<double>& busy_s, json& line);
   void adopt(std::vector<RankWork> work);
@@ -202,6 +201,7 @@ class Training {
   std::unique_ptr<Engine> engine_;
   int start_ = 0;  // the step the run starts after (the checkpoint's when resuming)
   std::ofstream log_;
+  Tracer tracer_;  // off unless --trace
 
   int64_t row0_ = 0;        // this rank's first row of every batch
   Tensor inputs_, targets_;  // (b, T) i32: this rank's rows
@@ -219,7 +219,7 @@ Training::Training(const TrainOptions& o, Comm& comm, const EngineOptions& engin
       lead_(rank_ == 0),
       resuming_(!o.resume.empty()),
       log_path_(fs::path(o.out) / "log.jsonl"),
-      seq_(seq_of(o)),
+      seq_(resolve_seq(o)),  // an unknown --model fails here, before anything is written
       tokens_per_step_(o.batch * seq_),
       scale_(1.0f / (float)tokens_per_step_),
       last_(o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps) {
@@ -237,9 +237,9 @@ void Training::prepare_run_folder() {
     try {
       fs::create_directories(o_.out);
       // An empty log is a run that failed before its first step: nothing to keep.
-      GPUMIX_CHECK(resuming_ || !fs::exists(log_path_) || fs::file_size(log_path_) == 0, "run folder ", o_.out,
-                   " already holds a run (",
-                   log_path_.string(), "); continue it with --resume ", o_.out, ", or pass another --out");
+      GPUMIX_CHECK_INPUT(resuming_ || !fs::exists(log_path_) || fs::file_size(log_path_) == 0, "run folder ", o_.out,
+                         " already holds a run (",
+                         log_path_.string(), "); continue it with --resume ", o_.out, ", or pass another --out");
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -263,6 +263,7 @@ void Training::load_data() {
   split_ = data::split_train_val(run_.tokens, seq_, o_.val_fraction);
   loader_.emplace(split_.train, seq_, o_.batch, o_.seed);
   val_loader_.emplace(split_.val, seq_, o_.batch, o_.seed);
+  result_.unigram_loss = data::unigram_cross_entropy(split_.train, split_.val, run_.vocab);
 }
 
 void Training::choose_device() {
@@ -298,13 +299,29 @@ void Training::make_engine() {
   else
     engine_ = std::make_unique<ShardedEngine>(config_, agreed_layout(), comm_, device_, o_.seed, adam,
                                               engine_options_.prefetch);
+  engine_->tracer = &tracer_;
+}
+
+// --init-from: every rank reads its own slices of the folder's weights (a resume reads the
+// checkpoint's instead).
+void Training::init_from() {
+  if (o_.init_from.empty() || resuming_) return;
+  std::string error;
+  try {
+    const hf::Weights weights(o_.init_from, config_);
+    for (const OwnedSlice& s : engine_->slices()) weights.read(s.flat_offset, s.master.numel(), s.master.data<float>());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  comm_.agree("init-from", {}, error);
+  if (lead_) std::printf("initialised from %s\n", o_.init_from.c_str());
 }
 
 void Training::resume() {
   if (!resuming_) return;
   start_ = load_checkpoint(o_.resume, config_, *engine_, comm_, run_.tokenizer_hash);
-  GPUMIX_CHECK(start_ < o_.steps, "the checkpoint is at step ", start_, ", not before --steps ", o_.steps,
-               "; pass a larger --steps to train further");
+  GPUMIX_CHECK_INPUT(start_ < o_.steps, "the checkpoint is at step ", start_, ", not before --steps ", o_.steps,
+                     "; pass a larger --steps to train further");
 }
 
 void Training::print_settings() const {
@@ -321,6 +338,7 @@ void Training::print_settings() const {
       {"batch x seq", std::to_string(o_.batch) + " x " + std::to_string(seq_) + " = " +
                           std::to_string(o_.batch * seq_) + " tokens/step"},
       {"steps", std::to_string(o_.steps) + (resuming_ ? " (from step " + std::to_string(start_) + ")" : "")},
+      {"init from", o_.init_from.empty() ? "(random, seed " + std::to_string(o_.seed) + ")" : o_.init_from},
       {"lr", str(o_.lr, " warmup ", schedule_.warmup, " cosine to ", schedule_.min_lr)},
       {"weight decay / clip", str(o_.weight_decay, " / ", o_.grad_clip)},
       {"ranks", str(ranks_, " (", comm_.backend(), ")")},
@@ -337,7 +355,20 @@ void Training::print_settings() const {
 void Training::open_log() {
   if (!lead_) return;
   log_.open(log_path_, std::ios::app);
-  GPUMIX_CHECK(log_.good(), "cannot write ", log_path_.string());
+  GPUMIX_CHECK_INPUT(log_.good(), "cannot write ", log_path_.string());
+}
+
+// --trace: the steps of --trace-steps that this call trains.
+void Training::start_trace() {
+  const EngineOptions& e = engine_options_;
+  if (e.trace.empty()) return;
+  const int first = std::max(e.trace_first, start_ + 1), last = std::min(e.trace_last, last_);
+  GPUMIX_CHECK_INPUT(first <= last, "--trace-steps ", e.trace_first, ":", e.trace_last,
+                     " holds none of the steps this run trains (", start_ + 1, " to ", last_, ")");
+  const fs::path folder = fs::path(e.trace).parent_path();
+  GPUMIX_CHECK_INPUT(folder.empty() || fs::is_directory(folder), "--trace ", e.trace, ": the folder ",
+                     folder.string(), " does not exist");
+  tracer_ = Tracer(e.trace, first, last, rank_, str("rank ", rank_, " (", device_.str(), ")"), config_.L);
 }
 
 // ---- the steps ------------------------------------------------------------------------------
@@ -349,8 +380,12 @@ void Training::run_steps() {
 }
 
 void Training::run_step(int step) {
+  tracer_.begin_step(step);
   const double t0 = detail::now_seconds();
-  load_batch(step);
+  {
+    TraceSpan span(&tracer_, "load batch", "phase");
+    load_batch(step);
+  }
   const StepOutcome s = forward_backward_update(step);
   const StepTime t = time_step(t0);
   result_.train_loss = s.loss;
@@ -362,7 +397,18 @@ void Training::run_step(int step) {
   print_step(step, s, t, busy_text, val_text, replan_text);
   save_if_due(step);
   result_.step = step;
+  if (tracer_.complete(step)) write_trace();
   if (lead_) std::fflush(stdout);
+}
+
+void Training::write_trace() {
+  const json other = {{"steps", str(tracer_.first(), ":", tracer_.last())},
+                      {"model", config_.name}, {"ranks", ranks_}, {"plan b/m/r per rank", plan_text()},
+                      {"log", log_path_.string()}};
+  tracer_.write(comm_, device_, other.dump());
+  if (lead_)
+    std::printf("trace of steps %d-%d: %s (open it in ui.perfetto.dev or chrome://tracing)\n", tracer_.first(),
+                tracer_.last(), engine_options_.trace.c_str());
 }
 
 void Training::load_batch(int step) {
@@ -376,15 +422,26 @@ void Training::load_batch(int step) {
 // non-finite value) clipping and the optimizer step.
 StepOutcome Training::forward_backward_update(int step) {
   StepOutcome s;
-  double local_loss = engine_->forward_backward(inputs_, targets_, micro_batch(), scale_);
-  if (faults_enabled()) inject_faults(*engine_, rank_, &local_loss);
-  s.loss = comm_.all_reduce_sum(local_loss);
-  s.norm = std::sqrt(
-      comm_.all_reduce_sum(check_finite(*engine_, comm_, local_loss, step, config_.L, device_, &s.nonfinite)));
+  double local_loss = 0;
+  {
+    TraceSpan span(&tracer_, "forward-backward", "phase");
+    local_loss = engine_->forward_backward(inputs_, targets_, micro_batch(), scale_);
+    if (faults_enabled()) inject_faults(*engine_, rank_, &local_loss);
+  }
+  {
+    TraceSpan span(&tracer_, "loss all-reduce", "collective");
+    s.loss = comm_.all_reduce_sum(local_loss);
+  }
+  {
+    TraceSpan span(&tracer_, "finite check and norm", "collective");
+    s.norm = std::sqrt(
+        comm_.all_reduce_sum(check_finite(*engine_, comm_, local_loss, step, config_.L, device_, &s.nonfinite)));
+  }
   if (!s.nonfinite.empty() && !o_.skip_nonfinite)
     throw Error(s.nonfinite + "; the optimizer step was not applied. Lower --lr, resume from the last "
                 "checkpoint, or pass --skip-nonfinite to skip such steps");
   s.lr = schedule_.at(step);
+  TraceSpan span(&tracer_, "optimizer", "phase");
   if (s.nonfinite.empty()) {
     const float clip = clip_factor(s.norm, o_.grad_clip);
     if (clip < 1) engine_->scale_grads(clip);
@@ -399,6 +456,8 @@ StepOutcome Training::forward_backward_update(int step) {
 StepTime Training::time_step(double t0) {
   StepTime t;
   const double local_s = detail::seconds_since(t0);
+  tracer_.add("step", "step", t0, t0 + local_s);  // what the log's ms measures on this rank
+  TraceSpan span(&tracer_, "share step times", "collective");
   t.step_s = comm_.all_reduce_max(local_s);
   t.busy_s = gather_ranks(local_s - engine_->wait_s);
   t.ms = t.step_s * 1e3;
@@ -428,7 +487,10 @@ json Training::step_line(int step, const StepOutcome& s, const StepTime& t, std:
     line["busy"] = fraction;
     line["busy_ms"] = ms_of(t.busy_s);
   }
-  if (step == start_ + 1) line["plan"] = plan_text();  // b/m/r per rank, as in the settings
+  if (step == start_ + 1) {  // what the whole run shares: the plan, the baseline to beat
+    line["plan"] = plan_text();  // b/m/r per rank, as in the settings
+    line["unigram_loss"] = result_.unigram_loss;
+  }
   if (planner_) {
     line["predicted_ms"] = planner_->plan().predicted.step_s * 1e3;
     line["predicted_busy_ms"] = ms_of(planner_->predicted_busy_s());
@@ -445,6 +507,7 @@ std::string Training::evaluate_if_due(int step, json& line) {
   const int64_t val_windows = step == last_ || o_.eval_windows <= 0
                                   ? val_loader_->num_eval_windows()
                                   : std::min<int64_t>(o_.eval_windows, val_loader_->num_eval_windows());
+  TraceSpan span(&tracer_, "evaluate", "phase");
   const double val = evaluate(val_windows);
   line["val_loss"] = val;
   line["val_windows"] = val_windows;
@@ -467,6 +530,7 @@ std::string Training::replan_if_drifted(const std::vector<double>& busy_s, json&
 void Training::adopt(std::vector<RankWork> work) {
   work_ = std::move(work);
   validate_work(work_, o_.batch, ranks_);
+  TraceSpan span(&tracer_, "re-shard", "phase");
   engine_->reshard(agreed_layout());
   take_rows();
   busy_history_.clear();
@@ -486,14 +550,15 @@ void Training::print_step(int step, const StepOutcome& s, const StepTime& t, con
 }
 
 void Training::save_if_due(int step) {
-  if ((o_.ckpt_interval > 0 && step % o_.ckpt_interval == 0) || step == last_)
+  if ((o_.ckpt_interval > 0 && step % o_.ckpt_interval == 0) || step == last_) {
+    TraceSpan span(&tracer_, "checkpoint", "phase");
     result_.checkpoint = save_checkpoint(o_, config_, work_, *engine_, comm_, step, run_.tokenizer_hash);
+  }
 }
 
 TrainResult Training::finish() {
   std::sort(rates_.begin(), rates_.end());
   result_.tokens_per_s = rates_.empty() ? 0 : rates_[rates_.size() / 2];
-  result_.unigram_loss = data::unigram_cross_entropy(split_.train, split_.val, run_.vocab);
   json final_line = {{"final", true}, {"step", result_.step}, {"val_loss", result_.val_loss},
                      {"unigram_loss", result_.unigram_loss}, {"tokens_per_s", result_.tokens_per_s}};
   // Memory: every rank's allocator peak since the running plan started, next to its
@@ -579,33 +644,33 @@ void Training::log_line(const json& j) {
 
 void check_options(const TrainOptions& o, const std::vector<RankWork>& given_work, int ranks,
                    const EngineOptions& engine_options) {
-  GPUMIX_CHECK(o.steps >= 1, "--steps must be at least 1, got ", o.steps);
-  GPUMIX_CHECK(o.batch >= 1, "--batch must be at least 1, got ", o.batch);
-  GPUMIX_CHECK(o.seq >= 0, "--seq must be positive, got ", o.seq);
-  GPUMIX_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
+  GPUMIX_CHECK_INPUT(o.steps >= 1, "--steps must be at least 1, got ", o.steps);
+  GPUMIX_CHECK_INPUT(o.batch >= 1, "--batch must be at least 1, got ", o.batch);
+  GPUMIX_CHECK_INPUT(o.seq >= 0, "--seq must be positive, got ", o.seq);
+  GPUMIX_CHECK_INPUT(o.lr > 0, "--lr must be positive, got ", o.lr);
   if (engine_options.planner.empty()) validate_work(given_work, o.batch, ranks);
 }
 
 }  // namespace
 
 void validate_work(const std::vector<RankWork>& work, int64_t global_batch, int ranks) {
-  GPUMIX_CHECK((int)work.size() == ranks, "the plan has ", work.size(), " ranks but ", ranks,
-               " are running; give one batch, micro-batch and share per rank");
+  GPUMIX_CHECK_INPUT((int)work.size() == ranks, "the plan has ", work.size(), " ranks but ", ranks,
+                     " are running; give one batch, micro-batch and share per rank");
   int64_t batch = 0;
   double share = 0;
   for (size_t r = 0; r < work.size(); ++r) {
     const RankWork& w = work[r];
-    GPUMIX_CHECK(w.batch >= 0, "rank ", r, ": batch ", w.batch, " is negative");
-    GPUMIX_CHECK(w.batch == 0 || w.micro_batch >= 1, "rank ", r, ": micro-batch ", w.micro_batch,
-                 " must be at least 1 for its batch of ", w.batch);
-    GPUMIX_CHECK(w.share >= 0 && w.share <= 1, "rank ", r, ": share ", w.share, " is outside [0, 1]");
+    GPUMIX_CHECK_INPUT(w.batch >= 0, "rank ", r, ": batch ", w.batch, " is negative");
+    GPUMIX_CHECK_INPUT(w.batch == 0 || w.micro_batch >= 1, "rank ", r, ": micro-batch ", w.micro_batch,
+                       " must be at least 1 for its batch of ", w.batch);
+    GPUMIX_CHECK_INPUT(w.share >= 0 && w.share <= 1, "rank ", r, ": share ", w.share, " is outside [0, 1]");
     batch += w.batch;
     share += w.share;
   }
-  GPUMIX_CHECK(batch == global_batch, "the plan's batches sum to ", batch, " but the global batch is ",
-               global_batch, "; make them add up (or change --batch)");
-  GPUMIX_CHECK(std::fabs(share - 1.0) <= 1e-6, "the plan's shares sum to ", share,
-               ", not 1; every parameter needs exactly one owner");
+  GPUMIX_CHECK_INPUT(batch == global_batch, "the plan's batches sum to ", batch, " but the global batch is ",
+                     global_batch, "; make them add up (or change --batch)");
+  GPUMIX_CHECK_INPUT(std::fabs(share - 1.0) <= 1e-6, "the plan's shares sum to ", share,
+                     ", not 1; every parameter needs exactly one owner");
 }
 
 std::vector<RankWork> even_work(int64_t global_batch, int ranks) {
@@ -627,7 +692,9 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
   run.choose_device();
   run.choose_plan(given_work);
   run.make_engine();
+  run.init_from();
   run.resume();
+  run.start_trace();
   run.print_settings();
   run.open_log();
   run.run_steps();

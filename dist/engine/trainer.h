@@ -57,6 +57,10 @@ struct EngineOptions {
   // With a planner other than "even": when ranks' measured compute times drift from the
   // plan's (dist/engine/drift.h), correct the profile, re-plan and re-shard in place.
   DriftOptions drift;
+  // --trace FILE --trace-steps A:B: steps A..B (clipped to the steps this call trains) as a
+  // Trace Event Format file (dist/engine/trace.h); "" : no trace.
+  std::string trace;
+  int trace_first = 2, trace_last = 4;
 };
 
 // Runs the whole training on this rank (o.batch is the global batch). Rank 0 prints and

@@ -12,10 +12,18 @@ WholeModelEngine::WholeModelEngine(const GPTConfig& config, Device device, uint6
 
 double WholeModelEngine::forward_backward(const Tensor& inputs, const Tensor& targets, int64_t micro,
                                           float scale) {
-  model_.zero_grad();
+  {
+    TraceSpan span(tracer, "zero gradients", "compute");
+    model_.zero_grad();
+  }
   double loss = 0;
-  for_micro_batches(inputs.size(0), micro, [&](int64_t, int64_t r0, int64_t r1) {
-    Var l = model_.loss(inputs.slice(r0, r1), targets.slice(r0, r1), scale, recompute_);
+  for_micro_batches(inputs.size(0), micro, [&](int64_t j, int64_t r0, int64_t r1) {
+    Var l;
+    {
+      TraceSpan span(tracer, "forward", "compute", -1, (int)j);
+      l = model_.loss(inputs.slice(r0, r1), targets.slice(r0, r1), scale, recompute_);
+    }
+    TraceSpan span(tracer, "backward", "compute", -1, (int)j);
     backward(l);
     loss += l.value().item();
   });
@@ -25,7 +33,8 @@ double WholeModelEngine::forward_backward(const Tensor& inputs, const Tensor& ta
 double WholeModelEngine::loss_sum(const Tensor& inputs, const Tensor& targets, int64_t micro) {
   NoGradGuard no_grad;
   double sum = 0;
-  for_micro_batches(inputs.size(0), micro, [&](int64_t, int64_t r0, int64_t r1) {
+  for_micro_batches(inputs.size(0), micro, [&](int64_t j, int64_t r0, int64_t r1) {
+    TraceSpan span(tracer, "forward", "compute", -1, (int)j);
     sum += model_.loss(inputs.slice(r0, r1), targets.slice(r0, r1), 1.0f).value().item();
   });
   return sum;

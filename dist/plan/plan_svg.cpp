@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <stdexcept>
 
 #include "dist/plan/json_fields.h"
+#include "dist/plan/svg.h"
 
 namespace gpumix::dist {
 
@@ -30,31 +29,6 @@ std::vector<Row> rows_of(const Plan& p) {
   return rows;
 }
 
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else o += c;
-  }
-  return o;
-}
-
-void rect(std::string& o, double x, double y, double w, double h, const char* fill, const char* extra = "") {
-  if (w <= 0) return;
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "<rect x='%.2f' y='%.2f' width='%.2f' height='%.2f' fill='%s'%s/>\n", x, y, w, h,
-                fill, extra);
-  o += buf;
-}
-
-void text(std::string& o, double x, double y, const std::string& s, const char* extra = "") {
-  char buf[128];
-  std::snprintf(buf, sizeof buf, "<text x='%.1f' y='%.1f'%s>", x, y, extra);
-  o += buf + esc(s) + "</text>\n";
-}
-
 }  // namespace
 
 std::string plans_svg(const std::vector<Plan>& plans, const std::string& title) {
@@ -71,20 +45,15 @@ std::string plans_svg(const std::vector<Plan>& plans, const std::string& title) 
   for (const Plan& p : plans) height += 50 + rows_of(p).size() * row_h;
   std::string o;
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' font-family='sans-serif' "
-                "font-size='11'>\n",
-                width, height);
-  o += buf;
-  rect(o, 0, 0, width, height, "white");
-  text(o, pad, 22, title, " font-size='15' font-weight='bold'");
+  svg_begin(o, width, height);
+  svg_text(o, pad, 22, title, " font-size='15' font-weight='bold'");
   // Legend.
   const char* colors[] = {"#4c9a2a", "#e8a33d", "#d9d9d9", "#3b6fb6", "#8e5fb5", "#2aa198", "#b5a06a"};
   const char* names[] = {"compute", "communication", "idle", "state", "gathered", "activations", "buffers"};
   double lx = pad;
   for (int k = 0; k < 7; k++) {
-    rect(o, lx, 32, 10, 10, colors[k]);
-    text(o, lx + 14, 41, names[k]);
+    svg_rect(o, lx, 32, 10, 10, colors[k]);
+    svg_text(o, lx + 14, 41, names[k]);
     lx += 14 + 7.0 * std::string(names[k]).size() + 16;
   }
   double y = 70;
@@ -92,9 +61,9 @@ std::string plans_svg(const std::vector<Plan>& plans, const std::string& title) 
     std::snprintf(buf, sizeof buf, "%s: step %.3f s, %.0f tokens/s%s", p.planner.c_str(), p.predicted.step_s,
                   p.predicted.tokens_per_s, p.fits() ? "" : "  - OUT OF MEMORY");
     const std::string head = buf;
-    text(o, pad, y + 4, head, p.fits() ? " font-weight='bold'" : " font-weight='bold' fill='#c0392b'");
-    text(o, pad + label_w, y + 20, "time over one step", " fill='#555'");
-    text(o, pad + label_w + time_w + gap, y + 20, "memory vs capacity", " fill='#555'");
+    svg_text(o, pad, y + 4, head, p.fits() ? " font-weight='bold'" : " font-weight='bold' fill='#c0392b'");
+    svg_text(o, pad + label_w, y + 20, "time over one step", " fill='#555'");
+    svg_text(o, pad + label_w + time_w + gap, y + 20, "memory vs capacity", " fill='#555'");
     y += 28;
     for (const Row& row : rows_of(p)) {
       const RankPlan& r = *row.rank;
@@ -103,40 +72,38 @@ std::string plans_svg(const std::vector<Plan>& plans, const std::string& title) 
       std::snprintf(buf, sizeof buf, " %s b=%lld m=%d r=%.3f%s", r.device.c_str(), (long long)r.batch,
                     r.micro_batch, r.share, r.left_out() ? " (out)" : r.offload ? " off" : "");
       label += buf;
-      text(o, pad, y + row_h - 6, label.substr(0, 42));
+      svg_text(o, pad, y + row_h - 6, label.substr(0, 42));
       double x = pad + label_w;
       const double sc = time_w / max_step;
       if (r.left_out()) {
-        rect(o, x, y + 2, p.predicted.step_s * sc, row_h - 5, "#f2f2f2");
+        svg_rect(o, x, y + 2, p.predicted.step_s * sc, row_h - 5, "#f2f2f2");
       } else {
-        rect(o, x, y + 2, r.busy_s * sc, row_h - 5, colors[0]);
-        rect(o, x + r.busy_s * sc, y + 2, r.comm_s * sc, row_h - 5, colors[1]);
-        rect(o, x + (r.busy_s + r.comm_s) * sc, y + 2, r.idle_s * sc, row_h - 5, colors[2]);
+        svg_rect(o, x, y + 2, r.busy_s * sc, row_h - 5, colors[0]);
+        svg_rect(o, x + r.busy_s * sc, y + 2, r.comm_s * sc, row_h - 5, colors[1]);
+        svg_rect(o, x + (r.busy_s + r.comm_s) * sc, y + 2, r.idle_s * sc, row_h - 5, colors[2]);
       }
       x = pad + label_w + time_w + gap;
       const double ms = mem_w / max_cap;
       const double parts[] = {r.memory.state, r.memory.gathered, r.memory.activations(), r.memory.buffers()};
       double acc = 0;
       for (int k = 0; k < 4; k++) {
-        rect(o, x + acc * ms, y + 2, parts[k] * ms, row_h - 5, colors[3 + k]);
+        svg_rect(o, x + acc * ms, y + 2, parts[k] * ms, row_h - 5, colors[3 + k]);
         acc += parts[k];
       }
-      if (acc > r.capacity) rect(o, x + r.capacity * ms, y + 2, (acc - r.capacity) * ms, row_h - 5, "#c0392b", " fill-opacity='0.6'");
-      rect(o, x, y + 1, r.capacity * ms, row_h - 3, "none", " stroke='black' stroke-width='1'");
+      if (acc > r.capacity) svg_rect(o, x + r.capacity * ms, y + 2, (acc - r.capacity) * ms, row_h - 5, "#c0392b", " fill-opacity='0.6'");
+      svg_rect(o, x, y + 1, r.capacity * ms, row_h - 3, "none", " stroke='black' stroke-width='1'");
       std::snprintf(buf, sizeof buf, "%s / %s", format_bytes(acc).c_str(), format_bytes(r.capacity).c_str());
-      text(o, x + mem_w + 6, y + row_h - 6, buf, acc > r.capacity ? " fill='#c0392b'" : "");
+      svg_text(o, x + mem_w + 6, y + row_h - 6, buf, acc > r.capacity ? " fill='#c0392b'" : "");
       y += row_h;
     }
     y += 22;
   }
-  o += "</svg>\n";
+  svg_end(o);
   return o;
 }
 
 void write_plans_svg(const std::vector<Plan>& plans, const std::string& title, const std::string& path) {
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("cannot open '" + path + "' for writing");
-  out << plans_svg(plans, title);
+  write_svg_file(path, plans_svg(plans, title));
 }
 
 }  // namespace gpumix::dist

@@ -5,6 +5,8 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <memory>
 #include <queue>
 #include <sstream>
 #include <stdexcept>
@@ -14,6 +16,9 @@
 #include <omp.h>
 #endif
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include "nn/data/file_util.h"
 #include "nn/data/progress.h"
 
@@ -21,13 +26,14 @@ namespace gpumix::data {
 
 namespace {
 
-constexpr int format_version = 1;
+constexpr int format_version_v1 = 1;  // gpumix-v1 pre-tokenizer, canonical ids
+constexpr int format_version = 2;
 constexpr const char* format_magic = "gpumix-bpe-tokenizer";
 constexpr const char* hash_tag = "gpumix-bpe";
 constexpr size_t parallel_min_bytes = 1 << 20;  // below this, threads cost more than they save
 constexpr size_t cache_max_piece = 64;          // longer pre-tokens are rare: not cached
 
-// ---- byte classes of the pre-tokenizer (ASCII; bytes >= 0x80 are letters) ----------------
+// ---- the gpumix-v1 pre-tokenizer: byte classes (ASCII; bytes >= 0x80 are letters) --------
 inline bool is_space(unsigned char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
@@ -51,7 +57,7 @@ inline uint64_t mix64(uint64_t x) {  // splitmix64 finaliser: spreads pair keys 
   return x ^ (x >> 31);
 }
 
-// Length of the pre-token starting at text[i] (see the regex in bpe.h).
+// Length of the gpumix-v1 pre-token starting at text[i] (see the regex in bpe.h).
 size_t scan_piece(std::string_view text, size_t i) {
   const size_t n = text.size();
   const auto at = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
@@ -97,8 +103,65 @@ void for_each_segment(std::string_view text, bool split_special, Fn&& fn) {
   if (pos < text.size()) fn(text.substr(pos), false);
 }
 
+// ---- the gpt2 pre-tokenizer: GPT-2's regex through PCRE2 -------------------------------------
+
+constexpr const char* gpt2_pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+std::runtime_error pcre2_failure(const char* what, int code) {
+  PCRE2_UCHAR message[256];
+  pcre2_get_error_message(code, message, sizeof message);
+  return std::runtime_error(std::string("GPT-2 pre-tokenizer: ") + what + ": " +
+                            reinterpret_cast<const char*>(message));
+}
+
+// The compiled pattern, shared by every thread (PCRE2 code is read-only when matching).
+// Invalid UTF-8 is allowed in the subject and matched by nothing.
+const pcre2_code* gpt2_regex() {
+  static const struct Compiled {
+    pcre2_code* code;
+    Compiled() {
+      int error = 0;
+      PCRE2_SIZE at = 0;
+      code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(gpt2_pattern), PCRE2_ZERO_TERMINATED,
+                           PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &at, nullptr);
+      if (!code) throw pcre2_failure("cannot compile the pattern", error);
+      pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // where the JIT is missing, the interpreter runs
+    }
+    ~Compiled() { pcre2_code_free(code); }
+  } compiled;
+  return compiled.code;
+}
+
+// Calls fn(piece) for each gpt2 pre-token of `segment`: the regex's matches, and each run
+// of bytes between them (invalid UTF-8) as a piece of its own.
 template <class Fn>
-void for_each_piece(std::string_view segment, Fn&& fn) {
+void for_each_gpt2_piece(std::string_view segment, Fn&& fn) {
+  const pcre2_code* code = gpt2_regex();
+  thread_local const std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> match(
+      pcre2_match_data_create(1, nullptr), pcre2_match_data_free);
+  const auto subject = reinterpret_cast<PCRE2_SPTR>(segment.data());
+  size_t i = 0;
+  while (i < segment.size()) {
+    const int rc = pcre2_match(code, subject, segment.size(), i, 0, match.get(), nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) {
+      fn(segment.substr(i));
+      return;
+    }
+    if (rc < 0) throw pcre2_failure("matching failed", rc);
+    const PCRE2_SIZE* range = pcre2_get_ovector_pointer(match.get());
+    if (range[0] > i) fn(segment.substr(i, range[0] - i));
+    fn(segment.substr(range[0], range[1] - range[0]));  // never empty: every branch takes a character
+    i = range[1];
+  }
+}
+
+template <class Fn>
+void for_each_piece(std::string_view segment, Pretokenizer kind, Fn&& fn) {
+  if (kind == Pretokenizer::gpt2) {
+    for_each_gpt2_piece(segment, fn);
+    return;
+  }
   for (size_t i = 0; i < segment.size();) {
     const size_t len = scan_piece(segment, i);
     fn(segment.substr(i, len));
@@ -133,7 +196,7 @@ struct WordCounts {
   std::vector<int64_t> freq;
 };
 
-WordCounts count_words(std::string_view text, bool show_progress) {
+WordCounts count_words(std::string_view text, Pretokenizer kind, bool show_progress) {
   const int nt = text.size() >= parallel_min_bytes ? num_threads() : 1;
   // Many small chunks: balanced threads and a smooth progress bar.
   const int num_chunks = std::max<int>(nt * 4, static_cast<int>(text.size() >> 20));
@@ -151,7 +214,7 @@ WordCounts count_words(std::string_view text, bool show_progress) {
 #pragma omp for schedule(dynamic, 1)
     for (long c = 0; c < static_cast<long>(chunks.size()); ++c) {
       for_each_segment(chunks[c], true, [&](std::string_view seg, bool special) {
-        if (!special) for_each_piece(seg, [&](std::string_view p) { ++m[p]; });
+        if (!special) for_each_piece(seg, kind, [&](std::string_view p) { ++m[p]; });
       });
       const size_t d = done += chunks[c].size();
       if (&m == &maps[0]) progress.update(static_cast<double>(d) / 1e6);  // one thread draws
@@ -207,13 +270,14 @@ struct HeapEntry {
 
 }  // namespace
 
-std::vector<Piece> pretokenize(std::string_view text) {
+const char* pretokenizer_name(Pretokenizer kind) { return kind == Pretokenizer::gpt2 ? "gpt2" : "gpumix-v1"; }
+
+std::vector<Piece> pretokenize(std::string_view text, Pretokenizer kind) {
   std::vector<Piece> pieces;
-  for (size_t i = 0; i < text.size();) {
-    const size_t len = scan_piece(text, i);
-    pieces.push_back({i, i + len});
-    i += len;
-  }
+  for_each_piece(text, kind, [&](std::string_view p) {
+    const size_t begin = static_cast<size_t>(p.data() - text.data());
+    pieces.push_back({begin, begin + p.size()});
+  });
   return pieces;
 }
 
@@ -223,9 +287,11 @@ std::vector<size_t> chunk_cuts(std::string_view text, int n) {
   size_t last = 0;
   for (int k = 1; k < n; ++k) {
     size_t p = std::max(last + 1, len * static_cast<size_t>(k) / static_cast<size_t>(n));
-    // A ' ' after a non-space byte ends every pre-token kind and starts a new one whose
-    // scan does not look back, so both sides pre-tokenize as they would together.
-    while (p < len && !(text[p] == ' ' && !is_space(static_cast<unsigned char>(text[p - 1])))) ++p;
+    // A ' ' after an ASCII non-space byte ends every pre-token kind and starts a new one
+    // whose match does not look back, so both sides pre-tokenize as they would together.
+    // (After a byte >= 0x80 it may not: U+00A0 is a space to the gpt2 regex.)
+    const auto ascii_non_space = [](unsigned char c) { return c < 0x80 && !is_space(c); };
+    while (p < len && !(text[p] == ' ' && ascii_non_space(static_cast<unsigned char>(text[p - 1])))) ++p;
     if (p >= len) break;
     cuts.push_back(p);
     last = p;
@@ -235,7 +301,8 @@ std::vector<size_t> chunk_cuts(std::string_view text, int n) {
 
 Tokenizer::Tokenizer() : Tokenizer(std::vector<Pair>{}) {}
 
-Tokenizer::Tokenizer(std::vector<Pair> merges) : merges_(std::move(merges)) {
+Tokenizer::Tokenizer(std::vector<Pair> merges, Pretokenizer pretokenizer, std::vector<int32_t> ids)
+    : merges_(std::move(merges)), pretokenizer_(pretokenizer), ids_(std::move(ids)) {
   vocab_.reserve(256 + merges_.size() + 1);
   for (int b = 0; b < 256; ++b) vocab_.emplace_back(1, static_cast<char>(b));
   for (size_t r = 0; r < merges_.size(); ++r) {
@@ -249,6 +316,25 @@ Tokenizer::Tokenizer(std::vector<Pair> merges) : merges_(std::move(merges)) {
     vocab_.push_back(vocab_[a] + vocab_[b]);
   }
   vocab_.emplace_back(eot_text);
+  if (!ids_.empty()) {
+    const int32_t v = vocab_size();
+    if (static_cast<int64_t>(ids_.size()) != v) {
+      throw std::invalid_argument("tokenizer id map has " + std::to_string(ids_.size()) + " entries but the vocabulary " +
+                                  std::to_string(v));
+    }
+    canonical_.assign(v, -1);
+    for (int32_t c = 0; c < v; ++c) {
+      const int32_t id = ids_[c];
+      if (id < 0 || id >= v || canonical_[id] >= 0) {
+        throw std::invalid_argument("tokenizer id map: id " + std::to_string(id) + " of token " + std::to_string(c) +
+                                    " is outside 0.." + std::to_string(v - 1) + " or given twice");
+      }
+      canonical_[id] = c;
+    }
+    bool identity = true;
+    for (int32_t c = 0; c < v && identity; ++c) identity = ids_[c] == c;
+    if (identity) ids_.clear(), canonical_.clear();  // one representation of canonical ids
+  }
   // Open addressing at load <= 1/2: a lookup is about one probe.
   size_t slots = 16;
   while (slots < 2 * merges_.size()) slots *= 2;
@@ -278,7 +364,7 @@ int32_t Tokenizer::rank_of(int32_t a, int32_t b) const {
 
 Tokenizer Tokenizer::train(std::string_view text, int vocab_size, const TrainOptions& options) {
   const int target = target_merges(vocab_size);
-  WordCounts wc = count_words(text, options.show_progress);
+  WordCounts wc = count_words(text, options.pretokenizer, options.show_progress);
   auto& words = wc.words;
   const auto& freq = wc.freq;
 
@@ -361,12 +447,12 @@ Tokenizer Tokenizer::train(std::string_view text, int vocab_size, const TrainOpt
     progress.update(static_cast<double>(merges.size()));
   }
   progress.finish();
-  return Tokenizer(std::move(merges));
+  return Tokenizer(std::move(merges), options.pretokenizer);
 }
 
-Tokenizer Tokenizer::train_naive(std::string_view text, int vocab_size) {
+Tokenizer Tokenizer::train_naive(std::string_view text, int vocab_size, Pretokenizer pretokenizer) {
   const int target = target_merges(vocab_size);
-  WordCounts wc = count_words(text, false);
+  WordCounts wc = count_words(text, pretokenizer, false);
   std::vector<Pair> merges;
   for (int r = 0; r < target; ++r) {
     std::unordered_map<uint64_t, int64_t> counts;
@@ -386,7 +472,7 @@ Tokenizer Tokenizer::train_naive(std::string_view text, int vocab_size) {
     for (auto& word : wc.words) word = merge_word(word, a, b, 256 + r);
     merges.emplace_back(a, b);
   }
-  return Tokenizer(std::move(merges));
+  return Tokenizer(std::move(merges), pretokenizer);
 }
 
 // ---- encoding -----------------------------------------------------------------------------
@@ -438,7 +524,7 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
       if (rr >= 0) push(rr, i);
     }
   }
-  for (int i = 0; i >= 0; i = next[i]) out.push_back(ids[i]);
+  for (int i = 0; i >= 0; i = next[i]) out.push_back(id_of(ids[i]));
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special) const {
@@ -458,7 +544,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special
           out.push_back(eot_id());
           return;
         }
-        for_each_piece(seg, [&](std::string_view p) {
+        for_each_piece(seg, pretokenizer_, [&](std::string_view p) {
           if (p.size() > cache_max_piece) {
             encode_piece(p, out);
             return;
@@ -494,7 +580,7 @@ std::string Tokenizer::decode(const int32_t* ids, size_t n) const {
                               std::to_string(v) + " ids (0.." + std::to_string(v - 1) +
                               "); were these tokens made by another tokenizer?");
     }
-    out += vocab_[ids[i]];
+    out += vocab_[canonical_of(ids[i])];
   }
   return out;
 }
@@ -509,36 +595,64 @@ uint64_t Tokenizer::hash() const {
     const uint32_t ab[2] = {static_cast<uint32_t>(a), static_cast<uint32_t>(b)};
     h = fnv1a64(ab, sizeof ab, h);  // little-endian hosts only, as the token files
   }
-  const uint32_t eot = static_cast<uint32_t>(eot_id());
+  const uint32_t eot = static_cast<uint32_t>(256 + num_merges());
   h = fnv1a64(eot_text.data(), eot_text.size(), h);
-  return fnv1a64(&eot, sizeof eot, h);
+  h = fnv1a64(&eot, sizeof eot, h);
+  // Version 1's tokenizers end here (their hashes are in checkpoints and token files).
+  if (pretokenizer_ != Pretokenizer::gpumix_v1) {
+    const std::string tag = std::string("pretokenizer ") + pretokenizer_name(pretokenizer_);
+    h = fnv1a64(tag.data(), tag.size(), h);
+  }
+  if (!ids_.empty()) h = fnv1a64(ids_.data(), ids_.size() * sizeof ids_[0], h);
+  return h;
 }
 
-// Format, version 1 (text, one item per line):
-//   gpumix-bpe-tokenizer 1
+// Format (text, one item per line), version 2:
+//   gpumix-bpe-tokenizer 2
 //   vocab_size <V>                  256 + merges + 1
 //   merges <M>
-//   special <|endoftext|> <V-1>
+//   special <|endoftext|> <id>      eot_id()
+//   pretokenizer <gpt2|gpumix-v1>
+//   ids <canonical|mapped>
 //   hash <16 hex digits>            Tokenizer::hash(), checked on load
-//   <a> <b>                         M lines: merge r creates id 256 + r from ids a and b
+//   <a> <b>                         M lines: merge r creates canonical id 256 + r from a and b
+//   <id>                            with `ids mapped`, V lines: the id of canonical id 0, 1, ...
+// Version 1 (still written for a gpumix-v1 tokenizer with canonical ids, byte for byte as
+// before) has no pretokenizer and ids lines: gpumix-v1, canonical, special id V - 1.
 void Tokenizer::save(const std::string& path) const {
+  const bool v1 = pretokenizer_ == Pretokenizer::gpumix_v1 && ids_.empty();
   std::string s;
   char line[96];
-  std::snprintf(line, sizeof line, "%s %d\n", format_magic, format_version);
+  std::snprintf(line, sizeof line, "%s %d\n", format_magic, v1 ? format_version_v1 : format_version);
   s += line;
   s += "vocab_size " + std::to_string(vocab_size()) + "\n";
   s += "merges " + std::to_string(num_merges()) + "\n";
   s += "special " + std::string(eot_text) + " " + std::to_string(eot_id()) + "\n";
+  if (!v1) {
+    s += std::string("pretokenizer ") + pretokenizer_name(pretokenizer_) + "\n";
+    s += ids_.empty() ? "ids canonical\n" : "ids mapped\n";
+  }
   std::snprintf(line, sizeof line, "hash %016" PRIx64 "\n", hash());
   s += line;
   for (const auto& [a, b] : merges_) {
     std::snprintf(line, sizeof line, "%d %d\n", a, b);
     s += line;
   }
+  for (const int32_t id : ids_) s += std::to_string(id) + "\n";
   write_file_atomic(path, s);
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {
+  if (std::filesystem::is_directory(path)) {
+    const std::filesystem::path dir(path);
+    for (const char* file : {"vocab.json", "merges.txt"}) {
+      if (!std::filesystem::is_regular_file(dir / file)) {
+        throw std::runtime_error("tokenizer folder '" + path + "' has no " + file +
+                                 ": a folder given as a tokenizer holds GPT-2's vocab.json and merges.txt");
+      }
+    }
+    return load_gpt2((dir / "vocab.json").string(), (dir / "merges.txt").string());
+  }
   const std::string text = read_file(path);
   std::istringstream in(text);
   int line_no = 0;
@@ -554,17 +668,17 @@ Tokenizer Tokenizer::load(const std::string& path) {
     ++line_no;
     return std::istringstream(line);
   };
+  int version = 0;
   {
     auto ls = next_line("the header");
     std::string magic;
-    int version = 0;
     ls >> magic >> version;
     if (magic != format_magic) {
       throw fail("not a GPUMix tokenizer (first line should start with '" + std::string(format_magic) + "')");
     }
-    if (version != format_version) {
-      throw fail("unsupported format version " + std::to_string(version) + " (this build reads version " +
-                 std::to_string(format_version) + ")");
+    if (version != format_version_v1 && version != format_version) {
+      throw fail("unsupported format version " + std::to_string(version) + " (this build reads versions " +
+                 std::to_string(format_version_v1) + " and " + std::to_string(format_version) + ")");
     }
   }
   const auto read_field = [&](const char* name) -> int64_t {
@@ -574,6 +688,16 @@ Tokenizer Tokenizer::load(const std::string& path) {
     if (!(ls >> key >> value) || key != name) throw fail(std::string("expected '") + name + " <number>'");
     return value;
   };
+  const auto read_word = [&](const char* name, std::initializer_list<const char*> allowed) -> std::string {
+    auto ls = next_line(name);
+    std::string key, value, list;
+    ls >> key >> value;
+    for (const char* a : allowed) {
+      if (key == name && value == a) return value;
+      list += std::string(list.empty() ? "" : " or ") + a;
+    }
+    throw fail(std::string("expected '") + name + " <" + list + ">'");
+  };
   const int64_t vocab = read_field("vocab_size");
   const int64_t m = read_field("merges");
   // Ids are int32: bound m before any arithmetic on it (256 + m + 1 could overflow) and
@@ -581,13 +705,23 @@ Tokenizer Tokenizer::load(const std::string& path) {
   if (m < 0 || m > INT32_MAX - 257 || vocab != 256 + m + 1) {
     throw fail("vocab_size " + std::to_string(vocab) + " does not equal 256 + merges (" + std::to_string(m) + ") + 1");
   }
+  int64_t special_id = -1;
+  const int special_line = line_no + 1;
   {
     auto ls = next_line("the special token");
     std::string key, tok;
-    int64_t id = -1;
-    if (!(ls >> key >> tok >> id) || key != "special" || tok != eot_text || id != vocab - 1) {
-      throw fail("expected 'special " + std::string(eot_text) + " " + std::to_string(vocab - 1) + "'");
+    if (!(ls >> key >> tok >> special_id) || key != "special" || tok != eot_text || special_id < 0 ||
+        special_id >= vocab || (version == format_version_v1 && special_id != vocab - 1)) {
+      throw fail("expected 'special " + std::string(eot_text) + " " +
+                 (version == format_version_v1 ? std::to_string(vocab - 1) : "<id below " + std::to_string(vocab) + ">") +
+                 "'");
     }
+  }
+  Pretokenizer kind = Pretokenizer::gpumix_v1;
+  bool mapped = false;
+  if (version == format_version) {
+    kind = read_word("pretokenizer", {"gpt2", "gpumix-v1"}) == "gpt2" ? Pretokenizer::gpt2 : Pretokenizer::gpumix_v1;
+    mapped = read_word("ids", {"canonical", "mapped"}) == "mapped";
   }
   uint64_t stored_hash = 0;
   {
@@ -611,7 +745,27 @@ Tokenizer Tokenizer::load(const std::string& path) {
     }
     merges.emplace_back(static_cast<int32_t>(a), static_cast<int32_t>(b));
   }
-  Tokenizer tok(std::move(merges));
+  std::vector<int32_t> ids;
+  if (mapped) {
+    std::vector<bool> taken(vocab, false);
+    ids.reserve(vocab);
+    for (int64_t c = 0; c < vocab; ++c) {
+      auto ls = next_line("an id line");
+      int64_t id = -1;
+      if (!(ls >> id) || id < 0 || id >= vocab || taken[id]) {
+        throw fail("expected the id of token " + std::to_string(c) + ": a number below " + std::to_string(vocab) +
+                   " not given before");
+      }
+      taken[id] = true;
+      ids.push_back(static_cast<int32_t>(id));
+    }
+  }
+  Tokenizer tok(std::move(merges), kind, std::move(ids));
+  if (tok.eot_id() != special_id) {
+    line_no = special_line;
+    throw fail("the special token's id " + std::to_string(special_id) + " is not the id map's " +
+               std::to_string(tok.eot_id()));
+  }
   if (tok.hash() != stored_hash) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "content hash %016" PRIx64 " does not match the stored %016" PRIx64

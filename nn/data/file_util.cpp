@@ -31,36 +31,52 @@ std::string read_file(const std::string& path) {
   return out;
 }
 
-void write_file_atomic(const std::string& path, const void* data, size_t size) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw os_error("cannot create", tmp);
+AtomicWriter::AtomicWriter(const std::string& path)
+    : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd_ < 0) throw os_error("cannot create", tmp_);
+}
+
+AtomicWriter::~AtomicWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+void AtomicWriter::write(const void* data, size_t size) {
   const char* p = static_cast<const char*>(data);
-  size_t left = size;
-  while (left > 0) {
-    const ssize_t w = ::write(fd, p, left);
+  while (size > 0) {
+    const ssize_t w = ::write(fd_, p, size);
     if (w < 0) {
       if (errno == EINTR) continue;
-      const auto err = os_error("cannot write", tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw err;
+      throw os_error("cannot write", tmp_);
     }
     p += w;
-    left -= static_cast<size_t>(w);
+    size -= static_cast<size_t>(w);
   }
-  const bool synced = ::fsync(fd) == 0;
-  const bool closed = ::close(fd) == 0;
+}
+
+void AtomicWriter::commit() {
+  const bool synced = ::fsync(fd_) == 0;
+  const bool closed = ::close(fd_) == 0;
+  fd_ = -1;
   if (!synced || !closed) {
-    const auto err = os_error("cannot flush", tmp);
-    ::unlink(tmp.c_str());
+    const auto err = os_error("cannot flush", tmp_);
+    ::unlink(tmp_.c_str());
     throw err;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const auto err = os_error("cannot rename '" + tmp + "' to", path);
-    ::unlink(tmp.c_str());
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const auto err = os_error("cannot rename '" + tmp_ + "' to", path_);
+    ::unlink(tmp_.c_str());
     throw err;
   }
+}
+
+void write_file_atomic(const std::string& path, const void* data, size_t size) {
+  AtomicWriter out(path);
+  out.write(data, size);
+  out.commit();
 }
 
 }  // namespace gpumix::data

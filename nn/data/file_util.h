@@ -11,8 +11,24 @@ namespace gpumix::data {
 // The whole file, as bytes. Throws std::runtime_error naming the file and the OS error.
 std::string read_file(const std::string& path);
 
-// Writes to "<path>.tmp.<pid>", flushes it to disk, then renames it over `path`: a crash
-// mid-write leaves either the old file or the new one, never a half-written one.
+// A file written piece by piece to "<path>.tmp.<pid>", flushed to disk and renamed over
+// `path` by commit(): a crash or an error mid-write leaves either the old file or the new
+// one, never a half-written one (the destructor removes an uncommitted temporary).
+class AtomicWriter {
+ public:
+  explicit AtomicWriter(const std::string& path);
+  ~AtomicWriter();
+  AtomicWriter(const AtomicWriter&) = delete;
+  AtomicWriter& operator=(const AtomicWriter&) = delete;
+  void write(const void* data, size_t size);  // throws std::runtime_error naming the file
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
+// The whole file through an AtomicWriter.
 void write_file_atomic(const std::string& path, const void* data, size_t size);
 inline void write_file_atomic(const std::string& path, std::string_view bytes) {
   write_file_atomic(path, bytes.data(), bytes.size());

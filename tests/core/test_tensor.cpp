@@ -347,6 +347,26 @@ TEST(Errors, CarryTheSourceLocation) {
   }
 }
 
+TEST(Errors, InputErrorsNameNoSourceLocation) {
+  // A user's mistake reads as what to fix; a broken invariant also says where.
+  const int64_t steps = 0;
+  try {
+    GPUMIX_CHECK_INPUT(steps >= 1, "--steps must be at least 1, got ", steps);
+    FAIL() << "no throw";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "--steps must be at least 1, got 0");
+  }
+  try {
+    GPUMIX_CHECK(steps >= 1, "steps ", steps);
+    FAIL() << "no throw";
+  } catch (const InputError&) {
+    FAIL() << "GPUMIX_CHECK threw an InputError";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("steps 0 ["), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("test_tensor.cpp:"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Errors, FormatBytes) {
   EXPECT_EQ(format_bytes(100), "100 B");
   EXPECT_EQ(format_bytes(12 * 1024), "12.0 KiB");

@@ -17,11 +17,13 @@ namespace {
 
 using test::tiny_corpus;
 
-std::vector<std::string> pieces_of(std::string_view text) {
+std::vector<std::string> pieces_of(std::string_view text, Pretokenizer kind) {
   std::vector<std::string> out;
-  for (const auto& p : pretokenize(text)) out.emplace_back(text.substr(p.begin, p.end - p.begin));
+  for (const auto& p : pretokenize(text, kind)) out.emplace_back(text.substr(p.begin, p.end - p.begin));
   return out;
 }
+
+constexpr Pretokenizer both_pretokenizers[] = {Pretokenizer::gpt2, Pretokenizer::gpumix_v1};
 
 std::string random_bytes(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -38,62 +40,99 @@ const Tokenizer& tiny_tokenizer() {
 using V = std::vector<std::string>;
 
 TEST(Pretokenize, WordsTakeOneLeadingSpace) {
-  EXPECT_EQ(pieces_of("Hello world"), (V{"Hello", " world"}));
-  EXPECT_EQ(pieces_of("abc123def"), (V{"abc", "123", "def"}));
-  EXPECT_EQ(pieces_of("x = 3.14!"), (V{"x", " =", " 3", ".", "14", "!"}));
-  EXPECT_EQ(pieces_of("(about 49%)"), (V{"(", "about", " 49", "%)"}));
+  for (const Pretokenizer kind : both_pretokenizers) {
+    SCOPED_TRACE(pretokenizer_name(kind));
+    EXPECT_EQ(pieces_of("Hello world", kind), (V{"Hello", " world"}));
+    EXPECT_EQ(pieces_of("abc123def", kind), (V{"abc", "123", "def"}));
+    EXPECT_EQ(pieces_of("x = 3.14!", kind), (V{"x", " =", " 3", ".", "14", "!"}));
+    EXPECT_EQ(pieces_of("(about 49%)", kind), (V{"(", "about", " 49", "%)"}));
+  }
 }
 
 TEST(Pretokenize, Contractions) {
-  EXPECT_EQ(pieces_of("don't"), (V{"don", "'t"}));
-  EXPECT_EQ(pieces_of("we'll they've you're I'm he'd it's"),
-            (V{"we", "'ll", " they", "'ve", " you", "'re", " I", "'m", " he", "'d", " it", "'s"}));
-  EXPECT_EQ(pieces_of("rock'n'roll"), (V{"rock", "'", "n", "'", "roll"}));
-  EXPECT_EQ(pieces_of("DON'T"), (V{"DON", "'", "T"}));  // case-sensitive, as GPT-2
+  for (const Pretokenizer kind : both_pretokenizers) {
+    SCOPED_TRACE(pretokenizer_name(kind));
+    EXPECT_EQ(pieces_of("don't", kind), (V{"don", "'t"}));
+    EXPECT_EQ(pieces_of("we'll they've you're I'm he'd it's", kind),
+              (V{"we", "'ll", " they", "'ve", " you", "'re", " I", "'m", " he", "'d", " it", "'s"}));
+    EXPECT_EQ(pieces_of("rock'n'roll", kind), (V{"rock", "'", "n", "'", "roll"}));
+    EXPECT_EQ(pieces_of("DON'T", kind), (V{"DON", "'", "T"}));  // case-sensitive, as GPT-2
+  }
 }
 
 TEST(Pretokenize, WhitespaceRunsLeaveTheirLastSpace) {
-  EXPECT_EQ(pieces_of("a  b"), (V{"a", " ", " b"}));
-  EXPECT_EQ(pieces_of("a    b"), (V{"a", "   ", " b"}));
-  EXPECT_EQ(pieces_of("a\n\nb"), (V{"a", "\n", "\n", "b"}));
-  EXPECT_EQ(pieces_of("a \n b"), (V{"a", " \n", " b"}));
-  EXPECT_EQ(pieces_of("end  "), (V{"end", "  "}));
-  EXPECT_EQ(pieces_of("  hi"), (V{" ", " hi"}));
-  EXPECT_EQ(pieces_of("\tx"), (V{"\t", "x"}));
+  for (const Pretokenizer kind : both_pretokenizers) {
+    SCOPED_TRACE(pretokenizer_name(kind));
+    EXPECT_EQ(pieces_of("a  b", kind), (V{"a", " ", " b"}));
+    EXPECT_EQ(pieces_of("a    b", kind), (V{"a", "   ", " b"}));
+    EXPECT_EQ(pieces_of("a\n\nb", kind), (V{"a", "\n", "\n", "b"}));
+    EXPECT_EQ(pieces_of("a \n b", kind), (V{"a", " \n", " b"}));
+    EXPECT_EQ(pieces_of("end  ", kind), (V{"end", "  "}));
+    EXPECT_EQ(pieces_of("  hi", kind), (V{" ", " hi"}));
+    EXPECT_EQ(pieces_of("\tx", kind), (V{"\t", "x"}));
+  }
 }
 
-TEST(Pretokenize, HighBytesAreLetters) {
-  EXPECT_EQ(pieces_of("caf\xc3\xa9 na\xc3\xafve"), (V{"caf\xc3\xa9", " na\xc3\xafve"}));
-  EXPECT_EQ(pieces_of("\xff\xfe!"), (V{"\xff\xfe", "!"}));
+TEST(Pretokenize, V1CountsHighBytesAsLetters) {
+  const auto v1 = Pretokenizer::gpumix_v1;
+  EXPECT_EQ(pieces_of("caf\xc3\xa9 na\xc3\xafve", v1), (V{"caf\xc3\xa9", " na\xc3\xafve"}));
+  EXPECT_EQ(pieces_of("\xff\xfe!", v1), (V{"\xff\xfe", "!"}));
+  EXPECT_EQ(pieces_of("x\xe2\x80\x94y", v1), (V{"x\xe2\x80\x94y"}));  // an em dash is a "letter"
+}
+
+TEST(Pretokenize, Gpt2UsesUnicodeClasses) {
+  const auto g = Pretokenizer::gpt2;
+  EXPECT_EQ(pieces_of("caf\xc3\xa9 na\xc3\xafve", g), (V{"caf\xc3\xa9", " na\xc3\xafve"}));  // letters
+  EXPECT_EQ(pieces_of("a \xe2\x80\x94 b", g), (V{"a", " \xe2\x80\x94", " b"}));        // punctuation
+  EXPECT_EQ(pieces_of("x\xe2\x80\x94y", g), (V{"x", "\xe2\x80\x94", "y"}));
+  EXPECT_EQ(pieces_of("\xd9\xa3\xd9\xa4 \xc2\xb2", g), (V{"\xd9\xa3\xd9\xa4", " \xc2\xb2"}));  // Arabic-Indic digits, superscript two
+  EXPECT_EQ(pieces_of("hi \xf0\x9f\x98\x80!", g), (V{"hi", " \xf0\x9f\x98\x80!"}));  // an emoji is not a letter
+  EXPECT_EQ(pieces_of("a\xc2\xa0\xc2\xa0" "b", g), (V{"a", "\xc2\xa0", "\xc2\xa0", "b"}));  // NBSP is a space...
+  EXPECT_EQ(pieces_of("a\xc2\xa0\xc2\xa0", g), (V{"a", "\xc2\xa0\xc2\xa0"}));
+  // ... but only ' ' is the optional leading space of a word.
+  EXPECT_EQ(pieces_of("a\xe3\x80\x80" "b", g), (V{"a", "\xe3\x80\x80", "b"}));
+}
+
+TEST(Pretokenize, Gpt2KeepsInvalidUtf8AsPiecesOfTheirOwn) {
+  const auto g = Pretokenizer::gpt2;
+  EXPECT_EQ(pieces_of("ab\xff\xfe" "cd", g), (V{"ab", "\xff\xfe", "cd"}));
+  EXPECT_EQ(pieces_of("\xc3 x", g), (V{"\xc3", " x"}));
+  EXPECT_EQ(pieces_of("x\x80", g), (V{"x", "\x80"}));
 }
 
 TEST(Pretokenize, PiecesCoverAnyBytes) {
-  for (uint32_t seed = 0; seed < 20; ++seed) {
-    const std::string s = random_bytes(1000 + seed, seed);
-    std::string joined;
-    for (const auto& p : pieces_of(s)) {
-      EXPECT_FALSE(p.empty());
-      joined += p;
+  for (const Pretokenizer kind : both_pretokenizers) {
+    for (uint32_t seed = 0; seed < 20; ++seed) {
+      const std::string s = random_bytes(1000 + seed, seed);
+      std::string joined;
+      for (const auto& p : pieces_of(s, kind)) {
+        EXPECT_FALSE(p.empty());
+        joined += p;
+      }
+      EXPECT_EQ(joined, s) << pretokenizer_name(kind);
     }
-    EXPECT_EQ(joined, s);
   }
 }
 
 TEST(Pretokenize, ChunkCutsDoNotChangePieces) {
-  const std::string text = tiny_corpus() + random_bytes(3000, 7) + "  \n  x y\n\n z";
-  const auto whole = pieces_of(text);
-  for (int n : {2, 3, 8, 64}) {
-    std::vector<std::string> joined;
-    size_t begin = 0;
-    auto cuts = chunk_cuts(text, n);
-    EXPECT_LE(cuts.size(), static_cast<size_t>(n - 1));
-    cuts.push_back(text.size());
-    for (size_t cut : cuts) {
-      ASSERT_GT(cut, begin);
-      for (auto& p : pieces_of(std::string_view(text).substr(begin, cut - begin))) joined.push_back(p);
-      begin = cut;
+  // Unicode spaces before ' ' (U+00A0, U+3000) must not be cut after: to gpt2 they are spaces.
+  std::string text = tiny_corpus() + random_bytes(3000, 7) + "  \n  x y\n\n z";
+  for (int i = 0; i < 200; ++i) text += i % 2 ? "a\xc2\xa0 \n b" : "c\xe3\x80\x80 \n d ";
+  for (const Pretokenizer kind : both_pretokenizers) {
+    const auto whole = pieces_of(text, kind);
+    for (int n : {2, 3, 8, 64, 500}) {
+      std::vector<std::string> joined;
+      size_t begin = 0;
+      auto cuts = chunk_cuts(text, n);
+      EXPECT_LE(cuts.size(), static_cast<size_t>(n - 1));
+      cuts.push_back(text.size());
+      for (size_t cut : cuts) {
+        ASSERT_GT(cut, begin);
+        for (auto& p : pieces_of(std::string_view(text).substr(begin, cut - begin), kind)) joined.push_back(p);
+        begin = cut;
+      }
+      EXPECT_EQ(joined, whole) << pretokenizer_name(kind) << ", n = " << n;
     }
-    EXPECT_EQ(joined, whole) << "n = " << n;
   }
 }
 
@@ -190,7 +229,7 @@ TEST(Encode, RoundTripsLargeRandomTextInParallelChunks) {
   const auto ids = tok.encode(text);
   EXPECT_EQ(tok.decode(ids), text);
   std::vector<int32_t> serial;
-  for (const auto& p : pretokenize(text)) tok.encode_piece(std::string_view(text).substr(p.begin, p.end - p.begin), serial);
+  for (const auto& p : pretokenize(text, tok.pretokenizer())) tok.encode_piece(std::string_view(text).substr(p.begin, p.end - p.begin), serial);
   EXPECT_EQ(ids, serial);
 }
 
@@ -249,14 +288,72 @@ TEST(SaveLoad, RoundTripsAndKeepsTheHash) {
 
 TEST(SaveLoad, HashIsStable) {
   // Pinned values: a change means every saved tokenizer and checkpoint changes identity.
-  EXPECT_EQ(Tokenizer().hash(), 0xff9a7f62adbbf381ull);
-  const Tokenizer small({{'a', 'b'}, {256, 'c'}, {' ', 257}});
-  EXPECT_EQ(small.hash(), 0x9501da1534add26dull);
+  // Version 1's (gpumix-v1, canonical ids) are those of the files written before version 2.
+  const auto v1 = Pretokenizer::gpumix_v1;
+  const std::vector<Tokenizer::Pair> merges = {{'a', 'b'}, {256, 'c'}, {' ', 257}};
+  EXPECT_EQ(Tokenizer({}, v1).hash(), 0xff9a7f62adbbf381ull);
+  EXPECT_EQ(Tokenizer(merges, v1).hash(), 0x9501da1534add26dull);
+  EXPECT_EQ(Tokenizer().hash(), 0x15bad2e5aa8c5d10ull);
+  EXPECT_EQ(Tokenizer(merges).hash(), 0xe87136552daba9a4ull);
+  std::vector<int32_t> reversed(260);
+  for (int32_t c = 0; c < 260; ++c) reversed[c] = 259 - c;
+  EXPECT_EQ(Tokenizer(merges, Pretokenizer::gpt2, reversed).hash(), 0x799fdd0af41038a8ull);
+}
+
+TEST(SaveLoad, Version1FilesLoadAsBefore) {
+  // A file written before version 2 existed: the gpumix-v1 pre-tokenizer, its hash, and
+  // saved again byte for byte.
+  test::TempDir dir;
+  const std::string v1_file =
+      "gpumix-bpe-tokenizer 1\nvocab_size 260\nmerges 3\nspecial <|endoftext|> 259\nhash 9501da1534add26d\n"
+      "97 98\n256 99\n32 257\n";
+  write_file_atomic(dir.file("v1.bpe"), v1_file);
+  const Tokenizer tok = Tokenizer::load(dir.file("v1.bpe"));
+  EXPECT_EQ(tok.pretokenizer(), Pretokenizer::gpumix_v1);
+  EXPECT_EQ(tok.hash(), 0x9501da1534add26dull);
+  tok.save(dir.file("again.bpe"));
+  EXPECT_EQ(read_file(dir.file("again.bpe")), v1_file);
+}
+
+TEST(SaveLoad, Version2KeepsThePretokenizerAndTheIdMap) {
+  test::TempDir dir;
+  const std::vector<Tokenizer::Pair> merges = {{'a', 'b'}, {256, 'c'}, {' ', 257}};
+  std::vector<int32_t> reversed(260);
+  for (int32_t c = 0; c < 260; ++c) reversed[c] = 259 - c;
+  const Tokenizer tok(merges, Pretokenizer::gpt2, reversed);
+  EXPECT_EQ(tok.eot_id(), 0);
+  EXPECT_EQ(tok.encode(" abc"), (std::vector<int32_t>{259 - 258}));
+  EXPECT_EQ(tok.encode("a<|endoftext|>"), (std::vector<int32_t>{259 - 'a', 0}));
+  EXPECT_EQ(tok.decode(std::vector<int32_t>{259 - 258, 0, 259 - 'z'}), " abc<|endoftext|>z");
+  EXPECT_EQ(tok.token_bytes(259 - 257), "abc");
+  tok.save(dir.file("mapped.bpe"));
+  const Tokenizer back = Tokenizer::load(dir.file("mapped.bpe"));
+  EXPECT_EQ(back.hash(), tok.hash());
+  EXPECT_TRUE(back.ids_mapped());
+  EXPECT_EQ(back.encode(tiny_corpus()), tok.encode(tiny_corpus()));
+  EXPECT_NE(Tokenizer(merges).hash(), tok.hash());
+  EXPECT_NE(Tokenizer(merges, Pretokenizer::gpumix_v1).hash(), Tokenizer(merges).hash());
+
+  const std::string good = read_file(dir.file("mapped.bpe"));
+  const auto edited = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    s.replace(s.find(from), from.size(), to);
+    write_file_atomic(dir.file("bad.bpe"), s);
+    return dir.file("bad.bpe");
+  };
+  EXPECT_ERROR_HAS(Tokenizer::load(edited("pretokenizer gpt2", "pretokenizer bert")), "bad.bpe", "line 5",
+                   "pretokenizer <gpt2 or gpumix-v1>");
+  EXPECT_ERROR_HAS(Tokenizer::load(edited("ids mapped", "ids maybe")), "line 6", "ids <canonical or mapped>");
+  EXPECT_ERROR_HAS(Tokenizer::load(edited("special <|endoftext|> 0", "special <|endoftext|> 7")), "line 4",
+                   "special token's id 7");
+  EXPECT_ERROR_HAS(Tokenizer::load(edited("\n259\n258\n", "\n259\n259\n")), "line 12", "id of token 1");
+  write_file_atomic(dir.file("short.bpe"), good.substr(0, good.size() - 4));
+  EXPECT_ERROR_HAS(Tokenizer::load(dir.file("short.bpe")), "short.bpe", "ends early", "an id line");
 }
 
 TEST(SaveLoad, BadFilesNameTheFileAndTheProblem) {
   test::TempDir dir;
-  Tokenizer({{'a', 'b'}, {256, 'c'}}).save(dir.file("good.bpe"));
+  Tokenizer({{'a', 'b'}, {256, 'c'}}, Pretokenizer::gpumix_v1).save(dir.file("good.bpe"));
   const std::string good = read_file(dir.file("good.bpe"));
 
   EXPECT_ERROR_HAS(Tokenizer::load(dir.file("missing.bpe")), "missing.bpe");

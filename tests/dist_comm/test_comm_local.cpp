@@ -177,6 +177,19 @@ TEST(CommLocal, AgreeAcceptsEqualValuesAndNamesTheDisagreement) {
   }, quick());
 }
 
+TEST(CommLocal, AgreeOnOneRankThrowsTheLocalErrorAsItIs) {
+  run_local(1, [&](Comm& comm) {
+    comm.agree("run folder", {7});
+    try {
+      comm.agree("run folder", {}, "run folder runs/a already holds a run");
+      ADD_FAILURE() << "no throw";
+    } catch (const Error& e) {
+      EXPECT_STREQ(e.what(), "run folder runs/a already holds a run");
+    }
+    comm.barrier();
+  }, quick());
+}
+
 // ---- asynchronous forms ----------------------------------------------------------------------
 
 TEST(CommLocal, AsyncFormsGiveTheSameResults) {

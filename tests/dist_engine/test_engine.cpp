@@ -20,7 +20,11 @@
 #include "dist/engine/shard_layout.h"
 #include "dist/engine/trainer.h"
 #include "engine_test_util.h"
+#include "nn/data/corpus.h"
+#include "nn/data/loader.h"
 #include "nn/data/token_file.h"
+#include "nn/gpt.h"
+#include "nn/hf/gpt2.h"
 
 namespace gpumix::dist::test {
 namespace {
@@ -221,6 +225,85 @@ TEST_F(EngineTest, CheckpointOfThreeRanksResumesOnTwoRanksAndOnOne) {
     EXPECT_EQ(fs::path(run.result.checkpoint).filename(), "ckpt-000008");
     expect_same_training(ro.out, run.result.checkpoint, o.out, full.result.checkpoint, o.steps, o.lr, 6);
   }
+}
+
+// ---- --init-from: a Hugging Face GPT-2 folder -----------------------------------------------
+
+// tests/hf/golden (made in plain PyTorch by tests/hf/make_hf_golden.py), on the tiny corpus
+// encoded with the folder's own tokenizer: the first step's loss is the loss of the
+// imported weights on the first batch, computed here without the trainer; any plan trains
+// as one rank does; the run's tokenizer is the folder's.
+TEST_F(EngineTest, InitFromAHuggingFaceFolderStartsFromItsWeightsOnAnyPlan) {
+  TrainOptions o = tiny_options(data_dir(), out("hf_one"));
+  o.data = tiny_corpus_path();
+  o.tokenizer.clear();
+  o.layers = o.heads = o.channels = 0;
+  o.init_from = GPUMIX_HF_GOLDEN_DIR;
+  o.steps = 3;
+  const Outcome one = run_one(o, 4);
+  ASSERT_EQ(one.error, "");
+  const hf::Gpt2Model m = hf::read_model(o.init_from);
+  EXPECT_EQ(data::Tokenizer::load(o.out + "/tokenizer.bpe").hash(), m.tokenizer.hash());
+
+  const std::vector<int32_t> ids = m.tokenizer.encode(data::read_corpus(o.data));
+  const data::Split split = data::split_train_val(data::TokenView(ids), o.seq, o.val_fraction);
+  const data::BatchLoader loader(split.train, o.seq, o.batch, o.seed);
+  Tensor in = Tensor::empty({o.batch, o.seq}, DType::i32), tg = Tensor::empty({o.batch, o.seq}, DType::i32);
+  loader.get(0, 0, o.batch, in.data<int32_t>(), tg.data<int32_t>());
+  GPT model(m.config, Device::cpu(), 0);
+  std::copy(m.params.begin(), m.params.end(), model.params().data<float>());
+  const double first = model.loss(in, tg, 1.0f / (float)(o.batch * o.seq)).value().item();
+  const std::vector<LogStep> log = read_log(o.out);
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_NEAR(log[0].loss, first, kLossRtol * first);
+
+  o.out = out("hf_three");
+  const Outcome three = run_ranks(o, make_work({1, 3, 4}, {1, 2, 4}, {0.2, 0.5, 0.3}));
+  ASSERT_EQ(three.error, "");
+  const Mismatch losses = compare(losses_of(read_log(o.out)), losses_of(log), kLossRtol, 0);
+  EXPECT_LE(losses.excess, 1) << describe(losses, "losses");
+  // Master weights with the allowance of engine_test_util.h, but for the key part of each
+  // block's c_attn bias: its gradient is exactly zero (a constant added to all of a query's
+  // scores leaves their softmax unchanged), so AdamW turns the plans' different rounding
+  // noise into steps of up to lr either way - there the runs may end 2 k lr apart. (The
+  // engine's other tests start from zero biases and small weights, where that noise stays
+  // below AdamW's eps.)
+  const std::vector<float> p = read_array(three.result.checkpoint), p_ref = read_array(one.result.checkpoint);
+  std::vector<double> rest, rest_ref;
+  for (const ParamInfo& info : gpt_param_layout(m.config)) {
+    const bool bias = info.name.find("attn.c_attn.bias") != std::string::npos;
+    for (int64_t i = 0; i < info.shape.numel(); ++i) {
+      const int64_t at = info.offset + i;
+      if (bias && i >= m.config.C && i < 2 * m.config.C) {
+        EXPECT_LE(std::fabs(p[at] - p_ref[at]), 2.0 * o.steps * o.lr) << info.name << "[" << i << "]";
+      } else {
+        rest.push_back(p[at]);
+        rest_ref.push_back(p_ref[at]);
+      }
+    }
+  }
+  const Mismatch params = compare(rest, rest_ref, kParamRtol, param_atol(o.steps, o.lr));
+  EXPECT_TRUE(params_agree(params, rest.size(), o.steps, o.lr)) << describe(params, "master weights");
+
+  // A shape flag, another tokenizer or a longer --seq contradict the folder.
+  TrainOptions bad = o;
+  bad.out = out("hf_bad");
+  bad.layers = 3;
+  EXPECT_NE(run_one(bad).error.find("--layers/--heads/--channels contradict --init-from"), std::string::npos);
+  bad = o;
+  bad.out = out("hf_bad");
+  bad.tokenizer = data_dir() + "/tokenizer.bpe";
+  EXPECT_NE(run_one(bad).error.find("contradicts --init-from"), std::string::npos);
+  bad = o;
+  bad.out = out("hf_bad");
+  bad.seq = 32;
+  EXPECT_NE(run_one(bad).error.find("--seq 32 exceeds the context"), std::string::npos);
+  bad = o;
+  bad.out = out("hf_bad");
+  bad.data = data_dir() + "/tokens.bin";  // encoded with a 512-token tokenizer
+  EXPECT_NE(run_one(bad).error.find("has vocabulary 512 but the tokenizer of"), std::string::npos);
+  EXPECT_FALSE(fs::exists(out("hf_bad") + "/tokenizer.bpe"));  // nothing written by a refused run
+  EXPECT_FALSE(fs::exists(out("hf_bad") + "/log.jsonl") && fs::file_size(out("hf_bad") + "/log.jsonl") > 0);
 }
 
 // ---- communication ----------------------------------------------------------------------------

@@ -10,6 +10,10 @@
                           and resumes under mpirun to the uninterrupted losses.
   mpi_exit_in_checkpoint  the same with rank 1 calling _exit while the step-4 checkpoint is
                           being written (a leftover temporary folder; `latest` is step 2).
+  keep_checkpoints        --ckpt-interval 1 --keep-checkpoints 2, and the process killed
+                          after committing the step-4 checkpoint, before deleting older ones:
+                          `latest` is step 4 and verifies; the resumed run deletes the surplus,
+                          keeps steps 5 and 6, and has the uninterrupted run's losses.
   disk_full               the step-4 checkpoint hits RLIMIT_FSIZE (EFBIG, as a full disk):
                           a clear error, checkpoint 2 survives and is still `latest`.
   nonfinite_stop          a NaN / Inf injected in a gradient slice or the loss stops the run
@@ -148,6 +152,8 @@ def main():
         fault_then_resume(c, "1:collective:3:kill", [], mpi=True)
     elif c == "mpi_exit_in_checkpoint":
         fault_then_resume(c, "1:checkpoint:4:exit", [], mpi=True, fail_step=5)
+    elif c == "keep_checkpoints":
+        keep_checkpoints_case()
     elif c == "disk_full":
         out = os.path.join(work, "full")
         rc, text, _ = run(train_cmd(out, 2))
@@ -198,6 +204,33 @@ def main():
         slowdown_case(c)
     else:
         check(False, f"unknown case {c}")
+
+
+def keep_checkpoints_case():
+    def cmd(out, extra=()):
+        c = train_cmd(out, 6, extra=["--keep-checkpoints", "2", *extra])
+        c[c.index("--ckpt-interval") + 1] = "1"
+        return c
+
+    def steps_kept(out):
+        return sorted(n for n in os.listdir(out) if n.startswith("ckpt-"))
+    base_out, out = os.path.join(work, "keep-base"), os.path.join(work, "keep")
+    rc, text, _ = run(cmd(base_out))
+    check(rc == 0, "keep_checkpoints: the uninterrupted run failed:\n" + text[-2000:])
+    check(steps_kept(base_out) == ["ckpt-000005", "ckpt-000006"], f"keep_checkpoints: kept {steps_kept(base_out)}")
+    rc, text, _ = run(cmd(out), {"GPUMIX_FAULT": "0:prune:4:kill"})
+    check(rc not in (0, "timeout"), f"keep_checkpoints: the killed run ended with {rc}")
+    check(latest(out) == "ckpt-000004", f"keep_checkpoints: after the kill, latest is {latest(out)}")
+    check(steps_kept(out) == ["ckpt-000002", "ckpt-000003", "ckpt-000004"],
+          f"keep_checkpoints: after the kill between commit and deletion, the run folder holds {steps_kept(out)}")
+    rc, text, _ = run(cmd(out, ["--resume", out]))
+    check(rc == 0, "keep_checkpoints: resuming failed:\n" + text[-2000:])
+    check(steps_kept(out) == ["ckpt-000005", "ckpt-000006"], f"keep_checkpoints: after resuming, {steps_kept(out)}")
+    check(latest(out) == "ckpt-000006", f"keep_checkpoints: after resuming, latest is {latest(out)}")
+    left = [n for n in os.listdir(out) if n.startswith(".ckpt-")]
+    check(not left, f"keep_checkpoints: leftovers {left}")
+    base, got = losses(base_out), losses(out)
+    check(all(got.get(s) == base[s] for s in range(1, 7)), f"keep_checkpoints: losses {got} vs {base}")
 
 
 def plan_of(text):  # "b/m/r, b/m/r, ..." -> [(b, m, r), ...]

@@ -6,11 +6,14 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -35,7 +38,10 @@ class TempDir {
     if (!::mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
     path_ = buf.data();
   }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
   const std::string& path() const { return path_; }
   std::string operator/(const std::string& s) const { return path_ + "/" + s; }
 
@@ -44,8 +50,8 @@ class TempDir {
 };
 
 bool exists(const std::string& p) {
-  struct stat st;
-  return ::lstat(p.c_str(), &st) == 0;
+  std::error_code ec;
+  return std::filesystem::exists(std::filesystem::symlink_status(p, ec));
 }
 
 std::string read_text(const std::string& p) {
@@ -58,17 +64,11 @@ void write_text(const std::string& p, const std::string& s) {
   f << s;
 }
 
+// The names in dir, sorted (hidden ones too).
 std::vector<std::string> entries(const std::string& dir) {
   std::vector<std::string> r;
-  std::string cmd = "ls -A '" + dir + "'";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  char line[4096];
-  while (p && std::fgets(line, sizeof line, p)) {
-    std::string s = line;
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    r.push_back(s);
-  }
-  if (p) ::pclose(p);
+  for (const auto& e : std::filesystem::directory_iterator(dir)) r.push_back(e.path().filename().string());
+  std::sort(r.begin(), r.end());
   return r;
 }
 
@@ -124,6 +124,13 @@ std::string save_simple(const std::string& out, int64_t step, int64_t n, float b
 }
 
 // ---- XXH64 ---------------------------------------------------------------------------------
+// Bytes (i * 131 + 7) ^ (i >> 8): no two neighbours alike, and every byte value occurs.
+std::string xxh_pattern(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = char(((i * 131 + 7) ^ (i >> 8)) & 0xff);
+  return s;
+}
+
 TEST(Checkpoint, Xxh64MatchesReference) {
   // Reference values from libxxhash 0.8.1 (XXH64, seed 0).
   EXPECT_EQ(checkpoint_xxh64("", 0), 0xef46db3751d8e999ull);
@@ -139,6 +146,49 @@ TEST(Checkpoint, Xxh64MatchesReference) {
     Xxh64 x;
     for (size_t i = 0; i < s.size(); i += piece) x.update(s.data() + i, std::min(piece, s.size() - i));
     EXPECT_EQ(x.digest(), 0xe921a1b45bd779f8ull) << "piece " << piece;
+  }
+}
+
+TEST(Checkpoint, Xxh64DigestsOfTheHandWrittenImplementation) {
+  // Printed by GPUMix's own XXH64 (nn/checkpoint.cpp up to commit bee65ad), before it gave
+  // way to libxxhash: checkpoints written then must still verify. The lengths cross every
+  // boundary of the algorithm (4- and 8-byte tails, the 32-byte stripe, several stripes).
+  const std::pair<size_t, uint64_t> pinned[] = {
+      {0, 0xef46db3751d8e999ull},     {1, 0xa96c7f0ce858bbb7ull},      {3, 0xbed43740ee6332bbull},
+      {4, 0xfa212ae44b3bb23dull},     {7, 0x2744460dd675d2c0ull},      {8, 0x994b676b71ce94ddull},
+      {9, 0x572b84c18b983af8ull},     {15, 0x09e6451ed2ff8b1dull},     {16, 0x94ad0095e72b24d5ull},
+      {31, 0x6711d55e306b5d8full},    {32, 0x07f7b8e3bc5d6e25ull},     {33, 0x09f85eeb4e1cbe9full},
+      {63, 0xb7c9968c066cb6a5ull},    {64, 0x50d4159a0411632eull},     {65, 0xd277176bff863efcull},
+      {100, 0x9ddada11d3dc2d8full},   {255, 0x15a6db05d4e83df4ull},    {256, 0xa2dbe913965256fcull},
+      {1000, 0xe680fa9ac84ec77aull},  {4096, 0x366d08e297bd5863ull},   {65537, 0xade2b433d696c22cull},
+      {1048576, 0x795fcacebf8a2c43ull}};
+  for (const auto& [n, digest] : pinned) {
+    const std::string s = xxh_pattern(n);
+    EXPECT_EQ(checkpoint_xxh64(s.data(), s.size()), digest) << n << " bytes";
+    Xxh64 x;  // the streaming path, in pieces that straddle the 32-byte stripes
+    for (size_t i = 0; i < n; i += 45) x.update(s.data() + i, std::min<size_t>(45, n - i));
+    EXPECT_EQ(x.digest(), digest) << n << " bytes, streamed";
+  }
+}
+
+TEST(Checkpoint, CheckpointWrittenByTheHandWrittenXxh64StillLoads) {
+  // tests/nn_checkpoint/legacy: a checkpoint of step 7 saved at commit bee65ad (hand-written
+  // XXH64) with block_bytes 256, three arrays of 300 elements: element i of array a (master
+  // 0, adam_m 1, adam_v 2) is ((i * 37 + a * 11) % 1001 - 500) / 64, exact in fp32.
+  const std::string out = GPUMIX_LEGACY_CHECKPOINT_DIR;
+  CheckpointReader r = CheckpointReader::open_latest(out);
+  EXPECT_EQ(r.step(), 7);
+  EXPECT_EQ(r.tokenizer_hash(), 0x0123456789abcdefull);
+  EXPECT_NO_THROW(r.verify());
+  const std::vector<std::string> names = {"master", "adam_m", "adam_v"};
+  ASSERT_EQ(r.array_names(), names);
+  for (int a = 0; a < 3; ++a) {
+    std::vector<float> got(300), want(300);
+    for (int64_t i = 0; i < 300; ++i) want[size_t(i)] = float((i * 37 + a * 11) % 1001 - 500) / 64.0f;
+    r.read_slice(names[size_t(a)], 0, got.data(), 300);  // verifies the blocks it reads
+    EXPECT_EQ(got, want) << names[size_t(a)];
+    r.read_slice(names[size_t(a)], 70, got.data(), 100);  // a slice inside blocks 1 and 2
+    EXPECT_TRUE(std::equal(got.begin(), got.begin() + 100, want.begin() + 70)) << names[size_t(a)];
   }
 }
 
@@ -202,6 +252,59 @@ TEST(Checkpoint, NewerStepMovesLatestAndOldOnesStay) {
   EXPECT_EQ(list_checkpoints(t.path()), (std::vector<std::string>{t / "ckpt-000200", t / "ckpt-000100"}));
   CheckpointReader(t / "ckpt-000100").verify();
   CheckpointReader(t / "ckpt-000200").verify();
+}
+
+// ---- keeping the newest N -----------------------------------------------------------------
+TEST(Checkpoint, PruneKeepsTheNewestNAndTheOneLatestNames) {
+  TempDir t;
+  for (int64_t step : {100, 200, 300, 400}) save_simple(t.path(), step, 50, float(step));
+  EXPECT_EQ(prune_checkpoints(t.path(), 2), (std::vector<std::string>{t / "ckpt-000100", t / "ckpt-000200"}));
+  EXPECT_EQ(entries(t.path()), (std::vector<std::string>{"ckpt-000300", "ckpt-000400", "latest"}));
+  CheckpointReader::open_latest(t.path()).verify();
+  EXPECT_TRUE(prune_checkpoints(t.path(), 2).empty());  // nothing more to do
+
+  // `latest` naming an older step (a run restarted from there) keeps that one too.
+  save_simple(t.path(), 500, 50, 5);
+  write_text(t / "latest", "ckpt-000300\n");
+  EXPECT_EQ(prune_checkpoints(t.path(), 1), (std::vector<std::string>{t / "ckpt-000400"}));
+  EXPECT_EQ(entries(t.path()), (std::vector<std::string>{"ckpt-000300", "ckpt-000500", "latest"}));
+  EXPECT_EQ(CheckpointReader::open_latest(t.path()).step(), 300);
+
+  EXPECT_HAS(expect_throw([&] { prune_checkpoints(t.path(), 0); }), "keep 0 must be at least 1");
+}
+
+TEST(Checkpoint, ACrashBetweenCommitAndPruneLeavesAValidLatest) {
+  TempDir t;
+  save_simple(t.path(), 100, 50, 1);
+  save_simple(t.path(), 200, 50, 2);
+  // A process commits step 300 and is killed before it prunes.
+  const pid_t child = ::fork();
+  if (child == 0) {
+    save_simple(t.path(), 300, 50, 3);
+    ::kill(::getpid(), SIGKILL);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  // Every checkpoint is still there and `latest` names the committed one.
+  EXPECT_EQ(read_text(t / "latest"), "ckpt-000300\n");
+  CheckpointReader r = CheckpointReader::open_latest(t.path());
+  EXPECT_EQ(r.step(), 300);
+  r.verify();
+  EXPECT_EQ(scan_checkpoints(t.path()).steps, (std::vector<int64_t>{100, 200, 300}));
+  // The next save's prune catches up.
+  save_simple(t.path(), 400, 50, 4);
+  prune_checkpoints(t.path(), 2);
+  EXPECT_EQ(entries(t.path()), (std::vector<std::string>{"ckpt-000300", "ckpt-000400", "latest"}));
+
+  // A prune killed after its rename and before the deletion leaves a leftover, which
+  // find_latest ignores and remove_checkpoint_leftovers removes.
+  std::filesystem::rename(t / "ckpt-000300", t / ".ckpt-000300.old-killed");
+  std::string note;
+  EXPECT_EQ(*find_latest(t.path(), &note), t / "ckpt-000400");
+  EXPECT_HAS(note, "1 leftover(s) of interrupted saves are ignored");
+  EXPECT_EQ(remove_checkpoint_leftovers(t.path()), std::vector<std::string>{t / ".ckpt-000300.old-killed"});
 }
 
 // ---- several writers, other readers --------------------------------------------------------
@@ -408,7 +511,7 @@ TEST(Checkpoint, OtherModelConfigIsAClearError) {
   EXPECT_HAS(msg, "checkpoint " + dir + " was written for model {C=128, L=4, NH=4, T=64, V=512, name=gpt-nano}");
   EXPECT_HAS(msg, "but the current model is {C=384, L=6,");
   EXPECT_HAS(msg, "differs in C: 128 vs 384, L: 4 vs 6");
-  EXPECT_HAS(msg, "use the same --model or start a new run");
+  EXPECT_HAS(msg, "use the same --model (or the same --init-from, for a run that started from one) or start a new run");
   EXPECT_NO_THROW(check_model_config(dir, model_a(), model_a()));
 }
 
@@ -427,11 +530,11 @@ TEST(Checkpoint, FindLatestFallsBackAfterACrash) {
     std::vector<float> a = values(10, 0);
     CheckpointWriter::write_slice(tmp, "master", 0, a.data(), 10);
     std::string copy = t / ".ckpt-000300.tmp-crashed2";
-    ASSERT_EQ(std::system(("cp -r '" + tmp + "' '" + copy + "'").c_str()), 0);  // survives like a crash
+    std::filesystem::copy(tmp, copy, std::filesystem::copy_options::recursive);  // survives like a crash
   }  // the writer's destructor removed its own temp folder
   EXPECT_FALSE(exists(t / ".ckpt-000300.tmp-crashed1"));
   // A folder that lost its meta.json, and a stale `latest` naming a missing folder.
-  ASSERT_EQ(std::system(("cp -r '" + t / "ckpt-000200" + "' '" + t / "ckpt-000350" + "'").c_str()), 0);
+  std::filesystem::copy(t / "ckpt-000200", t / "ckpt-000350", std::filesystem::copy_options::recursive);
   ASSERT_EQ(::unlink((t / "ckpt-000350/meta.json").c_str()), 0);
   write_text(t / "latest", "ckpt-000400\n");
 

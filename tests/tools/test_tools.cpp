@@ -18,6 +18,7 @@
 #include <functional>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -300,7 +301,11 @@ TEST_F(Tools, BatchThatDoesNotFitTheDeviceMemory) {
 TEST_F(Tools, ExistingRunFolderWithoutResume) {
   const std::string log_before = read_file(base() + "/log.jsonl");
   const Result r = gpumix(train_args(base()), dir_);
-  expect_failure(r, {base(), "already holds a run", "--resume"});
+  // A user's mistake on one rank: the message alone, without a collective's wrapper or a
+  // source location.
+  EXPECT_EQ(r.err, "gpumix train: error: run folder " + base() + " already holds a run (" + base() +
+                       "/log.jsonl); continue it with --resume " + base() + ", or pass another --out\n")
+      << show(r);
   EXPECT_EQ(read_file(base() + "/log.jsonl"), log_before);
   expect_base_intact();
 }
@@ -372,6 +377,106 @@ TEST_F(Tools, ResumeIsBitwiseExact) {
   EXPECT_TRUE(read_file(out3 + "/ckpt-000006/master.bin") == read_file(full3 + "/ckpt-000006/master.bin"));
 }
 
+TEST_F(Tools, ResumeWithoutOutContinuesInTheRunFolderWithItsTokenizer) {
+  // A run whose tokenizer is its own (<run>/tokenizer.bpe, no --tokenizer flag), 6 steps.
+  const std::string run = path("continued");
+  fs::copy(base(), run, fs::copy_options::recursive);
+  auto without_tokenizer_flag = [](std::vector<std::string> args) {
+    auto it = std::find(args.begin(), args.end(), "--tokenizer");
+    args.erase(it, it + 2);
+    return args;
+  };
+  std::vector<std::string> args = without_tokenizer_flag(train_args(run, {"--steps", "9", "--resume", run}));
+  auto out = std::find(args.begin(), args.end(), "--out");
+  args.erase(out, out + 2);
+  const fs::path default_out = fs::current_path() / "runs" / "gpt";
+  const bool default_out_existed = fs::exists(default_out);
+  Result r = gpumix(args, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(r.out.find("trained a"), std::string::npos) << "a new tokenizer was trained\n" << show(r);
+  EXPECT_EQ(fs::exists(default_out), default_out_existed) << default_out << " was written";
+  EXPECT_EQ(gpumix::scan_checkpoints(run).steps, (std::vector<int64_t>{3, 6, 9}));
+  EXPECT_EQ(log_losses(run).size(), 9u);  // steps 1..6, then 7..9 appended
+  EXPECT_TRUE(read_file(run + "/tokenizer.bpe") == read_file(tokenizer()));
+
+  // Into another folder: the resumed run's tokenizer comes along, so the new run folder
+  // generates on its own.
+  const std::string other = path("continued_elsewhere");
+  r = gpumix(without_tokenizer_flag(train_args(other, {"--steps", "9", "--resume", base() + "/ckpt-000006"})), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_TRUE(read_file(other + "/tokenizer.bpe") == read_file(tokenizer()));
+  r = gpumix({"generate", "--ckpt", other, "--prompt", "The", "--tokens", "4", "--threads", "1"}, dir_);
+  EXPECT_EQ(r.code, 0) << show(r);
+
+  // A run folder without its tokenizer: say which one to pass, write nothing.
+  const std::string lost = path("continued_no_tokenizer");
+  fs::copy(base(), lost, fs::copy_options::recursive);
+  fs::remove(lost + "/tokenizer.bpe");
+  const std::string lost_log = read_file(lost + "/log.jsonl");
+  args = without_tokenizer_flag(train_args(lost, {"--steps", "9", "--resume", lost}));
+  out = std::find(args.begin(), args.end(), "--out");
+  args.erase(out, out + 2);
+  r = gpumix(args, dir_);
+  expect_failure(r, {"its run folder has no tokenizer.bpe", "pass the --tokenizer the run was trained with"});
+  EXPECT_FALSE(fs::exists(lost + "/tokenizer.bpe"));
+  EXPECT_EQ(read_file(lost + "/log.jsonl"), lost_log);
+  EXPECT_EQ(gpumix::scan_checkpoints(lost).steps, (std::vector<int64_t>{3, 6}));
+}
+
+TEST_F(Tools, KeepCheckpointsKeepsTheNewest) {
+  const std::string out = path("keep2");
+  const Result r = gpumix(train_args(out, {"--ckpt-interval", "1", "--keep-checkpoints", "2"}), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  const gpumix::CheckpointScan scan = gpumix::scan_checkpoints(out);
+  EXPECT_EQ(scan.steps, (std::vector<int64_t>{5, 6}));
+  EXPECT_EQ(scan.latest_name, "ckpt-000006");
+  EXPECT_TRUE(scan.leftovers.empty());
+  EXPECT_NO_THROW(gpumix::CheckpointReader(out + "/ckpt-000006").verify());
+  // The losses are the run's that kept every checkpoint.
+  EXPECT_EQ(log_losses(out), log_losses(base()));
+}
+
+// ---- plot ----------------------------------------------------------------------------------
+
+TEST_F(Tools, PlotOfARun) {
+  // The first step line carries the unigram baseline, so a run in progress has it too.
+  std::ifstream log(base() + "/log.jsonl");
+  std::string first;
+  std::getline(log, first);
+  EXPECT_TRUE(nlohmann::json::parse(first).contains("unigram_loss")) << first;
+
+  const std::string svg_path = path("base.svg");
+  Result r = gpumix({"plot", base(), "--svg", svg_path}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("6 steps, 1 validation points, 1 rank"), std::string::npos) << show(r);
+  const std::string svg = read_file(svg_path);
+  EXPECT_EQ(svg.rfind("<svg ", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  for (const char* part : {"class='train-loss'", "class='val-loss'", "class='unigram'", "class='tokens-per-s'",
+                           "1 rank (no busy shares)"})
+    EXPECT_NE(svg.find(part), std::string::npos) << part;
+
+  // Three ranks: a busy share per rank (and a trace of two steps, through the flags).
+  const std::string three = path("plot3"), trace = path("plot3_trace.json");
+  r = gpumix(train_args(three, {"--ranks", "3", "--trace", trace, "--trace-steps", "2:3"}), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  std::set<int> traced_ranks, traced_steps;
+  const nlohmann::json trace_json = nlohmann::json::parse(read_file(trace));
+  for (const nlohmann::json& e : trace_json.at("traceEvents")) {
+    traced_ranks.insert(e.at("pid").get<int>());
+    if (e.at("ph") == "X") traced_steps.insert(e.at("args").at("step").get<int>());
+  }
+  EXPECT_EQ(traced_ranks, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(traced_steps, (std::set<int>{2, 3}));
+  r = gpumix({"plot", three + "/log.jsonl", "--svg", svg_path}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  const std::string svg3 = read_file(svg_path);
+  size_t ranks = 0;
+  for (size_t p = svg3.find("class='busy-rank'"); p != std::string::npos; p = svg3.find("class='busy-rank'", p + 1))
+    ++ranks;
+  EXPECT_EQ(ranks, 3u);
+}
+
 // ---- generate ------------------------------------------------------------------------------
 
 TEST_F(Tools, GenerateContinuesThePromptAndIsGreedyAtTemperatureZero) {
@@ -393,6 +498,64 @@ TEST_F(Tools, GenerateContinuesThePromptAndIsGreedyAtTemperatureZero) {
                             "--temperature", "0.8", "--top-k", "20", "--seed", "3", "--threads", "1"},
                            dir_);
   EXPECT_EQ(s.out, s2.out) << "the same seed sampled different text";
+}
+
+// ---- export: a Hugging Face GPT-2 folder ----------------------------------------------------
+
+TEST_F(Tools, ExportedFolderGeneratesAsTheCheckpoint) {
+  const std::string out = path("exported");
+  const Result e = gpumix({"export", "--ckpt", base(), "--out", out}, dir_);
+  ASSERT_EQ(e.code, 0) << show(e);
+  for (const char* f : {"model.safetensors", "config.json", "vocab.json", "merges.txt"})
+    EXPECT_TRUE(fs::is_regular_file(out + "/" + f)) << f;
+  const std::vector<std::string> greedy = {"--prompt", "The meaning of", "--tokens", "12", "--temperature", "0",
+                                           "--threads", "1"};
+  std::vector<std::string> from_ckpt = {"generate", "--ckpt", base(), "--dump-logits", path("ckpt_logits.json")};
+  std::vector<std::string> from_model = {"generate", "--model", out, "--dump-logits", path("model_logits.json")};
+  from_ckpt.insert(from_ckpt.end(), greedy.begin(), greedy.end());
+  from_model.insert(from_model.end(), greedy.begin(), greedy.end());
+  const Result a = gpumix(from_ckpt, dir_), b = gpumix(from_model, dir_);
+  ASSERT_EQ(a.code, 0) << show(a);
+  ASSERT_EQ(b.code, 0) << show(b);
+  EXPECT_EQ(a.out, b.out);
+  // fp32 export: the same logits, bit for bit.
+  const nlohmann::json la = nlohmann::json::parse(read_file(path("ckpt_logits.json")));
+  const nlohmann::json lb = nlohmann::json::parse(read_file(path("model_logits.json")));
+  EXPECT_EQ(la["tokens"], lb["tokens"]);
+  EXPECT_EQ(la["logits"], lb["logits"]);
+  EXPECT_EQ(la["logits"].size(), la["tokens"].size() * 512);
+  // bf16: a loadable folder too.
+  const Result h = gpumix({"export", "--ckpt", base(), "--out", path("exported_bf16"), "--dtype", "bf16"}, dir_);
+  ASSERT_EQ(h.code, 0) << show(h);
+  EXPECT_EQ(nlohmann::json::parse(read_file(path("exported_bf16/config.json")))["torch_dtype"], "bfloat16");
+  const Result g = gpumix({"generate", "--model", path("exported_bf16"), "--prompt", "The", "--tokens", "4"}, dir_);
+  EXPECT_EQ(g.code, 0) << show(g);
+}
+
+TEST_F(Tools, InitFromAGpt2FolderTrainsGeneratesAndExportsItsTokenizer) {
+  // tests/hf/golden: a GPT-2 made in PyTorch with its own vocab.json + merges.txt.
+  const std::string golden = GPUMIX_HF_GOLDEN_DIR, run = path("from_hf"), out = path("from_hf_exported");
+  const Result t = gpumix({"train", "--data", kCorpus, "--init-from", golden, "--steps", "4", "--batch", "4",
+                           "--seq", "8", "--threads", "1", "--quiet", "--out", run},
+                          dir_);
+  ASSERT_EQ(t.code, 0) << show(t);
+  EXPECT_NE(t.out.find("initialised from " + golden), std::string::npos) << t.out;
+  const Result g = gpumix({"generate", "--ckpt", run, "--prompt", "Don't", "--tokens", "6", "--temperature", "0"}, dir_);
+  ASSERT_EQ(g.code, 0) << show(g);
+  EXPECT_EQ(g.out.rfind("Don't", 0), 0u) << g.out;
+  // The fine-tuned model goes back out with GPT-2's ids, and its context n_positions (16),
+  // not the 8 it was trained on.
+  const Result e = gpumix({"export", "--ckpt", run, "--out", out}, dir_);
+  ASSERT_EQ(e.code, 0) << show(e);
+  EXPECT_EQ(nlohmann::json::parse(read_file(out + "/vocab.json")), nlohmann::json::parse(read_file(golden + "/vocab.json")));
+  EXPECT_EQ(read_file(out + "/merges.txt"), read_file(golden + "/merges.txt"));
+  EXPECT_EQ(nlohmann::json::parse(read_file(out + "/config.json"))["n_positions"], 16);
+  // Continued with --resume and the same --init-from (which gives the shape).
+  const Result r = gpumix({"train", "--data", kCorpus, "--init-from", golden, "--resume", run, "--steps", "6",
+                           "--batch", "4", "--seq", "8", "--threads", "1", "--quiet", "--out", run},
+                          dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(log_losses(run).size(), 6u);
 }
 
 TEST_F(Tools, GenerateFromTokenIdsWithoutATokenizer) {
@@ -631,6 +794,8 @@ class BadInputs : public Tools {
         EXPECT_NE(r.err.find(part), std::string::npos) << "stderr lacks '" << part << "'\n" << show(r);
       EXPECT_EQ(r.err.find("Sanitizer"), std::string::npos) << show(r);
       EXPECT_EQ(r.err.find("runtime error"), std::string::npos) << show(r);
+      // A user's mistake is told without a source location (those mark internal errors).
+      EXPECT_EQ(r.err.find(".cpp:"), std::string::npos) << show(r);
       for (const std::string& f : c.never_written) EXPECT_FALSE(fs::exists(f)) << f << " was written";
       for (size_t i = 0; i < c.unchanged.size(); ++i)
         EXPECT_TRUE(read_file(c.unchanged[i]) == before[i]) << c.unchanged[i] << " changed";
@@ -643,6 +808,10 @@ class BadInputs : public Tools {
                              const std::string& data = "") {
     const std::string run = path("m_run_" + std::to_string(counter_++));
     return BadInput{name, train_args(run, std::move(extra), data), std::move(says), {}, {}, run};
+  }
+  static BadInput never_written(BadInput c, const std::string& file) {
+    c.never_written.push_back(file);
+    return c;
   }
   static int counter_;
 };
@@ -671,6 +840,18 @@ TEST_F(BadInputs, Train) {
       train_case("--lr nan", {"--lr", "nan"}, {"--lr", "nan"}),
       train_case("--device-memory negative", {"--device-memory", "-5MiB"}, {"-5MiB", "memory size"}),
       train_case("--val-fraction 1.5", {"--val-fraction", "1.5"}, {"validation fraction", "(0, 1)"}),
+      train_case("--keep-checkpoints -1", {"--keep-checkpoints", "-1"}, {"--keep-checkpoints"}),
+      train_case("--trace-steps without --trace", {"--trace-steps", "2:3"}, {"--trace-steps needs --trace FILE"}),
+      train_case("--trace-steps not A:B", {"--trace", path("m_never_trace.json"), "--trace-steps", "3"},
+                 {"--trace-steps: cannot read '3' as A:B"}),
+      train_case("--trace-steps backwards", {"--trace", path("m_never_trace.json"), "--trace-steps", "4:2"},
+                 {"cannot read '4:2'", "1 <= A <= B"}),
+      never_written(train_case("--trace-steps after the last step",
+                               {"--trace", path("m_never_trace.json"), "--trace-steps", "10:12"},
+                               {"--trace-steps 10:12 holds none of the steps this run trains (1 to 6)"}),
+                    path("m_never_trace.json")),
+      train_case("--trace in a missing folder", {"--trace", path("no_dir/trace.json")},
+                 {"--trace", "no_dir", "does not exist"}),
       train_case("--channels not a multiple of the heads", {"--channels", "33"}, {"C (channels) = 33", "NH"}),
       train_case("--resume with another --model", {"--resume", base(), "--model", "gpt-micro", "--steps", "12"},
                  {"gpt-micro", "use the same --model"}),
@@ -688,6 +869,27 @@ TEST_F(BadInputs, Train) {
                  {"leaves rank 1", "gpumix plan --no-leave-out"}),
   });
   expect_base_intact();
+}
+
+TEST_F(BadInputs, Plot) {
+  const std::string svg = path("m_never.svg");
+  write_file(path("m_garbled.jsonl"), "{\"step\":1,\"loss\":7}\n{\"step\":2,\"lo\n{\"step\":3,\"loss\":6}\n");
+  write_file(path("m_wrong_type.jsonl"), "{\"step\":1,\"loss\":\"high\"}\n");
+  write_file(path("m_existing.svg"), "<svg/>");
+  run_cases({
+      {"missing run folder", {"plot", path("no_such_run"), "--svg", svg}, {"no_such_run", "does not exist"}, {svg}},
+      {"run folder without a log", {"plot", path("m_ckpt_empty"), "--svg", svg}, {"log.jsonl", "does not exist"}, {svg}},
+      {"empty log", {"plot", path("m_empty.txt"), "--svg", svg}, {"m_empty.txt", "is empty"}, {svg}},
+      {"garbled log", {"plot", path("m_garbled.jsonl"), "--svg", svg}, {"m_garbled.jsonl line 2", "not valid JSON"},
+       {svg}},
+      {"wrong-typed loss", {"plot", path("m_wrong_type.jsonl"), "--svg", svg}, {"field 'loss'", "not a number"}, {svg}},
+      {"a token file for a log", {"plot", tokens(), "--svg", svg}, {"tiny.tok line 1", "not valid JSON"}, {svg}},
+      {"no --svg", {"plot", base()}, {"--svg"}},
+      {"--svg in a missing folder", {"plot", base(), "--svg", path("no_dir/p.svg")}, {"no_dir/p.svg"},
+       {path("no_dir")}},
+      {"a failure leaves an existing picture alone", {"plot", path("m_empty.txt"), "--svg", path("m_existing.svg")},
+       {"is empty"}, {}, {path("m_existing.svg")}},
+  });
 }
 
 TEST_F(BadInputs, Generate) {
@@ -712,6 +914,67 @@ TEST_F(BadInputs, Generate) {
       {"--tokens negative", generate(base(), {"--tokens", "-5"}), {"number of tokens", "-5"}},
       {"--top-k negative", generate(base(), {"--top-k", "-3"}), {"top-k", "-3"}},
       {"--temperature nan", generate(base(), {"--temperature", "nan"}), {"temperature", "nan"}},
+  });
+  expect_base_intact();
+}
+
+TEST_F(BadInputs, ExportAndHuggingFaceFolders) {
+  const std::string never = path("m_never_exported");
+  fs::create_directories(path("m_full"));
+  write_file(path("m_full/keep.txt"), "keep");
+  // Hugging Face folders made from an export of the base run, then damaged.
+  Result r = gpumix({"export", "--ckpt", base(), "--out", path("m_hf")}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  for (const char* c : {"m_hf_trunc", "m_hf_config", "m_hf_no_merges"}) {
+    fs::create_directories(path(c));
+    for (const auto& f : fs::directory_iterator(path("m_hf"))) fs::copy_file(f.path(), fs::path(path(c)) / f.path().filename());
+  }
+  const std::string weights = read_file(path("m_hf/model.safetensors"));
+  write_file(path("m_hf_trunc/model.safetensors"), weights.substr(0, weights.size() - 100));
+  nlohmann::json config = nlohmann::json::parse(read_file(path("m_hf/config.json")));
+  config["n_embd"] = 48;
+  write_file(path("m_hf_config/config.json"), config.dump());
+  fs::remove(path("m_hf_no_merges/merges.txt"));
+  run_cases({
+      {"export: missing checkpoint", {"export", "--ckpt", path("no_such_run"), "--out", never}, {"no_such_run", "does not exist"}, {never}},
+      {"export: truncated checkpoint", {"export", "--ckpt", path("m_ckpt_trunc_bin") + "/ckpt-000003", "--out", never},
+       {"master.bin", "truncated"}, {never}},
+      {"export: into a folder that holds files", {"export", "--ckpt", base(), "--out", path("m_full")},
+       {"m_full", "exists and is not empty", "nothing was written"}, {}, {path("m_full/keep.txt")}},
+      {"export: --dtype fp16", {"export", "--ckpt", base(), "--out", never, "--dtype", "fp16"}, {"--dtype", "fp16"}, {never}},
+      {"generate: --ckpt and --model", {"generate", "--ckpt", base(), "--model", path("m_hf"), "--prompt", "x"},
+       {"--ckpt", "--model"}},
+      {"generate: --model without config.json", {"generate", "--model", path("m_ckpt_empty"), "--prompt", "x"},
+       {"m_ckpt_empty", "has no config.json"}},
+      {"generate: truncated model.safetensors", {"generate", "--model", path("m_hf_trunc"), "--prompt", "x"},
+       {"model.safetensors", "run past the data region", "truncated"}},
+      {"generate: config.json contradicting the tensors", {"generate", "--model", path("m_hf_config"), "--prompt", "x"},
+       {"transformer.wte.weight", "n_embd = 48"}},
+      {"generate: no merges.txt", {"generate", "--model", path("m_hf_no_merges"), "--prompt", "x"}, {"has no merges.txt"}},
+  });
+  EXPECT_EQ(read_file(path("m_full/keep.txt")), "keep");
+  // train --init-from those folders: refused before the run folder gets anything.
+  const std::string golden = GPUMIX_HF_GOLDEN_DIR;
+  const auto init_from = [&](const std::string& name, const std::string& folder, std::vector<std::string> extra,
+                             std::vector<std::string> says, const std::string& data = kCorpus) {
+    const std::string run = path("m_hf_run_" + std::to_string(counter_++));
+    std::vector<std::string> args = {"train", "--data", data, "--init-from", folder, "--steps", "2", "--batch",
+                                     "2", "--threads", "1", "--quiet", "--out", run};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return BadInput{name, args, std::move(says), {run + "/tokenizer.bpe"}, {}, run};
+  };
+  run_cases({
+      init_from("--init-from a missing folder", path("no_such_folder"), {}, {"no_such_folder", "has no config.json"}),
+      init_from("--init-from with truncated weights", path("m_hf_trunc"), {}, {"model.safetensors", "truncated"}),
+      init_from("--init-from whose config.json contradicts the tensors", path("m_hf_config"), {},
+                {"transformer.wte.weight", "n_embd = 48"}),
+      init_from("--init-from without merges.txt", path("m_hf_no_merges"), {}, {"has no merges.txt"}),
+      init_from("--init-from with --model", golden, {"--model", "gpt-micro"}, {"--init-from", "--model"}),
+      init_from("--init-from with --layers", golden, {"--layers", "3"}, {"--layers/--heads/--channels contradict"}),
+      init_from("--init-from with --tokenizer", golden, {"--tokenizer", tokenizer()}, {"contradicts --init-from"}),
+      init_from("--init-from with a longer --seq", golden, {"--seq", "64"}, {"--seq 64 exceeds the context", "n_positions 16"}),
+      init_from("--init-from with a token file of another tokenizer", golden, {},
+                {"has vocabulary 512 but the tokenizer of"}, tokens()),
   });
   expect_base_intact();
 }

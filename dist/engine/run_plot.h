@@ -1,0 +1,41 @@
+// A picture of a run, from its log.jsonl (the trainer's JSON lines, README "Train"):
+// training and validation loss against step with the unigram baseline as a line, tokens/s
+// against step, and, on several ranks, each rank's busy share (compute time / step time)
+// per step. What the log lacks (no validation yet, no baseline, one rank) is said in the
+// picture; a log that cannot be read is an InputError naming the file, the line and the
+// field.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace gpumix::dist {
+
+struct RunLog {
+  struct Step {
+    int64_t step = 0;
+    double loss = std::numeric_limits<double>::quiet_NaN();  // NaN: not finite (a skipped step)
+    double tokens_per_s = std::numeric_limits<double>::quiet_NaN();
+    std::vector<double> busy;  // per rank, fractions of the step; empty on one rank
+  };
+  struct Eval {
+    int64_t step = 0;
+    double val_loss = 0;
+  };
+  std::string path;
+  std::vector<Step> steps;  // by step; a step logged twice (a resume from an earlier
+                            // checkpoint) keeps its last record
+  std::vector<Eval> evals;  // by step, likewise
+  double unigram_loss = std::numeric_limits<double>::quiet_NaN();  // NaN: not in the log
+  int ranks = 1;
+  bool ignored_partial_last_line = false;  // a run killed mid-write leaves one
+};
+
+// Reads `path`: a run folder (its log.jsonl) or a log file.
+RunLog read_run_log(const std::string& path);
+
+std::string run_plot_svg(const RunLog& log, const std::string& title);
+
+}  // namespace gpumix::dist
