@@ -15,7 +15,7 @@
 #
 # Model FLOPs per token (PaLM's convention, the causal mask not discounted):
 #   6 (12 L C^2 + V C) + 12 L C T          (weights incl. the tied head; attention)
-# A mode that cannot run (bench_train --dtype bf16 before the bf16 engine exists) shows n/a.
+# A mode that cannot run shows n/a.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build-perf}

@@ -1,4 +1,5 @@
-// Training in bf16 ends where fp32 does: 300 steps of gpt-nano on the committed tiny corpus
+// A checkpoint loaded to compute in bf16 (nn/infer.h load_model); and training in bf16 ends
+// where fp32 does: 300 steps of gpt-nano on the committed tiny corpus
 // (tests/data/tiny_corpus.txt, its tokenizer trained by nn/train's prepare_data), the same
 // seed, batches and schedule in both, and the final validation losses within 0.03 nats
 // (issue 12's criterion). The step loop is the one-device loop of dist/trainer.cpp, reduced
@@ -13,10 +14,14 @@
 #include <filesystem>
 
 #include "core/ops.h"
+#include "../core/test_util.h"
+#include "nn/checkpoint.h"
 #include "nn/data/loader.h"
 #include "nn/gpt.h"
+#include "nn/infer.h"
 #include "nn/optim.h"
 #include "nn/train.h"
+#include "nn_test_util.h"
 
 namespace gpumix {
 namespace {
@@ -61,6 +66,30 @@ TrainRun train(const RunData& data, const TrainOptions& o, DType dtype) {
   }
   run.val_loss = sum / (double)(val.num_eval_windows() * o.seq);
   return run;
+}
+
+TEST(TrainBf16, LoadModelMakesTheComputeCopyFromTheMaster) {
+  const fs::path out = fs::temp_directory_path() / ("gpumix_test_load_bf16_" + std::to_string(::getpid()));
+  const GPTConfig c = test::tiny_config();
+  GPT saved(c, Device::cpu(), 3);
+  CheckpointWriter w;
+  const std::string tmp = w.begin(out.string(), 1, {{"master", saved.num_params()}});
+  CheckpointWriter::write_slice(tmp, "master", 0, saved.params().data<float>(), saved.num_params());
+  CheckpointMeta meta;
+  meta.model = config_to_json(c);
+  const CheckpointReader reader(w.commit(meta));
+  const std::unique_ptr<GPT> f32 = load_model(reader), bf = load_model(reader, DType::bf16);
+  fs::remove_all(out);
+  EXPECT_EQ(bf->compute_dtype(), DType::bf16);
+  EXPECT_TRUE(test::bitwise_equal("master", bf->params().to_vector(), saved.params().to_vector()));
+  std::vector<float> rounded = saved.params().to_vector();
+  for (float& x : rounded) x = (float)bf16(x);
+  EXPECT_TRUE(test::bitwise_equal("compute copy", bf->compute_params().to_vector(), rounded));
+  // It computes in bf16: its logits are near, not equal to, the f32 model's.
+  const Tensor tokens = test::random_tokens(2, c.T, c.V, 4);
+  const std::vector<float> l32 = f32->logits(tokens).to_vector(), l16 = bf->logits(tokens).to_vector();
+  EXPECT_NE(l16, l32);
+  EXPECT_TRUE(test::model_close("logits", l16, l32, 11 * c.L + 3 + 1, 4 * c.C));  // + the weights' rounding
 }
 
 TEST(TrainBf16, GptNanoEndsWithinThreeHundredthsOfANatOfFp32) {
