@@ -727,7 +727,7 @@ ComputeDtype choose_compute_dtype(const ComputeDtypeSources& s) {
   ComputeDtype c;
   std::string source;
   if (s.flag) {
-    GPUMIX_CHECK(s.plan_file.empty() || *s.flag == s.plan_dtype, "plan ", s.plan_file, " was made for ",
+    GPUMIX_CHECK_INPUT(s.plan_file.empty() || *s.flag == s.plan_dtype, "plan ", s.plan_file, " was made for ",
                  dtype_name(s.plan_dtype), " but --dtype is ", dtype_name(*s.flag),
                  "; its memory and times hold only in its dtype: make the plan again with `gpumix plan --dtype ",
                  dtype_name(*s.flag), "`, or drop --dtype to train in ", dtype_name(s.plan_dtype));
