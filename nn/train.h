@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -56,6 +57,9 @@ struct TrainOptions {
   int64_t device_memory = 0;    // emulated device capacity in bytes (0: the machine's)
   bool quiet = false;           // no per-step lines (the log file still gets them)
   bool skip_nonfinite = false;  // a NaN/Inf loss or gradient skips the step instead of stopping
+  // Compute dtype, f32 or bf16 (core/precision.h). Unset: the plan file's, else the resumed
+  // checkpoint's, else bf16 where every rank's device computes it natively, f32 elsewhere.
+  std::optional<DType> dtype;
 };
 
 struct TrainResult {

@@ -22,7 +22,7 @@ using namespace gpumix::dist;
 
 int cmd_plan(int argc, char** argv) {
   CLI::App app{"Plan per-rank batches, micro-batches and state shares (METHOD.md §4)", "gpumix plan"};
-  std::string profile_path, cluster_path, model_name, out_path, svg_path, planner = "gpumix";
+  std::string profile_path, cluster_path, model_name, out_path, svg_path, planner = "gpumix", dtype_text;
   int64_t global_batch = 0;
   int seq = 0;
   bool as_json = false, no_offload = false, no_leave_out = false;
@@ -31,6 +31,9 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--model", model_name, "model preset (required with --cluster; checked against --profile)");
   app.add_option("--global-batch,-B", global_batch, "global batch in samples")->required();
   app.add_option("--seq", seq, "sequence length T (with --cluster; default 512)");
+  app.add_option("--dtype", dtype_text,
+                 "compute dtype: bf16 or fp32 (f32); with --profile: checked against the profile's; with "
+                 "--cluster default bf16 where every device has 16-bit rates (the GPUs), fp32 otherwise");
   app.add_option("--planner", planner, "gpumix, even, proportional or cephalo");
   app.add_flag("--json", as_json, "print the plan as JSON on stdout");
   app.add_option("--out", out_path, "write the plan file");
@@ -43,6 +46,7 @@ int cmd_plan(int argc, char** argv) {
     return app.exit(e);
   }
   gpumix::tools::check_global_batch_flag(global_batch);
+  const std::optional<gpumix::DType> dtype = gpumix::tools::parse_dtype_flag(dtype_text);
   if (seq < 0) throw std::invalid_argument("--seq must be positive, got " + std::to_string(seq));
   if (profile_path.empty() == cluster_path.empty())
     throw std::invalid_argument("give exactly one of --profile FILE or --cluster FILE");
@@ -57,10 +61,15 @@ int cmd_plan(int argc, char** argv) {
     if (seq != 0 && seq != profile.seq_len)
       throw std::invalid_argument("--seq " + std::to_string(seq) + " differs from the profile's seq_len " +
                                   std::to_string(profile.seq_len));
+    if (dtype && *dtype != profile.dtype)
+      throw std::invalid_argument(std::string("--dtype ") + gpumix::dtype_name(*dtype) + " differs from the profile's " +
+                                  gpumix::dtype_name(profile.dtype) + " (" + profile_path +
+                                  "); measure the devices in it with `gpumix profile --dtype " +
+                                  gpumix::dtype_name(*dtype) + "`, or drop --dtype");
   } else {
     if (model_name.empty()) throw std::invalid_argument("--model is required with --cluster");
     const gpumix::GPTConfig model = gpumix::gpt_preset(model_name);
-    profile = synthesize_profile(read_cluster(cluster_path), model, seq > 0 ? seq : std::min(512, model.T));
+    profile = synthesize_profile(read_cluster(cluster_path), model, seq > 0 ? seq : std::min(512, model.T), {}, dtype);
   }
   PlannerOptions opts;
   opts.allow_offload = !no_offload;

@@ -9,9 +9,11 @@
 #include <string>
 #include <thread>
 
+#include "core/precision.h"
 #include "dist/engine/launch.h"
 #include "dist/engine/profiler.h"
 #include "tools/command.h"
+#include "tools/size_flag.h"
 
 namespace {
 
@@ -21,7 +23,7 @@ int cmd_profile(int argc, char** argv) {
   CLI::App app{"Measure devices on a model for the planner", "gpumix profile"};
   std::string devices_text = "cpu", model_name = "gpt-nano", out_path = "profile.json";
   int seq = 0, vocab = 0, max_m = 32, repeats = 3;
-  std::string cache_dir;
+  std::string cache_dir, dtype_text;
   app.add_option("--devices", devices_text, "one device per rank, e.g. cpu:mem=2GiB,cpu:mem=512MiB:slow=3");
   app.add_option("--model", model_name, "model preset");
   app.add_option("--seq", seq, "sequence length (default: the model's context)");
@@ -30,6 +32,9 @@ int cmd_profile(int argc, char** argv) {
   app.add_option("--repeats", repeats, "timed repeats per measurement (median)");
   app.add_option("--cache", cache_dir, "cache folder ('-': none; default $GPUMIX_CACHE or ~/.cache/gpumix)");
   app.add_option("--out", out_path, "profile file to write");
+  app.add_option("--dtype", dtype_text,
+                 "compute dtype to measure in: bf16 or fp32 (f32); default: bf16 where this CPU computes it "
+                 "natively (avx512_bf16, AMX), fp32 elsewhere, as `gpumix train` chooses");
   CLI11_PARSE(app, argc, argv);
   // 0 means the default for --seq and --vocab; a negative value, or no repeat or
   // micro-batch to measure, is a mistake (--repeats 0 took the median of nothing).
@@ -39,6 +44,7 @@ int cmd_profile(int argc, char** argv) {
   if (max_m < 1) throw std::invalid_argument("--max-micro-batch must be at least 1, got " + std::to_string(max_m));
   if (repeats < 1) throw std::invalid_argument("--repeats must be at least 1, got " + std::to_string(repeats));
 
+  const DType dtype = tools::parse_dtype_flag(dtype_text).value_or(default_compute_dtype(Device::cpu()));
   GPTConfig model = gpt_preset(model_name);
   if (vocab > 0) model.V = vocab;
   if (seq > 0) model.T = std::max(model.T, seq);
@@ -54,11 +60,11 @@ int cmd_profile(int argc, char** argv) {
     dist::EngineOptions rank;
     dist::start_local_rank(comm, devices, cores, rank);
     const dist::Profile profile =
-        dist::profile_cluster(model, T, rank.device_label, rank.device, comm, options);
+        dist::profile_cluster(model, T, dtype, rank.device_label, rank.device, comm, options);
     if (comm.rank() == 0) {
       dist::write_profile(profile, out_path);
-      std::printf("wrote %s: %d device type(s), %d rank(s), %s at T = %d\n", out_path.c_str(),
-                  (int)profile.devices.size(), profile.num_ranks(), model.name.c_str(), T);
+      std::printf("wrote %s: %d device type(s), %d rank(s), %s at T = %d in %s\n", out_path.c_str(),
+                  (int)profile.devices.size(), profile.num_ranks(), model.name.c_str(), T, dtype_name(dtype));
     }
   });
   return 0;

@@ -21,7 +21,7 @@ using namespace gpumix::dist;
 
 int cmd_simulate(int argc, char** argv) {
   CLI::App app{"Predict every planner's step on a described cluster", "gpumix simulate"};
-  std::string cluster_path, model_name, svg_path;
+  std::string cluster_path, model_name, svg_path, dtype_text;
   std::vector<std::string> profile_paths;
   int64_t global_batch = 0;
   int seq = 512;
@@ -31,6 +31,9 @@ int cmd_simulate(int argc, char** argv) {
   app.add_option("--global-batch,-B", global_batch, "global batch in samples")->required();
   app.add_option("--seq", seq, "sequence length T (default 512)");
   app.add_option("--profile", profile_paths, "measured profiles to use instead of the catalog (by device name)");
+  app.add_option("--dtype", dtype_text,
+                 "compute dtype: bf16 or fp32 (f32); default bf16 where every device has 16-bit rates (the "
+                 "GPUs), fp32 otherwise; measured profiles must be in it");
   app.add_flag("--json", as_json, "print the results as JSON on stdout");
   app.add_flag("--plans,-v", verbose, "print each planner's plan table too");
   app.add_option("--svg", svg_path, "write a picture: one per planner");
@@ -40,13 +43,14 @@ int cmd_simulate(int argc, char** argv) {
     return app.exit(e);
   }
   gpumix::tools::check_global_batch_flag(global_batch);
+  const std::optional<gpumix::DType> dtype = gpumix::tools::parse_dtype_flag(dtype_text);
   const gpumix::GPTConfig model = gpumix::gpt_preset(model_name);
   if (seq < 1 || seq > model.T)
     throw std::invalid_argument("--seq must lie in [1, " + std::to_string(model.T) + "] for " + model_name);
   std::vector<Profile> measured;
   for (const std::string& path : profile_paths) measured.push_back(read_profile(path));
   const Cluster cluster = read_cluster(cluster_path);
-  const Profile profile = synthesize_profile(cluster, model, seq, measured);
+  const Profile profile = synthesize_profile(cluster, model, seq, measured, dtype);
   const Simulation sim = simulate(profile, cluster.name, global_batch);
   if (!svg_path.empty()) {
     std::vector<Plan> plans;

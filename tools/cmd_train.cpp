@@ -33,7 +33,7 @@ std::pair<int, int> parse_trace_steps(const std::string& text) {
 
 int cmd_train(int argc, char** argv) {
   gpumix::TrainOptions o;
-  std::string device_memory, devices_text;
+  std::string device_memory, devices_text, dtype;
   gpumix::dist::PlanRequest plan;
   int ranks = 0;
   bool no_prefetch = false;
@@ -69,6 +69,9 @@ int cmd_train(int argc, char** argv) {
   app.add_flag("--recompute", o.recompute, "recompute block activations in backward (one rank)");
   app.add_option("--val-fraction", o.val_fraction, "fraction of tokens held out for validation");
   app.add_option("--device-memory", device_memory, "emulated device memory per rank, e.g. 512MiB");
+  app.add_option("--dtype", dtype,
+                 "compute dtype: bf16 or fp32 (f32); default: the plan file's, else the resumed checkpoint's, "
+                 "else bf16 where every device computes it natively (avx512_bf16, AMX), fp32 elsewhere");
   app.add_flag("--quiet", o.quiet, "no per-step lines (log.jsonl still gets them)");
   app.add_flag("--skip-nonfinite", o.skip_nonfinite,
                "skip a step whose loss or gradient is NaN/Inf (default: stop with an error naming the unit and rank)");
@@ -102,6 +105,7 @@ int cmd_train(int argc, char** argv) {
     if (engine.trace.empty()) throw std::invalid_argument("--trace-steps needs --trace FILE, the file to write");
     std::tie(engine.trace_first, engine.trace_last) = parse_trace_steps(trace_steps);
   }
+  o.dtype = gpumix::tools::parse_dtype_flag(dtype);
   std::vector<gpumix::dist::ClusterDevice> devices;
   if (!devices_text.empty()) {
     devices = gpumix::dist::parse_devices(devices_text);

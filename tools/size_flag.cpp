@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/precision.h"
 #include "dist/plan/planner.h"
 
 namespace gpumix::tools {
@@ -37,6 +38,11 @@ void check_global_batch_flag(int64_t global_batch) {
   if (global_batch > kMaxGlobalBatch)
     throw std::invalid_argument("--global-batch " + std::to_string(global_batch) + " is more than the planners handle (" +
                                 std::to_string(kMaxGlobalBatch) + " sequences per step)");
+}
+
+std::optional<DType> parse_dtype_flag(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  return compute_dtype_from_name(text, "--dtype");
 }
 
 }  // namespace gpumix::tools

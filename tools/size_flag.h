@@ -1,9 +1,12 @@
-// Checks of numeric flags shared by several commands: byte sizes given on the command
-// line ("512MiB", "2GiB", "1.5GB", "4096"), and the planners' global batch.
+// Checks of flags shared by several commands: byte sizes given on the command line
+// ("512MiB", "2GiB", "1.5GB", "4096"), the planners' global batch, and the compute dtype.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "core/dtype.h"
 
 namespace gpumix::tools {
 
@@ -14,5 +17,9 @@ int64_t parse_bytes(const std::string& text);
 // search grows with it (2^16 takes ~4 s on a 1024-device cluster, 2^20 over a minute) and a
 // batch past the int range overflows their tables.
 void check_global_batch_flag(int64_t global_batch);
+
+// --dtype: "bf16", "fp32" or "f32"; "" (not given): nullopt. Throws Error listing the valid
+// values otherwise.
+std::optional<DType> parse_dtype_flag(const std::string& text);
 
 }  // namespace gpumix::tools

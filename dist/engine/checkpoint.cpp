@@ -3,14 +3,16 @@
 #include <cstdio>
 #include <random>
 
+#include "core/precision.h"
 #include "dist/engine/fault.h"
 
 namespace gpumix::dist {
 
 using json = nlohmann::json;
 
-std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, const std::vector<RankWork>& work,
-                            Engine& engine, Comm& comm, int step, uint64_t tokenizer_hash) {
+std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DType dtype,
+                            const std::vector<RankWork>& work, Engine& engine, Comm& comm, int step,
+                            uint64_t tokenizer_hash) {
   const int64_t P = config.total_params();
   // The temporary folder's nonce: the step and a number rank 0 draws for this save (a sum
   // with zeros, exact in double: every rank gets it). A leftover folder of an interrupted
@@ -50,7 +52,7 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, cons
     json ranks = json::array();
     for (const RankWork& w : work) ranks.push_back({{"batch", w.batch}, {"micro_batch", w.micro_batch}, {"share", w.share}});
     meta.plan = {{"ranks", ranks}, {"global_batch", o.batch}};
-    meta.extra = {{"lr", o.lr}, {"steps", o.steps}, {"seq", o.seq > 0 ? o.seq : (int64_t)config.T}};
+    meta.extra = {{"lr", o.lr}, {"steps", o.steps}, {"seq", o.seq > 0 ? o.seq : (int64_t)config.T}, {"dtype", dtype_name(dtype)}};
     attempt([&] {
       dir = writer.commit(meta);
       fault_point(comm.rank(), "prune");  // between the commit and the deletion of old ones
@@ -77,6 +79,7 @@ int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& e
       reader.read_slice("adam_m", s.flat_offset, s.opt->m().data<float>(), n);
       reader.read_slice("adam_v", s.flat_offset, s.opt->v().data<float>(), n);
     }
+    engine.sync_compute_params();
     step = reader.step();
     if (comm.rank() == 0) std::printf("resumed from %s (step %lld)\n", reader.dir().c_str(), (long long)step);
   } catch (const std::exception& e) {
@@ -84,6 +87,14 @@ int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& e
   }
   comm.agree("resume", {step}, error);
   return (int)step;
+}
+
+DType checkpoint_dtype(const CheckpointReader& reader) {
+  const nlohmann::json& extra = reader.meta().contains("extra") ? reader.extra() : nlohmann::json();
+  if (!extra.is_object() || !extra.contains("dtype")) return DType::f32;
+  GPUMIX_CHECK(extra["dtype"].is_string(), reader.dir(), "/meta.json: extra.dtype must be a string (bf16 or f32), got ",
+               extra["dtype"].dump());
+  return compute_dtype_from_name(extra["dtype"].get<std::string>(), (reader.dir() + "/meta.json: extra.dtype").c_str());
 }
 
 }  // namespace gpumix::dist

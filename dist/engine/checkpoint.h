@@ -1,6 +1,7 @@
 // Checkpoints of a run on one or many ranks: every rank writes and reads its own slices of
 // the fp32 master weights and AdamW moments (Engine::slices), so a checkpoint does not
-// depend on the plan that wrote it and resumes under any other.
+// depend on the plan that wrote it and resumes under any other, in either compute dtype
+// (a bf16 run's compute copy is rebuilt from the master it reads).
 #pragma once
 
 #include <cstdint>
@@ -15,12 +16,18 @@ namespace gpumix::dist {
 
 // Writes step `step` under o.out (rank 0 prepares and commits, every rank writes its
 // slices; all agree on each stage), then keeps only the newest o.keep_checkpoints (when
-// set). Returns the committed folder on rank 0, "" elsewhere.
-std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, const std::vector<RankWork>& work,
-                            Engine& engine, Comm& comm, int step, uint64_t tokenizer_hash);
+// set). Returns the committed folder on rank 0, "" elsewhere. meta.json's "extra" records
+// the compute dtype (checkpoint_dtype).
+std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DType dtype,
+                            const std::vector<RankWork>& work, Engine& engine, Comm& comm, int step,
+                            uint64_t tokenizer_hash);
 
 // Reads this rank's slices; returns the checkpoint's step (the same on every rank).
 int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& engine, Comm& comm,
                     uint64_t tokenizer_hash);
+
+// The compute dtype the checkpoint was written in: f32 when it does not say (written before
+// runs had a dtype). Informational: what a resume computes in when nothing else says.
+DType checkpoint_dtype(const CheckpointReader& reader);
 
 }  // namespace gpumix::dist

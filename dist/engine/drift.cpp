@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -18,7 +19,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 DriftMonitor::DriftMonitor(const DriftOptions& options, std::vector<double> predicted_busy_s)
-    : options_(options), predicted_(std::move(predicted_busy_s)) {}
+    : options_(options), predicted_(std::move(predicted_busy_s)), run_(predicted_.size(), 0) {}
 
 std::vector<double> DriftMonitor::observe(const std::vector<double>& measured) {
   GPUMIX_CHECK(measured.size() == predicted_.size(), "drift: ", measured.size(), " measured times for ",
@@ -29,17 +30,17 @@ std::vector<double> DriftMonitor::observe(const std::vector<double>& measured) {
     if (predicted_[i] > 0 && measured[i] > 0) judged.push_back(ratio[i] = measured[i] / predicted_[i]);
   if (judged.size() < 2) return {};
   const double reference = median(judged);
-  bool drifting = false;
-  for (double& r : ratio) {
+  bool confirmed = false;
+  for (size_t i = 0; i < ratio.size(); ++i) {
+    double& r = ratio[i];
     r = r > 0 ? r / reference : 1.0;
-    drifting = drifting || std::fabs(r - 1.0) > options_.threshold;
-  }
-  if (!drifting) {
-    window_.clear();
-    return {};
+    const int side = r > 1.0 + options_.threshold ? 1 : r < 1.0 - options_.threshold ? -1 : 0;
+    run_[i] = side != 0 && run_[i] * side > 0 ? run_[i] + side : side;
+    confirmed = confirmed || std::abs(run_[i]) >= options_.steps;
   }
   window_.push_back(ratio);
-  if ((int)window_.size() < options_.steps) return {};
+  if ((int)window_.size() > options_.steps) window_.erase(window_.begin());
+  if (!confirmed) return {};
   std::vector<double> factors(ratio.size(), 1.0);
   for (size_t i = 0; i < factors.size(); ++i) {
     std::vector<double> history;
@@ -48,6 +49,7 @@ std::vector<double> DriftMonitor::observe(const std::vector<double>& measured) {
     if (std::fabs(f - 1.0) > options_.threshold) factors[i] = f;
   }
   window_.clear();
+  std::fill(run_.begin(), run_.end(), 0);
   seen_ = 0;
   return factors;
 }

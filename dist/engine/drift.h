@@ -6,7 +6,11 @@
 // What counts is relative speed: every rank's measured/predicted ratio is divided by the
 // median ratio of all computing ranks, so that a model that is off by the same factor on
 // every rank (a loaded machine) never triggers a re-plan; one rank whose relative ratio
-// stays beyond 1 ± threshold for `steps` consecutive steps does.
+// stays beyond 1 ± threshold on the same side (slower, or faster) for `steps` consecutive
+// judged steps does. A step on which it is within the threshold, or off on the other side,
+// starts its count again: a rank that was slower than planned just before it turned fast
+// (a hiccup, or a plan that predicts its small batch badly) has drifted fast for as many
+// steps as it has run fast, not one more.
 #pragma once
 
 #include <vector>
@@ -29,15 +33,16 @@ class DriftMonitor {
 
   // One step's measured compute seconds per rank. Returns, once drift is confirmed, one
   // factor per rank (measured / predicted relative to the others, the median over the
-  // drifting steps; exactly 1 for ranks within the threshold) and starts over; otherwise
-  // an empty vector.
+  // `steps` steps that confirmed it; exactly 1 for ranks whose median is within the
+  // threshold) and starts over, warm-up included; otherwise an empty vector.
   std::vector<double> observe(const std::vector<double>& measured_busy_s);
 
  private:
   DriftOptions options_;
   std::vector<double> predicted_;
   int seen_ = 0;
-  std::vector<std::vector<double>> window_;  // relative ratios of consecutive drifting steps
+  std::vector<std::vector<double>> window_;  // relative ratios of the last `steps` judged steps
+  std::vector<int> run_;  // per rank: consecutive judged steps off to one side (+: slower, -: faster)
 };
 
 // The profile with rank i's device times (block forward/backward, head, optimizer,

@@ -25,7 +25,7 @@ void for_micro_batches(int64_t rows, int64_t micro, F&& fn) {
 }
 
 // A rank's share of the training state, for checkpoints: elements [flat_offset, +count) of
-// the flat layout, with their master weights and AdamW moments.
+// the flat layout, with their fp32 master weights and AdamW moments.
 struct OwnedSlice {
   int64_t flat_offset;
   Tensor master;
@@ -33,7 +33,9 @@ struct OwnedSlice {
 };
 
 // One rank's part of a step. Losses are returned already scaled (this rank's share of the
-// global mean); gradients end up reduced into the rank's own slices.
+// global mean); gradients end up reduced into the rank's own slices. An engine computes in
+// one compute dtype (core/precision.h): fp32 master weights, gradients and moments; in bf16
+// also a bf16 copy of its weights, rewritten by AdamW in the same pass, that it computes with.
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -48,6 +50,9 @@ class Engine {
   virtual void scale_grads(float factor) = 0;
   virtual void optimizer_step(float lr, int step) = 0;
   virtual std::vector<OwnedSlice> slices() = 0;
+  // Rewrites the weights' compute copy from the master weights, after the masters of
+  // slices() were written (a checkpoint was read). Nothing to do in f32.
+  virtual void sync_compute_params() = 0;
   // Moves this rank's training state to another layout of the same model (a new plan's
   // shares). Every rank calls it at the same point.
   virtual void reshard(const ShardLayout& next) = 0;

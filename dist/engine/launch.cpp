@@ -67,9 +67,13 @@ bool is_planner_name(const std::string& plan) {
 }
 
 // The per-rank work of a plan file (`gpumix plan --out`); its ranks and global batch must
-// be the run's.
-std::vector<RankWork> work_from_plan_file(const std::string& path, int64_t global_batch, int ranks) {
+// be the run's. The run computes in the plan's dtype unless --dtype says otherwise
+// (engine.plan_dtype; choose_compute_dtype).
+std::vector<RankWork> work_from_plan_file(const std::string& path, int64_t global_batch, int ranks,
+                                          EngineOptions& engine) {
   const gpumix::dist::Plan plan = gpumix::dist::read_plan(path);
+  engine.plan_file = path;
+  engine.plan_dtype = plan.dtype;
   if ((int)plan.ranks.size() != ranks)
     throw std::invalid_argument("plan " + path + " is for " + std::to_string(plan.ranks.size()) +
                                 " ranks but " + std::to_string(ranks) + " are running; make the plan for "
@@ -150,7 +154,7 @@ std::vector<RankWork> plan_work(const PlanRequest& request, bool have_devices, i
   if (plan_file && !std::filesystem::exists(plan))
     throw std::invalid_argument("--plan " + plan + " is neither a planner (auto, gpumix, even, proportional, cephalo, "
                                 "given) nor a plan file: cannot open " + plan);
-  if (plan_file) return work_from_plan_file(plan, global_batch, ranks);
+  if (plan_file) return work_from_plan_file(plan, global_batch, ranks, engine);
   if (plan != "given" && !(plan == "even" && !have_devices)) engine.planner = plan;
   std::vector<RankWork> work = build_work(global_batch, ranks, request.batches, request.micro_batches, request.shares);
   if (engine.planner.empty()) validate_work(work, global_batch, ranks);

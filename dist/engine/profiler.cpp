@@ -9,6 +9,7 @@
 
 #include "autograd/functions.h"
 #include "core/ops.h"
+#include "core/precision.h"
 #include "core/rng.h"
 #include "nn/data/progress.h"
 #include "nn/gpt.h"
@@ -26,17 +27,22 @@ double median(std::vector<double> t) {
   return t[t.size() / 2];
 }
 
-// Median time of fn over `repeats` runs after one warm-up.
+// Fastest of `repeats` runs of a collective after one warm-up, each started by all ranks
+// together (a barrier, not timed). A rank that the machine did not run in time can only add
+// to a run; on two busy cores most runs waited so, and their median (milliseconds instead
+// of tens of microseconds per collective) made every plan look bound by its collectives,
+// whatever the ranks' speeds.
 template <class F>
-double median_time(int repeats, F&& fn) {
+double fastest_collective(Comm& comm, int repeats, F&& fn) {
   fn();
-  std::vector<double> t;
+  double fastest = 1e300;
   for (int i = 0; i < repeats; ++i) {
+    comm.barrier();
     const double t0 = detail::now_seconds();
     fn();
-    t.push_back(detail::seconds_since(t0));
+    fastest = std::min(fastest, detail::seconds_since(t0));
   }
-  return median(t);
+  return fastest;
 }
 
 // Emulated devices share this machine's cores, so a rank computes slower while the others
@@ -64,7 +70,7 @@ class Together {
         stop();
       }
     }
-    const double window = comm_.all_reduce_max(stopped_ ? 0.0 : repeats_ * warm_up);
+    const double window = comm_.all_reduce_max(stopped_ ? 0.0 : std::max(repeats_ * warm_up, kMinWindow_s));
     const double start = detail::now_seconds();
     std::vector<double> t;
     try {
@@ -103,6 +109,12 @@ class Together {
   std::function<void()> filler;  // a stopped rank's work: what it last could do
 
  private:
+  // On a loaded machine a rank waits milliseconds at a time for a core. A window of a few
+  // short runs (a micro-batch of 1: 5 x 0.3 ms) could lie inside one such wait, and the
+  // smoothing's running maximum then carried that one slow size to every larger one (a
+  // head of 4.9 ms from m = 1 to 8 where 0.4-2.6 ms was measured otherwise): the planner
+  // took every row from a device only 3x slower. Over 50 ms most runs are clear of them.
+  static constexpr double kMinWindow_s = 0.05;
   void stop() {
     clear_tape();
     stopped_ = true;
@@ -112,10 +124,11 @@ class Together {
   bool stopped_ = false;
 };
 
-Tensor random_tensor(const Shape& shape, Device device, const char* name) {
+// N(0, 1) numbers in `dtype` (drawn in fp32, then rounded).
+Tensor random_tensor(const Shape& shape, Device device, const char* name, DType dtype = DType::f32) {
   Tensor t = Tensor::empty(shape, DType::f32, device);
   ops::normal_(t, rng_key(0, name), 0, 0.0f, 1.0f);
-  return t;
+  return dtype == DType::f32 ? t : t.to(dtype);
 }
 
 Tensor random_tokens(int64_t m, int64_t T, int V, Device device) {
@@ -132,18 +145,19 @@ std::string cache_folder(const ProfilerOptions& o) {
   return "";
 }
 
-// The key: the device, the model's shape, the sequence length, the dtype, the micro-batch
-// sizes tried and the OpenMP threads per rank; for CPU devices also every rank's device:
-// ranks that share a machine's cores slow each other down, so a CPU device's speed depends
-// on the devices beside it. v2: measured over common windows (Together).
+// The key: the device, the model's shape, the sequence length, the compute dtype, the
+// micro-batch sizes tried and the OpenMP threads per rank; for CPU devices also every rank's
+// device: ranks that share a machine's cores slow each other down, so a CPU device's speed
+// depends on the devices beside it. v2: measured over common windows (Together); v3: windows
+// of 50 ms at least; v4: in the run's compute dtype (f32 or bf16).
 std::string cache_path(const ProfilerOptions& o, const std::string& label, const std::vector<std::string>& cluster,
-                       const GPTConfig& model, int seq) {
+                       const GPTConfig& model, int seq, DType dtype) {
   const std::string folder = cache_folder(o);
   if (folder.empty()) return "";
   std::string neighbours;
   for (const std::string& l : cluster) neighbours += l + ",";
-  const std::string key = str("v2|", label, "|cluster=", neighbours, "|", config_to_json(model).dump(), "|T=", seq,
-                              "|f32|m<=", o.max_micro_batch, "|threads=", omp_get_max_threads());
+  const std::string key = str("v4|", label, "|cluster=", neighbours, "|", config_to_json(model).dump(), "|T=", seq,
+                              "|", dtype_name(dtype), "|m<=", o.max_micro_batch, "|threads=", omp_get_max_threads());
   return folder + "/device-" + str(std::hex, rng_key(0, key)) + ".json";
 }
 
@@ -179,22 +193,25 @@ void smooth_samples(std::vector<MicroBatchSample>& samples) {
   }
 }
 
-// Measures this rank's device. Returns the DeviceProfile as JSON (the profile file's form).
-DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string& label, Device device,
-                             Comm& comm, const ProfilerOptions& o, data::Progress* progress) {
+// Measures this rank's device computing in `dtype`, as the engines do: parameters and
+// activations in it, parameter gradients in fp32.
+DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const std::string& label,
+                             Device device, Comm& comm, const ProfilerOptions& o, data::Progress* progress) {
   DeviceProfile d;
   d.name = label;
   d.kind = "cpu";
-  d.dtype_bytes = 4;
   d.memory_bytes = (double)device_props(device).capacity;
   Allocator& alloc = allocator(device);
 
-  // One block, the embedding and the head, bound to buffers of their own.
-  GPT gpt(model, device);
+  // One block, the embedding and the head, bound to parameters of their own in the compute
+  // dtype and fp32 gradients (the fp32 initial values freed before the gradients are made,
+  // so that a device with little memory holds no more than in training).
+  GPT gpt(model, device, dtype);
   auto bind = [&](int unit) {
     const int64_t n = model.unit_params(unit);
     Tensor p = Tensor::empty({n}, DType::f32, device);
     GPT::init_slice(gpt.layout(), 0, gpt.unit_range(unit).first, p);
+    if (dtype != DType::f32) p = p.to(dtype);
     gpt.bind_unit(unit, p, Tensor::zeros({n}, DType::f32, device));
   };
   bind(0);
@@ -211,8 +228,8 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string&
       if (together.stopped()) x = dy = tokens = dwte = dwpe = Tensor();
     };
     together.prepare([&] {
-      x = random_tensor({m, T, C}, device, "profile.x");
-      dy = random_tensor({m, T, C}, device, "profile.dy");
+      x = random_tensor({m, T, C}, device, "profile.x", dtype);
+      dy = random_tensor({m, T, C}, device, "profile.dy", dtype);
     });
     free_if_stopped();
     s.block_fwd_s = together.time([&] {
@@ -251,9 +268,9 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string&
     if (!together.stopped()) {
       d.samples.push_back(s);
       // Once this rank's memory runs out, it keeps computing at its largest micro-batch.
-      together.filler = [&gpt, m, T, C, device] {
-        Var in(Tensor::zeros({m, T, C}, DType::f32, device), true);
-        backward(gpt.block(0, in), Tensor::zeros({m, T, C}, DType::f32, device));
+      together.filler = [&gpt, m, T, C, device, dtype] {
+        Var in(Tensor::zeros({m, T, C}, dtype, device), true);
+        backward(gpt.block(0, in), Tensor::zeros({m, T, C}, dtype, device));
       };
     }
     if (comm.all_reduce_max(together.stopped() ? 0.0 : 1.0) == 0) break;
@@ -268,7 +285,8 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string&
   auto free_bytes = [&] { return alloc.stats().capacity - alloc.stats().in_use; };
 
   // AdamW per parameter, on a buffer of up to 1M parameters (parameters, gradients and two
-  // moments: 16 bytes each) that takes at most half of what the device has free.
+  // moments: 16 bytes each, fp32 in every compute dtype) that takes at most half of what the
+  // device has free.
   {
     const int64_t n = std::max<int64_t>(1024, std::min<int64_t>({model.total_params(), 1 << 20, free_bytes() / 32}));
     Tensor p = random_tensor({n}, device, "profile.p"), g = random_tensor({n}, device, "profile.g");
@@ -281,11 +299,12 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, const std::string&
   // terms but token buffers and small scratch tensors.
   d.work_bytes = (double)(4 * 2 * T * (int64_t)sizeof(int32_t) * o.max_micro_batch) + (256 << 10);
 
-  // Dense peak for MFU: a square GEMM of up to 512 (three matrices in half the free memory).
+  // Dense peak for MFU: a square GEMM of up to 512 in the compute dtype (three matrices in
+  // half the free memory).
   int64_t k = 512;
   while (k > 32 && 3 * k * k * 4 > free_bytes() / 2) k /= 2;
-  Tensor a = random_tensor({k, k}, device, "profile.a"), b = random_tensor({k, k}, device, "profile.b"),
-         c = Tensor::empty({k, k}, DType::f32, device);
+  Tensor a = random_tensor({k, k}, device, "profile.a", dtype), b = random_tensor({k, k}, device, "profile.b", dtype),
+         c = Tensor::empty({k, k}, dtype, device);
   d.peak_flops = 2.0 * k * k * k / Together(comm, o.repeats).time([&] { ops::gemm(c, a, b, false, false); });
   return d;
 }
@@ -314,8 +333,7 @@ CommProfile measure_comm(Comm& comm, Device device, int repeats) {
     const std::vector<int64_t> counts = counts_for(total, even);
     Tensor full = Tensor::zeros({total}, DType::f32, device);
     Tensor mine = Tensor::zeros({counts[comm.rank()]}, DType::f32, device);
-    const double t = median_time(repeats, [&] {
-      comm.barrier();
+    const double t = fastest_collective(comm, repeats, [&] {
       if (gather)
         comm.all_gather_v(mine, full, counts);
       else
@@ -369,13 +387,14 @@ std::vector<std::string> all_gather_strings(Comm& comm, const std::string& mine,
 
 }  // namespace
 
-Profile profile_cluster(const GPTConfig& model, int seq_len, const std::string& device_label,
+Profile profile_cluster(const GPTConfig& model, int seq_len, DType dtype, const std::string& device_label,
                         Device device, Comm& comm, const ProfilerOptions& o) {
+  check_compute_dtype(dtype, "profile");
   GPUMIX_CHECK_INPUT(o.repeats >= 1 && o.max_micro_batch >= 1, "profiling needs at least 1 repeat and a largest "
                      "micro-batch of at least 1, got ", o.repeats, " repeats and ", o.max_micro_batch);
   const std::vector<std::string> labels = all_gather_strings(comm, device_label, device);
   const std::string cache =
-      cache_path(o, device_label, device.is_cpu() ? labels : std::vector<std::string>{}, model, seq_len);
+      cache_path(o, device_label, device.is_cpu() ? labels : std::vector<std::string>{}, model, seq_len, dtype);
   std::string error;
   json mine;
   // Measured together or not at all (see measure_device): one rank without a cached
@@ -392,7 +411,8 @@ Profile profile_cluster(const GPTConfig& model, int seq_len, const std::string& 
       Profile one;
       one.model = model;
       one.seq_len = seq_len;
-      one.devices.push_back(measure_device(model, seq_len, device_label, device, comm, o, progress.get()));
+      one.dtype = dtype;
+      one.devices.push_back(measure_device(model, seq_len, dtype, device_label, device, comm, o, progress.get()));
       one.ranks.push_back({device_label, 0});
       mine = profile_to_json(one).at("devices").at(0);
       if (progress) progress->finish();
@@ -412,10 +432,11 @@ Profile profile_cluster(const GPTConfig& model, int seq_len, const std::string& 
   Profile p;
   p.model = model;
   p.seq_len = seq_len;
+  p.dtype = dtype;
   for (int r = 0; r < comm.size(); ++r) {
     // Each rank's entry is validated as the one device of a one-rank profile.
     const json d = json::parse(texts[r]);
-    const json one = {{"model", config_to_json(model)}, {"seq_len", seq_len},
+    const json one = {{"model", config_to_json(model)}, {"seq_len", seq_len}, {"dtype", dtype_name(dtype)},
                       {"devices", json::array({d})}, {"ranks", json::array({d.at("name")})}};
     const DeviceProfile device_profile = profile_from_json(one).devices[0];
     bool known = false;

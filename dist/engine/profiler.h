@@ -2,11 +2,13 @@
 // the model being trained: per-block forward and backward (+ recompute) times and the
 // allocator's peak at micro-batch sizes 1, 2, 4, ... up to the largest that fits, the
 // embedding + head + loss, AdamW per parameter, and the collectives among the ranks (even
-// and uneven). Times are medians after a warm-up, measured on the rank's own device, so an
-// emulated device's slowdown and capacity show as they will in training. Every rank makes
-// each measurement over one common window (the slowest rank's `repeats` runs; a rank whose
-// memory ran out keeps computing meanwhile), so that emulated devices sharing one machine's
-// cores contend for them as they will in training, where every rank computes at once.
+// and uneven). Compute times are medians after a warm-up, measured on the rank's own device,
+// so an emulated device's slowdown and capacity show as they will in training; a
+// collective's time is the fastest of its repeats (on a loaded machine the others measure
+// the wait for ranks the scheduler did not run). Every rank makes each measurement over
+// one common window (the slowest rank's `repeats` runs, 50 ms at least; a rank whose memory
+// ran out keeps computing meanwhile), so that emulated devices sharing one machine's cores
+// contend for them as they will in training, where every rank computes at once.
 // The times are then smoothed across micro-batch sizes (never more per sequence for a
 // larger micro-batch, never less in total): see smooth_samples in profiler.cpp.
 // Device measurements are cached per (device, model shape, sequence length, dtype, threads
@@ -28,10 +30,11 @@ struct ProfilerOptions {
   bool show_progress = true; // rank 0 shows a progress bar
 };
 
-// Collective over `comm`: every rank passes its device (already configured: capacity and
-// slowdown) and that device's label ("cpu:mem=2GiB:slow=3"); every rank returns the same
-// profile (ranks with the same label share one device entry).
-Profile profile_cluster(const GPTConfig& model, int seq_len, const std::string& device_label,
+// Collective over `comm`: every rank passes the run's compute dtype (f32 or bf16), its
+// device (already configured: capacity and slowdown) and that device's label
+// ("cpu:mem=2GiB:slow=3"); every rank returns the same profile (ranks with the same label
+// share one device entry), measured in that dtype.
+Profile profile_cluster(const GPTConfig& model, int seq_len, DType dtype, const std::string& device_label,
                         Device device, Comm& comm, const ProfilerOptions& options = {});
 
 }  // namespace gpumix::dist

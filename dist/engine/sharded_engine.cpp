@@ -7,9 +7,10 @@
 namespace gpumix::dist {
 
 ShardedEngine::ShardedEngine(const GPTConfig& config, const ShardLayout& layout, Comm& comm,
-                             Device device, uint64_t seed, const AdamWConfig& adam, bool prefetch)
-    : config_(config), layout_(layout), comm_(comm), device_(device), model_(config, device),
-      adam_(adam), prefetch_(prefetch) {
+                             Device device, DType compute, uint64_t seed, const AdamWConfig& adam,
+                             bool prefetch)
+    : config_(config), layout_(layout), comm_(comm), device_(device), compute_dtype_(compute),
+      model_(config, device, compute), adam_(adam), prefetch_(prefetch) {
   allocate_state();
   for (int u = 0; u < layout_.num_units(); ++u) {
     Tensor mine = master_slice(u);
@@ -166,12 +167,19 @@ void ShardedEngine::allocate_state() {
   }
 }
 
-Tensor ShardedEngine::master_slice(int u) {
-  return master_.flat_slice(layout_.rank_unit_offset(u, comm_.rank()), layout_.slice(u, comm_.rank()).count);
+Tensor ShardedEngine::unit_slice(const Tensor& flat, int u) const {
+  return flat.flat_slice(layout_.rank_unit_offset(u, comm_.rank()), layout_.slice(u, comm_.rank()).count);
 }
 
-Tensor ShardedEngine::grad_slice(int u) {
-  return grads_.flat_slice(layout_.rank_unit_offset(u, comm_.rank()), layout_.slice(u, comm_.rank()).count);
+Tensor ShardedEngine::own_part_of_full(int u, Tensor* mine) {
+  Tensor full = Tensor::empty({layout_.unit_size(u)}, compute_dtype_, device_);
+  const Slice& s = layout_.slice(u, comm_.rank());
+  *mine = full.flat_slice(s.offset, s.count);
+  if (compute_dtype_ == DType::f32)
+    ops::copy(*mine, master_slice(u));
+  else
+    ops::convert(*mine, master_slice(u));
+  return full;
 }
 
 // Forward through the embedding and every block without recording, keeping each block's
@@ -219,15 +227,17 @@ Tensor ShardedEngine::fetch(int unit, int next) {
   } else {
     GPUMIX_CHECK(!pending_, "internal: prefetched unit ", pending_unit_, " but unit ", unit, " is needed");
     TraceSpan span(tracer, "gather", "collective", unit);
-    full = Tensor::empty({layout_.unit_size(unit)}, DType::f32, device_);
-    comm_.all_gather_v(master_slice(unit), full, layout_.counts(unit));
+    Tensor mine;
+    full = own_part_of_full(unit, &mine);
+    comm_.all_gather_v(mine, full, layout_.counts(unit));  // in place, around this rank's slice
   }
   wait_s += detail::seconds_since(t0);
   if (prefetch_ && next >= 0) {
     TraceSpan span(tracer, "issue gather", "collective", next);
-    pending_full_ = Tensor::empty({layout_.unit_size(next)}, DType::f32, device_);
+    Tensor mine;
+    pending_full_ = own_part_of_full(next, &mine);
     pending_issued_ = detail::now_seconds();
-    pending_ = comm_.all_gather_v_async(master_slice(next), pending_full_, layout_.counts(next));
+    pending_ = comm_.all_gather_v_async(mine, pending_full_, layout_.counts(next));
     pending_unit_ = next;
   }
   return full;

@@ -4,6 +4,12 @@
 // next unit's gather overlapping the current unit's compute), each micro-batch's block input
 // is kept, backward recomputes each block from it, and each unit's gradient is
 // reduce-scattered once per step.
+//
+// Precision: the master shard, the gradients (accumulated over micro-batches and
+// reduce-scattered) and the AdamW moments are fp32 (16 bytes per parameter of the shard in
+// either compute dtype). Units are gathered in the compute dtype: each rank rounds its
+// slice of the master into its place in the gathered buffer, which the all-gather then
+// fills around it (in bf16 half of fp32's bytes, and no bf16 copy of the shard is kept).
 #pragma once
 
 #include <cstdint>
@@ -20,7 +26,7 @@ namespace gpumix::dist {
 class ShardedEngine final : public Engine {
  public:
   ShardedEngine(const GPTConfig& config, const ShardLayout& layout, Comm& comm, Device device,
-                uint64_t seed, const AdamWConfig& adam, bool prefetch);
+                DType compute, uint64_t seed, const AdamWConfig& adam, bool prefetch);
 
   double forward_backward(const Tensor& inputs, const Tensor& targets, int64_t micro,
                           float scale) override;
@@ -30,12 +36,18 @@ class ShardedEngine final : public Engine {
   void scale_grads(float f) override;
   void optimizer_step(float lr, int step) override;
   std::vector<OwnedSlice> slices() override;
+  void sync_compute_params() override {}  // every gather rounds the master afresh
   void reshard(const ShardLayout& next) override;
 
  private:
   void allocate_state();
-  Tensor master_slice(int u);
-  Tensor grad_slice(int u);
+  // Unit u's slice of one of this rank's flat (rank_total) arrays.
+  Tensor unit_slice(const Tensor& flat, int u) const;
+  Tensor master_slice(int u) const { return unit_slice(master_, u); }
+  Tensor grad_slice(int u) const { return unit_slice(grads_, u); }
+  // A buffer for unit u's full parameters in the compute dtype, holding this rank's slice
+  // of them (rounded from its master); `mine` gets that slice's view, the gather's input.
+  Tensor own_part_of_full(int u, Tensor* mine);
   std::vector<std::vector<Tensor>> forward_blocks(const Tensor& inputs, int64_t micro);
   void bind(int unit, const Tensor& params, const Tensor& grads) { model_.bind_unit(unit, params, grads); }
   // After a unit ran: its gathered parameters (and gradient buffer) are freed, so that only
@@ -48,10 +60,11 @@ class ShardedEngine final : public Engine {
   ShardLayout layout_;
   Comm& comm_;
   Device device_;
+  DType compute_dtype_;
   GPT model_;  // unbound: each unit is bound to its gathered parameters as it runs
   AdamWConfig adam_;
   bool prefetch_;
-  Tensor master_, grads_;  // (rank_total): this rank's slices of every unit, back to back
+  Tensor master_, grads_;  // (rank_total) fp32: this rank's slices of every unit, back to back
   std::vector<std::unique_ptr<AdamW>> opts_;
   CommRequestPtr pending_;
   Tensor pending_full_;

@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "core/ops.h"
+#include "core/precision.h"
 #include "dist/engine/checkpoint.h"
 #include "dist/engine/engine.h"
 #include "dist/engine/fault.h"
@@ -25,6 +26,7 @@
 #include "dist/engine/trace.h"
 #include "dist/engine/whole_model_engine.h"
 #include "dist/plan/simulator.h"
+#include "kernels/cpu/isa.h"
 #include "nn/data/loader.h"
 #include "nn/hf/gpt2.h"
 #include "nn/optim.h"
@@ -116,6 +118,21 @@ void slow_down_if_injected(int rank, Device device) {
   configure_device(device, props);
 }
 
+// What makes a device compute bf16 natively (core/precision.h decides; "" : it does not),
+// as the settings table names it. kNativeFeatures[i] travels between ranks as i.
+const char* const kNativeFeatures[] = {"", "avx512_bf16", "AMX-BF16", "a CUDA GPU"};
+int native_bf16_feature(Device device) {
+  if (default_compute_dtype(device) != DType::bf16) return 0;
+  if (device.is_cuda()) return 3;
+  return kernels::cpu::isa_supported(kernels::cpu::Isa::avx512_bf16) ? 1 : 2;
+}
+
+// --seq, or the preset's context; an unknown --model fails here, before anything is written.
+int64_t seq_of(const TrainOptions& o) {
+  const GPTConfig preset = gpt_preset(o.model);
+  return o.seq > 0 ? o.seq : preset.T;
+}
+
 std::vector<double> ms_of(const std::vector<double>& seconds) {
   std::vector<double> ms;
   for (double x : seconds) ms.push_back(x * 1e3);
@@ -145,6 +162,7 @@ class Training {
   void prepare_run_folder();
   void load_data();
   void choose_device();
+  void choose_dtype();
   void choose_plan(const std::vector<RankWork>& given_work);
   void make_engine();
   void init_from();
@@ -196,6 +214,7 @@ class Training {
   data::Split split_;
   std::optional<data::BatchLoader> loader_, val_loader_;
   Device device_;
+  ComputeDtype dtype_;
   std::vector<RankWork> work_;
   std::unique_ptr<Replanner> planner_;  // null: `work` as given
   std::unique_ptr<Engine> engine_;
@@ -276,12 +295,31 @@ void Training::choose_device() {
   }
 }
 
+// --dtype, the plan file's, the checkpoint's or the devices' (choose_compute_dtype).
+void Training::choose_dtype() {
+  std::string error;
+  ComputeDtypeSources sources;
+  sources.flag = o_.dtype;
+  sources.plan_file = engine_options_.plan_file;
+  sources.plan_dtype = engine_options_.plan_dtype;
+  for (double f : gather_ranks((double)native_bf16_feature(device_))) sources.native.push_back(kNativeFeatures[(int)f]);
+  try {
+    if (resuming_) sources.checkpoint = checkpoint_dtype(open_checkpoint(o_.resume));
+    dtype_ = choose_compute_dtype(sources);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  comm_.agree("compute dtype", {(int64_t)dtype_.dtype}, error);
+  if (lead_ && !dtype_.note.empty()) std::printf("note: %s\n", dtype_.note.c_str());
+}
+
 // The work as given, or the planner's on a profile of the ranks.
 void Training::choose_plan(const std::vector<RankWork>& given_work) {
   work_ = given_work;
   if (engine_options_.planner.empty()) return;
   planner_ = std::make_unique<Replanner>(
-      profile_cluster(config_, (int)seq_, engine_options_.device_label, device_, comm_, engine_options_.profiler),
+      profile_cluster(config_, (int)seq_, dtype_.dtype, engine_options_.device_label, device_, comm_,
+                      engine_options_.profiler),
       engine_options_.planner == "auto" ? "gpumix" : engine_options_.planner, o_.batch, engine_options_.drift);
   work_ = planner_->work();
   validate_work(work_, o_.batch, ranks_);
@@ -295,10 +333,10 @@ void Training::make_engine() {
   AdamWConfig adam;
   adam.weight_decay = o_.weight_decay;
   if (ranks_ == 1)
-    engine_ = std::make_unique<WholeModelEngine>(config_, device_, o_.seed, adam, o_.recompute);
+    engine_ = std::make_unique<WholeModelEngine>(config_, device_, dtype_.dtype, o_.seed, adam, o_.recompute);
   else
-    engine_ = std::make_unique<ShardedEngine>(config_, agreed_layout(), comm_, device_, o_.seed, adam,
-                                              engine_options_.prefetch);
+    engine_ = std::make_unique<ShardedEngine>(config_, agreed_layout(), comm_, device_, dtype_.dtype, o_.seed,
+                                              adam, engine_options_.prefetch);
   engine_->tracer = &tracer_;
 }
 
@@ -314,6 +352,7 @@ void Training::init_from() {
     error = e.what();
   }
   comm_.agree("init-from", {}, error);
+  engine_->sync_compute_params();  // the compute copy of the imported master weights
   if (lead_) std::printf("initialised from %s\n", o_.init_from.c_str());
 }
 
@@ -335,6 +374,7 @@ void Training::print_settings() const {
       {"model", config.name + " L=" + std::to_string(config.L) + " NH=" + std::to_string(config.NH) +
                     " C=" + std::to_string(config.C) + " T=" + std::to_string(config.T)},
       {"parameters", human_count((double)config.total_params())},
+      {"dtype", dtype_.why},
       {"batch x seq", std::to_string(o_.batch) + " x " + std::to_string(seq_) + " = " +
                           std::to_string(o_.batch * seq_) + " tokens/step"},
       {"steps", std::to_string(o_.steps) + (resuming_ ? " (from step " + std::to_string(start_) + ")" : "")},
@@ -487,8 +527,9 @@ json Training::step_line(int step, const StepOutcome& s, const StepTime& t, std:
     line["busy"] = fraction;
     line["busy_ms"] = ms_of(t.busy_s);
   }
-  if (step == start_ + 1) {  // what the whole run shares: the plan, the baseline to beat
+  if (step == start_ + 1) {  // what the whole run shares: the plan, the compute dtype, the baseline to beat
     line["plan"] = plan_text();  // b/m/r per rank, as in the settings
+    line["dtype"] = dtype_name(dtype_.dtype);
     line["unigram_loss"] = result_.unigram_loss;
   }
   if (planner_) {
@@ -552,7 +593,8 @@ void Training::print_step(int step, const StepOutcome& s, const StepTime& t, con
 void Training::save_if_due(int step) {
   if ((o_.ckpt_interval > 0 && step % o_.ckpt_interval == 0) || step == last_) {
     TraceSpan span(&tracer_, "checkpoint", "phase");
-    result_.checkpoint = save_checkpoint(o_, config_, work_, *engine_, comm_, step, run_.tokenizer_hash);
+    result_.checkpoint =
+        save_checkpoint(o_, config_, dtype_.dtype, work_, *engine_, comm_, step, run_.tokenizer_hash);
   }
 }
 
@@ -673,6 +715,50 @@ void validate_work(const std::vector<RankWork>& work, int64_t global_batch, int 
                      ", not 1; every parameter needs exactly one owner");
 }
 
+ComputeDtype choose_compute_dtype(const ComputeDtypeSources& s) {
+  // The first rank whose device lacks native bf16, and how to say where.
+  int lacking = -1;
+  for (size_t r = 0; r < s.native.size() && lacking < 0; ++r)
+    if (s.native[r].empty()) lacking = (int)r;
+  bool all_alike = true;
+  for (const std::string& f : s.native) all_alike = all_alike && f == s.native[0];
+  const std::string here = all_alike ? "this CPU" : str("rank ", lacking, "'s CPU");
+  const char* no_bf16 = "neither avx512_bf16 nor AMX-BF16";
+  ComputeDtype c;
+  std::string source;
+  if (s.flag) {
+    GPUMIX_CHECK(s.plan_file.empty() || *s.flag == s.plan_dtype, "plan ", s.plan_file, " was made for ",
+                 dtype_name(s.plan_dtype), " but --dtype is ", dtype_name(*s.flag),
+                 "; its memory and times hold only in its dtype: make the plan again with `gpumix plan --dtype ",
+                 dtype_name(*s.flag), "`, or drop --dtype to train in ", dtype_name(s.plan_dtype));
+    c.dtype = *s.flag;
+    source = "--dtype";
+  } else if (!s.plan_file.empty()) {
+    c.dtype = s.plan_dtype;
+    source = "the plan file's";
+  } else if (s.checkpoint) {
+    c.dtype = *s.checkpoint;
+    source = "the checkpoint's";
+  } else {
+    c.dtype = lacking < 0 ? DType::bf16 : DType::f32;
+    const std::string what = lacking >= 0         ? here + " has " + no_bf16
+                             : !all_alike         ? "every rank's device computes it natively"
+                             : s.native[0] == kNativeFeatures[3] ? std::string("the devices are CUDA GPUs")
+                                                                : here + " has " + s.native[0];
+    c.why = str(dtype_name(c.dtype), " (default: ", what, ")");
+    return c;
+  }
+  check_compute_dtype(c.dtype, "the compute dtype");
+  if (c.dtype == DType::bf16 && lacking >= 0) {
+    c.why = str("bf16 (", source, "; ", here, " has ", no_bf16, ": the portable bf16 kernels)");
+    c.note = str("bf16 on a CPU with ", no_bf16, " (", all_alike ? std::string("this one") : str("rank ", lacking),
+                 "): the portable bf16 kernels run, correct but slower than f32");
+  } else {
+    c.why = str(dtype_name(c.dtype), " (", source, ")");
+  }
+  return c;
+}
+
 std::vector<RankWork> even_work(int64_t global_batch, int ranks) {
   std::vector<RankWork> work(ranks);
   for (int r = 0; r < ranks; ++r) {
@@ -690,6 +776,7 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
   run.prepare_run_folder();
   run.load_data();
   run.choose_device();
+  run.choose_dtype();
   run.choose_plan(given_work);
   run.make_engine();
   run.init_from();

@@ -12,7 +12,9 @@
 //   it, and each unit's gradient is reduce-scattered once per step.
 //
 // Both give the gradient of the loss summed over the global batch divided by its token
-// count: the same model whatever the plan, up to float rounding. The step loop around an
+// count: the same model whatever the plan, up to float rounding. Both compute in the run's
+// compute dtype (choose_compute_dtype below): f32, or bf16 with fp32 master weights,
+// gradients and moments (core/precision.h). The step loop around an
 // engine (dist/engine/trainer.cpp) is the same for both: dist/engine/engine.h is the line
 // between them.
 #pragma once
@@ -61,7 +63,34 @@ struct EngineOptions {
   // Trace Event Format file (dist/engine/trace.h); "" : no trace.
   std::string trace;
   int trace_first = 2, trace_last = 4;
+  // The plan file `work` was read from ("" : none) and the compute dtype it was made for.
+  std::string plan_file;
+  DType plan_dtype = DType::f32;
 };
+
+// The run's compute dtype and why, for the settings table ("bf16 (default: this CPU has
+// avx512_bf16)").
+struct ComputeDtype {
+  DType dtype = DType::f32;
+  std::string why;
+  std::string note;  // "" or a line to print: bf16 forced where it is not native
+};
+
+// What decides it, in this order: --dtype; else the plan file's dtype (a --dtype that
+// differs from it is an error naming both: the plan's memory holds only in its dtype);
+// else, when resuming, the checkpoint's (which is otherwise informational: a run may
+// resume in either dtype); else bf16 when every rank's device computes it natively, f32
+// otherwise. bf16 on a device without it is allowed: the portable bf16 kernels, slower.
+struct ComputeDtypeSources {
+  std::optional<DType> flag;
+  std::string plan_file;  // "" : no plan file
+  DType plan_dtype = DType::f32;
+  std::optional<DType> checkpoint;
+  // Per rank: what makes its device compute bf16 natively ("avx512_bf16", "AMX-BF16", "a
+  // CUDA GPU"), or "" when it does not.
+  std::vector<std::string> native;
+};
+ComputeDtype choose_compute_dtype(const ComputeDtypeSources& sources);
 
 // Runs the whole training on this rank (o.batch is the global batch). Rank 0 prints and
 // writes the log; every rank writes its slices of each checkpoint. `work` is ignored when

@@ -4,9 +4,9 @@
 
 namespace gpumix::dist {
 
-WholeModelEngine::WholeModelEngine(const GPTConfig& config, Device device, uint64_t seed,
+WholeModelEngine::WholeModelEngine(const GPTConfig& config, Device device, DType compute, uint64_t seed,
                                    const AdamWConfig& adam, bool recompute)
-    : model_(config, device, seed),
+    : model_(config, device, seed, compute),
       opt_(model_.layout(), 0, model_.num_params(), device, adam),
       recompute_(recompute) {}
 
@@ -54,7 +54,7 @@ std::vector<Tensor> WholeModelEngine::unit_grads() {
 void WholeModelEngine::scale_grads(float f) { ops::scale(model_.grads(), model_.grads(), f); }
 
 void WholeModelEngine::optimizer_step(float lr, int step) {
-  opt_.step(model_.params(), model_.grads(), lr, step);
+  opt_.step(model_.params(), model_.grads(), lr, step, model_.compute_params());
 }
 
 std::vector<OwnedSlice> WholeModelEngine::slices() { return {{0, model_.params(), &opt_}}; }

@@ -7,7 +7,7 @@
 namespace gpumix::dist {
 
 CostModel::CostModel(const Profile& profile, MemoryParams memory, int max_m)
-    : profile_(profile), memory_(profile.model, profile.seq_len, memory) {
+    : profile_(profile), memory_(profile.model, profile.seq_len, profile.dtype, memory) {
   max_m_ = std::max(max_m, 1);
   for (const DeviceProfile& d : profile.devices) {
     DeviceTable t;
@@ -25,8 +25,7 @@ CostModel::CostModel(const Profile& profile, MemoryParams memory, int max_m)
 }
 
 CommTimes CostModel::comm(int participants, int nodes, bool even) const {
-  int dtype = 2;
-  for (const DeviceProfile& d : profile_.devices) dtype = std::max(dtype, d.dtype_bytes);
+  const double dtype = (double)dtype_size(profile_.dtype);
   const GPTConfig& g = profile_.model;
   const double block = (double)g.block_params();
   const double embed = (double)(g.embed_params() + g.head_params());
@@ -74,7 +73,7 @@ RankTimes CostModel::compute_times(int rank, int64_t b, int m, bool offload) con
   t.bwd = (n - 1) * (full.block_bwd_s + d.microbatch_overhead_s) + tail.block_bwd_s;
   t.head_compute = (n - 1) * full.head_s + tail.head_s;
   if (offload && d.host_bandwidth_Bps > 0)
-    t.offload = (double)b * profile_.seq_len * profile_.model.C * d.dtype_bytes / d.host_bandwidth_Bps;
+    t.offload = (double)b * profile_.seq_len * profile_.model.C * dtype_size(profile_.dtype) / d.host_bandwidth_Bps;
   return t;
 }
 
@@ -97,7 +96,7 @@ MemoryTerms CostModel::memory_terms(int rank, int64_t b, int m, double r, bool o
     act = s.block_act_bytes;
     head = s.head_bytes;
   }
-  return memory_.terms_from(act, head, d.dtype_bytes, d.work_bytes, b, m, r, offload);
+  return memory_.terms_from(act, head, d.work_bytes, b, m, r, offload);
 }
 
 CostModel::Step CostModel::evaluate(const std::vector<RankChoice>& choices) const {

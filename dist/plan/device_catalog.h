@@ -28,7 +28,7 @@ struct DeviceSpec {
   double efficiency;          // see above
   double memory_bandwidth_GBps;
   double host_bandwidth_GBps; // PCIe, one direction, achievable (0: no offload)
-  int dtype_bytes;            // 2 on GPUs, 4 on CPUs
+  int dtype_bytes;            // of the dtype peak_tflops is for: 2 on GPUs (16-bit), 4 on the cpu
 };
 
 // Throws std::invalid_argument listing the known names. Case-insensitive.

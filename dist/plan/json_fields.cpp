@@ -6,6 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/error.h"
+#include "core/precision.h"
+
 namespace gpumix::dist {
 
 using nlohmann::json;
@@ -76,6 +79,15 @@ const json& array_field(const json& j, const std::string& key, const std::string
   const json& v = field(j, key, where);
   if (!v.is_array()) format_error(path_of(where, key), "must be an array");
   return v;
+}
+
+DType compute_dtype_field(const json& j, const std::string& key, const std::string& where) {
+  const std::string name = string_field(j, key, where);
+  try {
+    return compute_dtype_from_name(name, path_of(where, key).c_str());
+  } catch (const Error& e) {
+    throw FormatError(e.what());
+  }
 }
 
 void check_range(double value, double lo, double hi, const std::string& where) {

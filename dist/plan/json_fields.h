@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
+
 namespace gpumix::dist {
 
 // A file that does not follow its format. The message starts with the field's path.
@@ -35,6 +37,8 @@ bool bool_field_or(const nlohmann::json& j, const std::string& key, const std::s
                    bool fallback);
 const nlohmann::json& array_field(const nlohmann::json& j, const std::string& key,
                                   const std::string& where);
+// A compute dtype (core/precision.h's names: "bf16", "f32" or "fp32").
+DType compute_dtype_field(const nlohmann::json& j, const std::string& key, const std::string& where);
 
 // Checks for a value that must lie in [lo, hi].
 void check_range(double value, double lo, double hi, const std::string& where);

@@ -4,18 +4,18 @@
 
 namespace gpumix::dist {
 
-MemoryModel::MemoryModel(const GPTConfig& model, int seq_len, MemoryParams params)
-    : model_(model), seq_len_(seq_len), params_(params) {
+MemoryModel::MemoryModel(const GPTConfig& model, int seq_len, DType compute, MemoryParams params)
+    : model_(model), seq_len_(seq_len), compute_(compute), params_(params) {
   params_total_ = (double)model.total_params();
   embed_ = (double)model.embed_params();
   block_ = (double)model.block_params();
   state_per_share_ = params_total_ * params_.state_bytes_per_param();
 }
 
-MemoryTerms MemoryModel::terms_from(double act_block_bytes, double head_bytes, int dtype_bytes,
-                                    double work_fixed, int64_t b, int m, double r,
-                                    bool offload) const {
+MemoryTerms MemoryModel::terms_from(double act_block_bytes, double head_bytes, double work_fixed,
+                                    int64_t b, int m, double r, bool offload) const {
   MemoryTerms t;
+  const double dtype_bytes = (double)dtype_size(compute_);
   const double sample_bytes = (double)seq_len_ * model_.C * dtype_bytes;  // one block input
   t.state = r * state_per_share_;
   t.gathered = embed_ * (dtype_bytes + params_.grad_accum_bytes) +
@@ -43,7 +43,7 @@ MemoryTerms MemoryModel::terms(const DeviceProfile& d, int64_t b, int m, double 
     act = interpolate(d.samples, mb, &MicroBatchSample::block_act_bytes);
     head = interpolate(d.samples, mb, &MicroBatchSample::head_bytes);
   }
-  return terms_from(act, head, d.dtype_bytes, d.work_bytes, b, m, r, offload);
+  return terms_from(act, head, d.work_bytes, b, m, r, offload);
 }
 
 double MemoryModel::max_share(const MemoryTerms& w, double capacity) const {

@@ -1,7 +1,9 @@
 // The memory model of METHOD.md §3: bytes on one rank for a given plan, term by term, so
 // that each term can be held against the allocator's measured peak.
 //
-//   state    = r · P · (master + grad + AdamW m, v)                  (fp32: 16 B / param)
+//   state    = r · P · (master + grad + AdamW m, v)                  (fp32: 16 B / param in
+//                                              either compute dtype: the engine rounds its
+//                                              slice into the gathered buffer, no copy)
 //   gathered = Pe · (dtype + 4)                the embedding (tied to the LM head) and its
 //                                              fp32 gradient, held from the head to the end
 //                                              of the backward
@@ -19,7 +21,8 @@
 //   work     = fixed working bytes             workspaces, communication buffers
 //            + margin                          fragmentation: a fraction of all the above
 //
-// Pe, Pb: parameters of the embedding unit and of one block. Every other unit's gathered
+// dtype: bytes of the run's compute dtype (4 in f32, 2 in bf16). Pe, Pb: parameters of the
+// embedding unit and of one block. Every other unit's gathered
 // buffers are freed as soon as it ran. b = 0 with r > 0 is a rank that only holds
 // state (it still gathers); b = 0 and r = 0 is a rank left out, which uses nothing.
 // The carried term is not in METHOD.md's list but the layer-major backward needs it: the
@@ -30,6 +33,7 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "dist/plan/profile.h"
 #include "nn/gpt_config.h"
 
@@ -70,19 +74,21 @@ struct MemoryTerms {
 
 class MemoryModel {
  public:
-  MemoryModel(const GPTConfig& model, int seq_len, MemoryParams params = {});
+  // `compute`: the run's compute dtype (f32 or bf16).
+  MemoryModel(const GPTConfig& model, int seq_len, DType compute, MemoryParams params = {});
 
   // The rank's bytes with batch b in micro-batches of m (b = 0: m ignored), share r.
   MemoryTerms terms(const DeviceProfile& d, int64_t b, int m, double r, bool offload) const;
   // The same from a micro-batch's measured values (what the planner's tables hold), for a
   // rank that takes part (it gathers even when b = 0 and r = 0).
-  MemoryTerms terms_from(double act_block_bytes, double head_bytes, int dtype_bytes,
-                         double work_fixed, int64_t b, int m, double r, bool offload) const;
+  MemoryTerms terms_from(double act_block_bytes, double head_bytes, double work_fixed, int64_t b,
+                         int m, double r, bool offload) const;
 
   // Largest share r that fits `capacity` next to everything else (negative: none fits).
   double max_share(const MemoryTerms& without_state, double capacity) const;
 
   double state_bytes_total() const { return state_per_share_; }  // r = 1
+  DType compute_dtype() const { return compute_; }
   double total_params() const { return params_total_; }
   double embed_params() const { return embed_; }
   double block_params() const { return block_; }
@@ -99,6 +105,7 @@ class MemoryModel {
  private:
   GPTConfig model_;
   int seq_len_;
+  DType compute_;
   MemoryParams params_;
   double params_total_;
   double embed_, block_;

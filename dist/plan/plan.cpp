@@ -40,6 +40,7 @@ Plan make_plan(const CostModel& cost, const std::string& planner, int64_t global
   p.planner = planner;
   p.model = prof.model;
   p.seq_len = prof.seq_len;
+  p.dtype = prof.dtype;
   p.global_batch = global_batch;
   const CostModel::Step step = cost.evaluate(choices);
   double peak = 0;
@@ -135,6 +136,7 @@ json plan_to_json(const Plan& p) {
               {"planner", p.planner},
               {"model", config_to_json(p.model)},
               {"seq_len", p.seq_len},
+              {"dtype", dtype_name(p.dtype)},
               {"global_batch", p.global_batch},
               {"fits", p.fits()},
               {"predicted",
@@ -162,6 +164,7 @@ Plan plan_from_json(const json& j) {
   p.seq_len = (int)int_field(j, "seq_len", w);
   if (p.seq_len < 1 || p.seq_len > p.model.T)
     format_error(w + ".seq_len", "must lie in [1, model.T], got " + std::to_string(p.seq_len));
+  if (has_field(j, "dtype")) p.dtype = compute_dtype_field(j, "dtype", w);
   p.global_batch = int_field(j, "global_batch", w);
   if (p.global_batch < 1) format_error(w + ".global_batch", "must be >= 1");
   if (has_field(j, "predicted")) {
@@ -245,6 +248,9 @@ void validate_plan(const Plan& p, const Profile& profile, const MemoryParams& me
   if (p.seq_len != profile.seq_len)
     format_error(w + ".seq_len", std::to_string(p.seq_len) + " but the profile is for " +
                                      std::to_string(profile.seq_len));
+  if (p.dtype != profile.dtype)
+    format_error(w + ".dtype", std::string(dtype_name(p.dtype)) + " but the profile computes in " +
+                                   dtype_name(profile.dtype));
   if ((int)p.ranks.size() != profile.num_ranks())
     format_error(w + ".ranks", "has " + std::to_string(p.ranks.size()) + " ranks, the profile " +
                                    std::to_string(profile.num_ranks()));

@@ -51,6 +51,9 @@ struct Plan {
   std::string planner;  // "gpumix", "even", "proportional", "cephalo"
   GPTConfig model;
   int seq_len = 0;
+  // The compute dtype it was made for (its profile's): its memory and times hold only in
+  // it. Plan files without one are f32, the only dtype training had before.
+  DType dtype = DType::f32;
   int64_t global_batch = 0;
   std::vector<RankPlan> ranks;
   PlanPrediction predicted;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <set>
 
+#include "core/error.h"
+#include "core/precision.h"
+
 namespace gpumix::dist {
 
 using nlohmann::json;
@@ -67,6 +70,7 @@ void Profile::validate() const {
   if (seq_len < 1 || seq_len > model.T)
     format_error("profile: seq_len", "must lie in [1, model.T = " + std::to_string(model.T) +
                                          "], got " + std::to_string(seq_len));
+  if (!is_compute_dtype(dtype)) format_error("profile: dtype", "must be bf16 or f32");
   if (devices.empty()) format_error("profile: devices", "must list at least one device type");
   std::set<std::string> names;
   for (size_t i = 0; i < devices.size(); i++) {
@@ -76,7 +80,6 @@ void Profile::validate() const {
     if (!names.insert(d.name).second) format_error(w + ".name", "'" + d.name + "' appears twice");
     if (d.kind != "gpu" && d.kind != "cpu") format_error(w + ".kind", "must be \"gpu\" or \"cpu\"");
     if (!(d.memory_bytes > 0)) format_error(w + ".memory_bytes", "must be > 0");
-    if (d.dtype_bytes != 2 && d.dtype_bytes != 4) format_error(w + ".dtype_bytes", "must be 2 or 4");
     check_range(d.work_bytes, 0, 1e15, w + ".work_bytes");
     check_range(d.optimizer_s_per_param, 0, 1, w + ".optimizer_s_per_param");
     check_range(d.microbatch_overhead_s, 0, 10, w + ".microbatch_overhead_s");
@@ -160,7 +163,6 @@ json profile_to_json(const Profile& p) {
     devices.push_back({{"name", d.name},
                        {"kind", d.kind},
                        {"memory_bytes", d.memory_bytes},
-                       {"dtype_bytes", d.dtype_bytes},
                        {"work_bytes", d.work_bytes},
                        {"optimizer_s_per_param", d.optimizer_s_per_param},
                        {"microbatch_overhead_s", d.microbatch_overhead_s},
@@ -174,6 +176,7 @@ json profile_to_json(const Profile& p) {
               {"version", 1},
               {"model", config_to_json(p.model)},
               {"seq_len", p.seq_len},
+              {"dtype", dtype_name(p.dtype)},
               {"devices", devices},
               {"ranks", ranks},
               {"comm",
@@ -191,6 +194,8 @@ Profile profile_from_json(const json& j) {
   p.model = model_from_json(field(j, "model", w), w + ".model");
   p.seq_len = (int)int_field_or(j, "seq_len", w, p.model.T);
   const json& devices = array_field(j, "devices", w);
+  const bool has_dtype = has_field(j, "dtype");
+  if (has_dtype) p.dtype = compute_dtype_field(j, "dtype", w);
   for (size_t i = 0; i < devices.size(); i++) {
     const std::string wd = w + ".devices[" + std::to_string(i) + "]";
     const json& jd = devices[i];
@@ -198,7 +203,18 @@ Profile profile_from_json(const json& j) {
     d.name = string_field(jd, "name", wd);
     d.kind = string_field_or(jd, "kind", wd, "gpu");
     d.memory_bytes = bytes_field(jd, "memory_bytes", wd);
-    d.dtype_bytes = (int)int_field_or(jd, "dtype_bytes", wd, d.kind == "cpu" ? 4 : 2);
+    // Profiles written before "dtype" said it per device, in bytes (by default 4 on CPUs,
+    // 2 on GPUs): still read, as long as the devices agree (a run computes in one dtype).
+    if (has_field(jd, "dtype_bytes") || !has_dtype) {
+      const int64_t bytes = int_field_or(jd, "dtype_bytes", wd, d.kind == "cpu" ? 4 : 2);
+      if (bytes != 2 && bytes != 4) format_error(wd + ".dtype_bytes", "must be 2 (bf16) or 4 (f32)");
+      const DType t = bytes == 2 ? DType::bf16 : DType::f32;
+      if (!has_dtype && i == 0) p.dtype = t;
+      if (t != p.dtype)
+        format_error(wd + ".dtype_bytes", str(bytes, " bytes, but the profile computes in ", dtype_name(p.dtype), " (",
+                                              dtype_size(p.dtype), " bytes): a run computes in one dtype; drop "
+                                              "dtype_bytes and give the profile's \"dtype\""));
+    }
     d.work_bytes = has_field(jd, "work_bytes") ? bytes_field(jd, "work_bytes", wd) : 0;
     d.optimizer_s_per_param = number_field_or(jd, "optimizer_s_per_param", wd, 0);
     d.microbatch_overhead_s = number_field_or(jd, "microbatch_overhead_s", wd, 0);

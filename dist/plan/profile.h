@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
 #include "dist/plan/json_fields.h"
 #include "nn/gpt_config.h"
 
@@ -33,7 +34,6 @@ struct DeviceProfile {
   std::string name;             // device type, e.g. "A6000" or "cpu"
   std::string kind = "gpu";     // "gpu" or "cpu"
   double memory_bytes = 0;      // usable capacity
-  int dtype_bytes = 2;          // compute dtype: 2 (bf16 on GPUs), 4 (fp32 on CPUs)
   double work_bytes = 0;        // fixed working memory: workspaces, communication buffers
   double optimizer_s_per_param = 0;  // AdamW on one fp32 parameter of the rank's shard
   double microbatch_overhead_s = 0;  // per block, per micro-batch beyond the first
@@ -72,6 +72,9 @@ struct RankInfo {
 struct Profile {
   GPTConfig model;
   int seq_len = 0;                     // T of the training sequences (<= model.T)
+  // The run's compute dtype (f32 or bf16): every device computes in it, and every time and
+  // activation size above was measured (or synthesised) in it.
+  DType dtype = DType::f32;
   std::vector<DeviceProfile> devices;  // one per device type
   std::vector<RankInfo> ranks;         // rank r runs on ranks[r].device
   CommProfile comm;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 
+#include "core/error.h"
 #include "dist/plan/device_catalog.h"
 #include "dist/plan/memory_model.h"
 
@@ -11,12 +12,11 @@ namespace gpumix::dist {
 
 using nlohmann::json;
 
-static DeviceProfile synthesize_device(const ClusterDevice& cd, const GPTConfig& g, int T) {
+static DeviceProfile synthesize_device(const ClusterDevice& cd, const GPTConfig& g, int T, DType dtype) {
   const DeviceSpec& spec = device_spec(cd.type);
   DeviceProfile d;
   d.name = cd.label();
   d.kind = spec.kind;
-  d.dtype_bytes = spec.dtype_bytes;
   d.memory_bytes = cd.memory_bytes > 0 ? cd.memory_bytes
                                        : spec.memory_gib * 1024.0 * 1024 * 1024 * kUsableMemoryFraction;
   const bool gpu = spec.kind == "gpu";
@@ -37,19 +37,32 @@ static DeviceProfile synthesize_device(const ClusterDevice& cd, const GPTConfig&
     s.block_fwd_s = (launch + fwd) * cd.slowdown;
     s.block_bwd_s = (2 * launch + 3 * fwd) * cd.slowdown;
     s.head_s = (launch + 3 * tokens * lm_flops_token / rate) * cd.slowdown;
-    s.block_act_bytes = MemoryModel::analytic_block_act_bytes(g, T, m, d.dtype_bytes);
-    s.head_bytes = MemoryModel::analytic_head_bytes(g, T, m, d.dtype_bytes);
+    s.block_act_bytes = MemoryModel::analytic_block_act_bytes(g, T, m, (int)dtype_size(dtype));
+    s.head_bytes = MemoryModel::analytic_head_bytes(g, T, m, (int)dtype_size(dtype));
     d.samples.push_back(s);
   }
   return d;
 }
 
+DType cluster_dtype(const Cluster& cluster) {
+  for (const Cluster::Rank& r : cluster.ranks())
+    if (device_spec(r.device.type).dtype_bytes != 2) return DType::f32;
+  return DType::bf16;
+}
+
 Profile synthesize_profile(const Cluster& cluster, const GPTConfig& model, int seq_len,
-                           const std::vector<Profile>& measured) {
+                           const std::vector<Profile>& measured, std::optional<DType> dtype) {
   cluster.validate();
   Profile p;
   p.model = model;
   p.seq_len = seq_len;
+  p.dtype = dtype ? *dtype : cluster_dtype(cluster);
+  for (const Profile& mp : measured)
+    if (mp.dtype != p.dtype)
+      throw FormatError(str("a measured profile (of ", mp.devices[0].name, ") computes in ", dtype_name(mp.dtype),
+                            " but this simulation in ", dtype_name(p.dtype), "; pass --dtype ",
+                            dtype_name(mp.dtype), ", or measure it again with `gpumix profile --dtype ",
+                            dtype_name(p.dtype), "`"));
   for (const Cluster::Rank& r : cluster.ranks()) {
     const std::string label = r.device.label();
     p.ranks.push_back({label, r.node});
@@ -60,7 +73,7 @@ Profile synthesize_profile(const Cluster& cluster, const GPTConfig& model, int s
     for (const Profile& mp : measured)
       for (const DeviceProfile& d : mp.devices)
         if (d.name == label && !found) found = &d;
-    p.devices.push_back(found ? *found : synthesize_device(r.device, model, seq_len));
+    p.devices.push_back(found ? *found : synthesize_device(r.device, model, seq_len, p.dtype));
   }
   for (CollectiveProfile* c : {&p.comm.all_gather, &p.comm.reduce_scatter}) {
     c->intra_node = {cluster.intra_node.latency_us * 1e-6, cluster.intra_node.bandwidth_GBps * 1e9};
@@ -80,6 +93,7 @@ Simulation simulate(const Profile& profile, const std::string& cluster_name, int
   s.ranks = profile.num_ranks();
   s.model = profile.model;
   s.seq_len = profile.seq_len;
+  s.dtype = profile.dtype;
   s.global_batch = B;
   for (const std::string& name : planner_names()) {
     SimEntry e;
@@ -103,7 +117,8 @@ static std::string fmt(const char* f, double v) {
 
 std::string simulation_table(const Simulation& s) {
   std::string out = "cluster " + s.cluster + " (" + std::to_string(s.ranks) + " ranks), model " + s.model.name +
-                    ", T = " + std::to_string(s.seq_len) + ", global batch " + std::to_string(s.global_batch) + "\n";
+                    ", T = " + std::to_string(s.seq_len) + ", " + dtype_name(s.dtype) + ", global batch " +
+                    std::to_string(s.global_batch) + "\n";
   char line[512];
   std::snprintf(line, sizeof line, "%-13s %10s %12s %7s %8s %7s %7s %6s  %s\n", "planner", "step (s)", "tokens/s",
                 "MFU", "busy", "comm", "idle", "left", "memory");
@@ -145,8 +160,8 @@ std::string simulation_table(const Simulation& s) {
 }
 
 std::string plan_table(const Plan& p) {
-  std::string out = "plan (" + p.planner + "): " + p.model.name + ", T = " + std::to_string(p.seq_len) +
-                    ", global batch " + std::to_string(p.global_batch) + "\n";
+  std::string out = "plan (" + p.planner + "): " + p.model.name + ", T = " + std::to_string(p.seq_len) + ", " +
+                    dtype_name(p.dtype) + ", global batch " + std::to_string(p.global_batch) + "\n";
   char line[640];
   std::snprintf(line, sizeof line, "%4s %-26s %4s %6s %5s %5s %8s %4s %10s %10s %10s %10s %10s %10s %9s %9s\n",
                 "rank", "device", "node", "batch", "micro", "n", "share", "offl", "state", "gathered", "activ",
@@ -192,7 +207,7 @@ json simulation_to_json(const Simulation& s) {
     entries.push_back(j);
   }
   return json{{"cluster", s.cluster},       {"ranks", s.ranks},
-              {"model", config_to_json(s.model)}, {"seq_len", s.seq_len},
+              {"model", config_to_json(s.model)}, {"seq_len", s.seq_len}, {"dtype", dtype_name(s.dtype)},
               {"global_batch", s.global_batch},   {"planners", entries}};
 }
 

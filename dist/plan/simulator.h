@@ -6,7 +6,8 @@
 //   block_fwd_s(m) = launch + m·T·flops_block / (peak · eff · mT/(mT + 256)) · slowdown
 //   block_bwd_s(m) = launch·2 + 3 × the compute part (recompute 1× + backward 2×)
 //   head_s(m)      = launch + 3 · m·T·2·C·V / (same rate) (embedding, LM head, loss)
-//   block_act_bytes, head_bytes: MemoryModel's analytic formulas
+//   block_act_bytes, head_bytes: MemoryModel's analytic formulas, in the profile's dtype
+//   (the rates are the catalog's, in its dtype, whatever the profile's)
 //   work_bytes = 1 GiB on GPUs (context, cuBLAS workspace, NCCL buffers), 256 MiB on CPUs
 //   optimizer_s_per_param = 30 B / (0.7 · memory bandwidth)
 //   microbatch_overhead_s = 30 µs (GPU), 100 µs (CPU)
@@ -14,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,8 +28,13 @@
 
 namespace gpumix::dist {
 
+// The profile of the cluster's ranks computing in `dtype` (default: cluster_dtype). A
+// measured profile of another dtype is an error naming both.
 Profile synthesize_profile(const Cluster& cluster, const GPTConfig& model, int seq_len,
-                           const std::vector<Profile>& measured = {});
+                           const std::vector<Profile>& measured = {}, std::optional<DType> dtype = {});
+// The dtype a described cluster computes in by default, as training chooses it: bf16 where
+// every device type's catalog rate is a 16-bit one (the GPUs), f32 otherwise (the cpu).
+DType cluster_dtype(const Cluster& cluster);
 
 struct SimEntry {
   std::string planner;
@@ -41,6 +48,7 @@ struct Simulation {
   int ranks = 0;
   GPTConfig model;
   int seq_len = 0;
+  DType dtype = DType::f32;
   int64_t global_batch = 0;
   std::vector<SimEntry> entries;  // gpumix, even, proportional, cephalo
 };

@@ -30,6 +30,7 @@ struct TinyConfig {
     c.lr = 3e-3f;
     c.threads = 1;
     c.out_dir = out.c_str();
+    c.dtype = "fp32";  // the comparisons' allowances are fp32's (tests/dist_engine)
   }
   TinyConfig(const TinyConfig&) = delete;
   TinyConfig& operator=(const TinyConfig&) = delete;

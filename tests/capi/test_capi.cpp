@@ -216,9 +216,35 @@ TEST_F(CApi, BadConfigsSayWhatIsWrong) {
   c.seq = -3;
   EXPECT_EQ(gpumix_session_create(&c), nullptr);
   EXPECT_NE(error().find("seq (-3)"), std::string::npos) << error();
+  c = never.c;
+  c.dtype = "fp16";
+  EXPECT_EQ(gpumix_session_create(&c), nullptr);
+  EXPECT_NE(error().find("dtype: unknown value 'fp16'; valid: bf16, fp32 (or f32)"), std::string::npos) << error();
   EXPECT_EQ(gpumix_session_create(nullptr), nullptr);
   EXPECT_NE(error().find("config is NULL"), std::string::npos) << error();
   EXPECT_FALSE(fs::exists(dir_ + "/never")) << "a refused session made its folder";
+}
+
+// config.dtype is the run's compute dtype: its log and checkpoint say it.
+TEST_F(CApi, TheDtypeIsTheRunsComputeDtype) {
+  for (const char* dtype : {"fp32", "bf16"}) {
+    const TinyConfig cfg(dir_ + "/dtype_" + dtype);
+    gpumix_config c = cfg.c;
+    c.dtype = dtype;
+    gpumix_session* s = gpumix_session_create(&c);
+    ASSERT_NE(s, nullptr) << error();
+    ASSERT_EQ(gpumix_train(s, tokens_.data(), (int64_t)tokens_.size(), 1), 0) << error();
+    const std::string name = std::string(dtype) == "fp32" ? "f32" : dtype;
+    std::ifstream log(std::string(cfg.c.out_dir) + "/log.jsonl");
+    std::string first;
+    std::getline(log, first);
+    EXPECT_NE(first.find("\"dtype\":\"" + name + "\""), std::string::npos) << first;
+    std::ifstream meta(std::string(gpumix_checkpoint(s)) + "/meta.json");
+    std::stringstream text;
+    text << meta.rdbuf();
+    EXPECT_NE(text.str().find("\"dtype\": \"" + name + "\""), std::string::npos) << text.str().substr(0, 400);
+    gpumix_session_destroy(s);
+  }
 }
 
 // A plan file as `plan`: the per-rank batches, micro-batches and shares of `gpumix plan --out`.

@@ -19,7 +19,7 @@ DeviceProps emulated(double slowdown) {
   return p;
 }
 
-// A GEMM lasting several milliseconds on one device.
+// A GEMM lasting a millisecond or more on one device.
 struct Gemm {
   explicit Gemm(Device dev)
       : a(Tensor::empty({kN, kN}, DType::f32, dev)), b(Tensor::empty({kN, kN}, DType::f32, dev)),
@@ -27,17 +27,19 @@ struct Gemm {
     ops::uniform_(a, 1, 0, -1.0f, 1.0f);
     ops::uniform_(b, 2, 0, -1.0f, 1.0f);
   }
-  // Time of one op, run right after another on the same device, so that the worker
-  // threads are awake (after the slow device's waits they would have gone to sleep).
+  // Time of kOps ops in a row, right after another on the same device, so that the worker
+  // threads are awake (after the slow device's waits they would have gone to sleep). A
+  // block, not one op: the slow device's waits even out from op to op, and one that
+  // overslept (by milliseconds, on a loaded machine) leaves the next op up to 2 ms of
+  // credit (core/ops.cpp), so a single op can take as little as its own time; a block takes
+  // at least slowdown x its ops' own time - 2 ms.
   double seconds() {
     ops::gemm(c, a, b, false, true);
     const auto t0 = std::chrono::steady_clock::now();
-    ops::gemm(c, a, b, false, true);
+    for (int k = 0; k < kOps; ++k) ops::gemm(c, a, b, false, true);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  // Long enough (~10 ms) that the credit an overrunning sleep leaves (up to 2 ms,
-  // core/ops.cpp) cannot hide the wait: at 512 (~1.2 ms through oneDNN) it could.
-  static constexpr int kN = 1024;
+  static constexpr int kN = 512, kOps = 5;
   Tensor a, b, c;
 };
 
@@ -48,7 +50,8 @@ TEST(Emulation, SlowdownMakesOpsSlower) {
   Gemm on_fast(fast), on_slow(slow);
   on_fast.seconds();  // warm-up: BLAS threads, pools
   // Interleaved runs, the fastest of each: a busy machine slows both alike. The slow
-  // device's op waits 2x its own time after it, so the expected ratio is 3.
+  // device's ops wait 2x their own time after them, so the expected ratio is 3 (at least
+  // 3 - 2 ms / the block's time).
   double t_fast = 1e9, t_slow = 1e9;
   for (int r = 0; r < 10; ++r) {
     t_fast = std::min(t_fast, on_fast.seconds());
@@ -56,7 +59,7 @@ TEST(Emulation, SlowdownMakesOpsSlower) {
   }
   EXPECT_GE(t_slow, 1.5 * t_fast) << "fast " << t_fast * 1e3 << " ms, slow " << t_slow * 1e3
                                   << " ms";
-  EXPECT_GT(t_fast, 1e-3) << "the op is too short to measure a slowdown";
+  EXPECT_GT(t_fast, 1e-3 * Gemm::kOps) << "the op is too short to measure a slowdown";
   // The slowdown changes time, never values.
   EXPECT_TRUE(test::bitwise_equal("gemm on the slow device", on_slow.c.to_vector(),
                                   on_fast.c.to_vector()));

@@ -62,6 +62,27 @@ TEST(ProfileFile, ErrorsNameTheField) {
   broken([](json& j) { j["seq_len"] = 4096; }, "seq_len");
   broken([](json& j) { j["model"]["C"] = 65; }, "model");
   broken([](json& j) { j["devices"][0]["dtype_bytes"] = 3; }, "devices[0].dtype_bytes");
+  broken([](json& j) { j["dtype"] = "fp16"; }, "profile.dtype: unknown value 'fp16'; valid: bf16, fp32 (or f32)");
+  broken([](json& j) { j["dtype"] = 2; }, "profile.dtype");
+  // One dtype per run: a device that says another one is refused.
+  broken([](json& j) { j["devices"][1]["dtype_bytes"] = 4; }, "devices[1].dtype_bytes: 4 bytes, but the profile computes in bf16");
+}
+
+TEST(ProfileFile, DtypeOfOneRunAndOfProfilesBeforeIt) {
+  json j = profile_to_json(sample_profile());
+  EXPECT_EQ(j["dtype"], "bf16");
+  EXPECT_FALSE(j["devices"][0].contains("dtype_bytes"));
+  j["dtype"] = "fp32";
+  EXPECT_EQ(profile_from_json(j).dtype, DType::f32);
+  // Written before the profile's "dtype": the devices' bytes (by default 4 on CPUs, 2 on
+  // GPUs), which must agree.
+  j.erase("dtype");
+  for (json& d : j["devices"]) d["dtype_bytes"] = 4;
+  EXPECT_EQ(profile_from_json(j).dtype, DType::f32);
+  for (json& d : j["devices"]) d.erase("dtype_bytes");
+  EXPECT_EQ(profile_from_json(j).dtype, DType::bf16);  // kind "gpu"
+  j["devices"][1]["kind"] = "cpu";
+  expect_field_error([&] { profile_from_json(j); }, "devices[1].dtype_bytes: 4 bytes, but the profile computes in bf16");
 }
 
 TEST(ProfileFile, MemoryAcceptsUnits) {
@@ -132,6 +153,10 @@ TEST(PlanFile, RoundTripAndValidation) {
   const Plan back = plan_from_json(j);
   EXPECT_EQ(plan_to_json(back).dump(), j.dump());
   EXPECT_NO_THROW(validate_plan(back, p));
+  EXPECT_EQ(j["dtype"], "bf16");  // the profile's
+  json old = j;
+  old.erase("dtype");
+  EXPECT_EQ(plan_from_json(old).dtype, DType::f32);  // plan files before dtypes: fp32
   const std::string path = ::testing::TempDir() + "/plan.json";
   write_plan(plan, path);
   EXPECT_EQ(plan_to_json(read_plan(path)).dump(), j.dump());
@@ -150,6 +175,8 @@ TEST(PlanFile, RoundTripAndValidation) {
   broken([](json& k) { k["seq_len"] = 16; }, "seq_len");
   broken([](json& k) { k["ranks"][0].erase("batch"); }, "ranks[0].batch");
   broken([](json& k) { k["ranks"][0]["num_micro_batches"] = 99; }, "ranks[0].num_micro_batches");
+  broken([](json& k) { k["dtype"] = "f32"; }, "plan.dtype: f32 but the profile computes in bf16");
+  broken([](json& k) { k["dtype"] = "int8"; }, "plan.dtype: unknown value 'int8'");
   // A plan that puts all state on the small rank does not fit: the error names the rank.
   json k = j;
   for (auto& r : k["ranks"]) r["share"] = 0.0;

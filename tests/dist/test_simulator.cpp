@@ -49,11 +49,20 @@ TEST(Simulator, SynthesisedProfileIsValidAndOrdered) {
   EXPECT_LT(p.device("A6000").at(4).block_fwd_s, p.device("L4").at(4).block_fwd_s);
   EXPECT_LT(p.device("L4").at(4).block_fwd_s, p.device("P40").at(4).block_fwd_s);
   EXPECT_NO_THROW(profile_from_json(profile_to_json(p)));
+  EXPECT_EQ(p.dtype, DType::bf16);  // GPUs: the catalog's 16-bit rates
+  EXPECT_EQ(synthesize_profile(one_node(), gpt_preset("gpt-1.3b"), 512, {}, DType::f32).dtype, DType::f32);
   // An emulated CPU device with a slowdown.
   const Cluster c = cluster_from_json(json::parse(
       R"({"intra_node": {"bandwidth_GBps": 1}, "nodes": [{"devices": ["cpu:mem=2GiB", "cpu:mem=2GiB:slow=3"]}]})"));
   const Profile q = synthesize_profile(c, gpt_preset("gpt-nano"), 128);
-  EXPECT_EQ(q.devices[0].dtype_bytes, 4);
+  EXPECT_EQ(q.dtype, DType::f32);  // the catalog's cpu: fp32
+  // A measured profile of another dtype than the simulation's is refused, naming both.
+  try {
+    synthesize_profile(c, gpt_preset("gpt-nano"), 128, {q}, DType::bf16);
+    ADD_FAILURE() << "an f32 profile was used in a bf16 simulation";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("computes in f32 but this simulation in bf16"), std::string::npos) << e.what();
+  }
   EXPECT_NEAR(q.devices[1].at(2).block_fwd_s / q.devices[0].at(2).block_fwd_s, 3.0, 1e-9);
   EXPECT_DOUBLE_EQ(q.devices[1].memory_bytes, 2.0 * 1024 * 1024 * 1024);
 }

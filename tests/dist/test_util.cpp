@@ -24,7 +24,6 @@ DeviceProfile fake_device(const GPTConfig& model, int seq_len, const FakeDevice&
   DeviceProfile d;
   d.name = f.name;
   d.memory_bytes = f.memory_bytes;
-  d.dtype_bytes = 2;
   d.work_bytes = 64 * 1024;
   d.optimizer_s_per_param = f.opt_s_per_param;
   d.microbatch_overhead_s = f.fixed_s * 0.5;
@@ -49,6 +48,7 @@ Profile fake_profile(const GPTConfig& model, int seq_len, const std::vector<Fake
   Profile p;
   p.model = model;
   p.seq_len = seq_len;
+  p.dtype = DType::bf16;  // as the activation sizes below
   for (const FakeDevice& f : devices) p.devices.push_back(fake_device(model, seq_len, f));
   for (size_t i = 0; i < ranks.size(); i++)
     p.ranks.push_back({devices[ranks[i]].name, nodes.empty() ? 0 : nodes[i]});

@@ -1,6 +1,6 @@
 // The uneven sharded engine on the MPI backend, under `mpirun -np 3`: the ranks train the
-// tiny GPT for 5 steps under uneven plans, then rank 0 trains it alone on the whole batch
-// (one rank, the local backend) and compares the losses of the logs and the final
+// tiny GPT for 5 steps under uneven plans (in fp32, and one in bf16), then rank 0 trains it
+// alone on the whole batch (one rank, the local backend, in each dtype) and compares the losses of the logs and the final
 // checkpoints' master weights and AdamW moments (tolerances: engine_test_util.h). Bad plans
 // and ranks that disagree about the layout must throw on every rank (no hang, no abort).
 //
@@ -47,14 +47,15 @@ void expect_error(const std::string& name, const std::function<void()>& fn, cons
 
 // Compares a run at `out` (checkpoint `ckpt`) with the reference; counts what differs.
 void compare_runs(const std::string& name, const std::string& out, const std::string& ckpt,
-                  const std::string& ref_out, const std::string& ref_ckpt, int steps, double lr) {
+                  const std::string& ref_out, const std::string& ref_ckpt, int steps, double lr, DType dtype) {
   const std::vector<LogStep> log = read_log(out), ref = read_log(ref_out);
   check(log.size() == (size_t)steps && ref.size() == (size_t)steps,
         str(name, ": expected ", steps, " log lines, got ", log.size(), " and ", ref.size(), " (reference)"));
   const Mismatch losses = compare(losses_of(log), losses_of(ref), kLossRtol, 0);
   check(losses.excess <= 1, name + ": " + describe(losses, "losses"));
   const std::vector<float> p = read_array(ckpt);
-  const Mismatch params = compare(to_double(p), to_double(read_array(ref_ckpt)), kParamRtol, param_atol(steps, lr));
+  const Mismatch params =
+      compare(to_double(p), to_double(read_array(ref_ckpt)), kParamRtol, 0, param_allowances(ref_ckpt, steps, lr, dtype));
   check(params_agree(params, p.size(), steps, lr), name + ": " + describe(params, "master weights"));
   if (failures == 0)
     std::printf("[       OK ] %s: %zu losses within %.0e relative (worst %.2fx the allowance), master weights "
@@ -87,14 +88,17 @@ int run(Comm& comm) {
   struct Plan {
     const char* name;
     std::vector<RankWork> work;
+    DType dtype;
   };
   const Plan plans[] = {
-      {"mpi b1.2.5 m1.1.2 r0.0.3.0.7", make_work({1, 2, 5}, {1, 1, 2}, {0, 0.3, 0.7})},
-      {"mpi b0.3.5 m0.2.3 r0.5.0.25.0.25", make_work({0, 3, 5}, {0, 2, 3}, {0.5, 0.25, 0.25})},
+      {"mpi b1.2.5 m1.1.2 r0.0.3.0.7", make_work({1, 2, 5}, {1, 1, 2}, {0, 0.3, 0.7}), DType::f32},
+      {"mpi b0.3.5 m0.2.3 r0.5.0.25.0.25", make_work({0, 3, 5}, {0, 2, 3}, {0.5, 0.25, 0.25}), DType::f32},
+      {"mpi bf16 b0.3.5 m0.2.3 r0.5.0.25.0.25", make_work({0, 3, 5}, {0, 2, 3}, {0.5, 0.25, 0.25}), DType::bf16},
   };
   std::vector<std::pair<std::string, std::string>> runs;  // out, checkpoint
   for (size_t i = 0; i < sizeof plans / sizeof plans[0]; ++i) {
-    const TrainOptions o = tiny_options(dir, dir + "/plan" + std::to_string(i));
+    TrainOptions o = tiny_options(dir, dir + "/plan" + std::to_string(i));
+    o.dtype = plans[i].dtype;
     try {
       const TrainResult r = train(o, plans[i].work, comm);
       runs.push_back({o.out, r.checkpoint});
@@ -120,15 +124,19 @@ int run(Comm& comm) {
   }
 
   if (rank == 0) {
-    // The reference: one rank, the whole batch.
-    const TrainOptions o = tiny_options(dir, dir + "/ref");
-    TrainResult ref;
-    run_local(1, [&](Comm& one) {
-      omp_set_num_threads(1);
-      ref = train(o, make_work({o.batch}, {o.batch}, {1.0}), one);
-    });
-    for (size_t i = 0; i < runs.size(); ++i)
-      compare_runs(plans[i].name, runs[i].first, runs[i].second, o.out, ref.checkpoint, o.steps, o.lr);
+    // The reference: one rank, the whole batch, in each dtype.
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      TrainOptions o = tiny_options(dir, dir + "/ref_" + dtype_name(dtype));
+      o.dtype = dtype;
+      TrainResult ref;
+      run_local(1, [&](Comm& one) {
+        omp_set_num_threads(1);
+        ref = train(o, make_work({o.batch}, {o.batch}, {1.0}), one);
+      });
+      for (size_t i = 0; i < runs.size(); ++i)
+        if (plans[i].dtype == dtype)
+          compare_runs(plans[i].name, runs[i].first, runs[i].second, o.out, ref.checkpoint, o.steps, o.lr, dtype);
+    }
   }
   comm.barrier();
   if (rank == 0) fs::remove_all(dir);

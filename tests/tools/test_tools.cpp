@@ -763,6 +763,16 @@ class BadInputs : public Tools {
     write_file(path("m_plan_left_out.json"), plan.dump());
     const std::string plan_text = read_file(path("m_plan.json"));
     write_file(path("m_plan_trunc.json"), plan_text.substr(0, plan_text.size() / 2));
+    // The same profile and plan in one dtype whatever this CPU's default (f32), and a
+    // profile in a dtype that does not exist.
+    plan = nlohmann::json::parse(plan_text);
+    plan["dtype"] = "f32";
+    write_file(path("m_plan_f32.json"), plan.dump());
+    profile = nlohmann::json::parse(profile_text);
+    profile["dtype"] = "f32";
+    write_file(path("m_profile_f32.json"), profile.dump());
+    profile["dtype"] = "fp16";
+    write_file(path("m_profile_fp16.json"), profile.dump());
     write_file(path("m_cluster.json"),
                R"({"format": "gpumix-cluster", "name": "two L4", "intra_node": {"bandwidth_GBps": 10, "latency_us": 15},)"
                R"( "nodes": [{"name": "n0", "devices": ["L4:count=2"]}]})");
@@ -867,6 +877,10 @@ TEST_F(BadInputs, Train) {
                  {"is for 1 ranks but 2 are running"}),
       train_case("--plan that leaves a rank out", {"--devices", "cpu,cpu", "--plan", path("m_plan_left_out.json")},
                  {"leaves rank 1", "gpumix plan --no-leave-out"}),
+      train_case("--dtype unknown", {"--dtype", "fp16"},
+                 {"--dtype: unknown value 'fp16'", "valid: bf16, fp32 (or f32)"}),
+      train_case("--dtype contradicts the plan file", {"--plan", path("m_plan_f32.json"), "--dtype", "bf16"},
+                 {"m_plan_f32.json was made for f32 but --dtype is bf16", "gpumix plan --dtype bf16", "drop --dtype"}),
   });
   expect_base_intact();
 }
@@ -1032,11 +1046,16 @@ TEST_F(BadInputs, Profile) {
     std::vector<std::string> args = {"profile", "--devices", "cpu:mem=64MiB", "--model", "gpt-nano", "--seq", "16",
                                      "--vocab", "512", "--max-micro-batch", "2", "--repeats", "1", "--cache", "-",
                                      "--out", out};
-    for (size_t i = 0; i + 1 < extra.size(); i += 2) *(std::find(args.begin(), args.end(), extra[i]) + 1) = extra[i + 1];
+    for (size_t i = 0; i + 1 < extra.size(); i += 2) {
+      auto it = std::find(args.begin(), args.end(), extra[i]);
+      if (it != args.end()) *(it + 1) = extra[i + 1];
+      else args.insert(args.end(), {extra[i], extra[i + 1]});
+    }
     return args;
   };
   run_cases({
       {"unknown model", profile({"--model", "gpt-huge"}), {"unknown model preset 'gpt-huge'"}, {out}},
+      {"--dtype unknown", profile({"--dtype", "int8"}), {"--dtype: unknown value 'int8'", "valid: bf16"}, {out}},
       {"--repeats 0", profile({"--repeats", "0"}), {"--repeats", "got 0"}, {out}},
       {"--max-micro-batch 0", profile({"--max-micro-batch", "0"}), {"--max-micro-batch", "got 0"}, {out}},
       {"--seq negative", profile({"--seq", "-1"}), {"--seq", "got -1"}, {out}},
@@ -1087,6 +1106,12 @@ TEST_F(BadInputs, Plan) {
        {"--model gpt2 differs from the profile's model"}, {out}},
       {"--seq contradicts the profile", plan({"--profile", good, "--seq", "32", "-B", "4"}),
        {"--seq 32 differs from the profile's seq_len 16"}, {out}},
+      {"--dtype contradicts the profile", plan({"--profile", path("m_profile_f32.json"), "--dtype", "bf16", "-B", "4"}),
+       {"--dtype bf16 differs from the profile's f32", "gpumix profile --dtype bf16", "drop --dtype"}, {out}},
+      {"--dtype unknown", plan({"--profile", good, "--dtype", "fp8", "-B", "4"}), {"--dtype: unknown value 'fp8'"},
+       {out}},
+      {"profile: unknown dtype", plan({"--profile", path("m_profile_fp16.json"), "-B", "4"}),
+       {"m_profile_fp16.json", "profile.dtype: unknown value 'fp16'"}, {out}},
       {"--seq negative", plan({"--cluster", path("m_cluster.json"), "--model", "gpt-1.3b", "--seq", "-5", "-B", "4"}),
        {"--seq", "-5"}, {out}},
       {"--seq longer than the model's", plan({"--cluster", path("m_cluster.json"), "--model", "gpt-1.3b", "--seq",
@@ -1119,6 +1144,9 @@ TEST_F(BadInputs, Simulate) {
        {"nodes[0].devices[0].count", "must lie in"}, {svg}},
       {"profile: truncated", simulate(cluster, {"--profile", path("m_profile_trunc.json")}),
        {"m_profile_trunc.json", "not valid JSON"}, {svg}},
+      {"profile of another dtype", simulate(cluster, {"--profile", path("m_profile_f32.json")}),
+       {"computes in f32 but this simulation in bf16", "--dtype f32", "gpumix profile --dtype bf16"}, {svg}},
+      {"--dtype unknown", simulate(cluster, {"--dtype", "half"}), {"--dtype: unknown value 'half'"}, {svg}},
       {"unknown model", {"simulate", "--cluster", cluster, "--model", "gpt-99b", "-B", "4", "--svg", svg},
        {"gpt-99b"}, {svg}},
       {"--global-batch 0", {"simulate", "--cluster", cluster, "--model", "gpt-1.3b", "-B", "0", "--svg", svg},

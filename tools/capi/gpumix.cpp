@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "core/precision.h"
 #include "nn/infer.h"
 #include "tools/capi/session.h"
 
@@ -80,6 +81,7 @@ void configure(gpumix_session& s, const gpumix_config* c, int node_ranks) {
   o.out = c->out_dir ? c->out_dir : "";
   o.eval_interval = 0;
   o.quiet = true;
+  if (c->dtype) o.dtype = compute_dtype_from_name(c->dtype, "gpumix_session_create: dtype");
   GPUMIX_CHECK(o.batch >= 1 && o.steps >= 1 && o.lr > 0, "gpumix_session_create: global_batch (", o.batch,
                "), total_steps (", o.steps, ") and lr (", o.lr, ") must be positive");
   GPUMIX_CHECK(c->seq >= 0 && c->vocab >= 0 && c->threads >= 0, "gpumix_session_create: seq (", c->seq,
@@ -253,10 +255,10 @@ gpumix_session* create_session(const gpumix_config* c, std::unique_ptr<Comm> com
       const std::vector<int64_t> same =
           c ? std::vector<int64_t>{text_hash(c->model), c->vocab, c->seq, c->global_batch, c->total_steps,
                                    (int64_t)std::llround(c->lr * 1e9), (int64_t)c->seed, text_hash(c->devices),
-                                   text_hash(c->plan), text_hash(c->out_dir)}
+                                   text_hash(c->plan), text_hash(c->out_dir), text_hash(c->dtype)}
             : std::vector<int64_t>{};
       s->comm->agree("gpumix_session_create_mpi: every rank's config (model, vocab, seq, global_batch, "
-                     "total_steps, lr * 1e9, seed, devices, plan, out_dir; strings hashed)",
+                     "total_steps, lr * 1e9, seed, devices, plan, out_dir, dtype; strings hashed)",
                      same, error);
     } else {
       configure(*s, c, 1);

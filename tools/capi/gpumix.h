@@ -38,6 +38,10 @@ typedef struct gpumix_config {
                              that only uses a model from gpumix_load, and cannot train) */
   int32_t threads;        /* CPU threads in all (MPI form: of each rank); 0: all cores (MPI
                              form: this node's cores over this node's ranks) */
+  const char* dtype;      /* compute dtype: "bf16", "fp32" (or "f32"); NULL: a plan file's,
+                             else the checkpoint's when continuing one (gpumix_load), else
+                             bf16 where every device computes it natively (avx512_bf16, AMX),
+                             fp32 elsewhere */
 } gpumix_config;
 
 typedef struct gpumix_metrics {

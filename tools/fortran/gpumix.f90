@@ -37,6 +37,7 @@ module gpumix
     character(len=:), allocatable :: plan     ! auto, even, proportional, cephalo or a plan file
     character(len=:), allocatable :: out_dir  ! run folder; unallocated: none (inference only)
     integer(c_int32_t) :: threads = 0         ! CPU threads (0: all cores)
+    character(len=:), allocatable :: dtype    ! bf16 or fp32; unallocated: the default
   end type
 
   type, public :: gpumix_session
@@ -63,11 +64,12 @@ module gpumix
     integer(c_int64_t) :: seed
     type(c_ptr) :: devices, plan, out_dir
     integer(c_int32_t) :: threads
+    type(c_ptr) :: dtype
   end type
 
   ! NUL-terminated copies of a config's strings, alive while C reads them.
   type :: c_strings
-    character(kind=c_char), allocatable :: model(:), devices(:), plan(:), out_dir(:)
+    character(kind=c_char), allocatable :: model(:), devices(:), plan(:), out_dir(:), dtype(:)
   end type
 
   public :: gpumix_config_default, gpumix_session_create, gpumix_session_create_mpi
@@ -221,6 +223,7 @@ contains
     if (c_associated(c%devices)) config%devices = f_string(c%devices)
     if (c_associated(c%plan)) config%plan = f_string(c%plan)
     if (c_associated(c%out_dir)) config%out_dir = f_string(c%out_dir)
+    if (c_associated(c%dtype)) config%dtype = f_string(c%dtype)
     config%vocab = c%vocab
     config%seq = c%seq
     config%global_batch = c%global_batch
@@ -250,6 +253,7 @@ contains
     call to_c_string(config%devices, strings%devices, c%devices)
     call to_c_string(config%plan, strings%plan, c%plan)
     call to_c_string(config%out_dir, strings%out_dir, c%out_dir)
+    call to_c_string(config%dtype, strings%dtype, c%dtype)
     c%vocab = config%vocab
     c%seq = config%seq
     c%global_batch = config%global_batch
