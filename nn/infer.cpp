@@ -11,9 +11,9 @@
 
 namespace gpumix {
 
-std::unique_ptr<GPT> load_model(const CheckpointReader& reader, DType dtype) {
+std::unique_ptr<GPT> load_model(const CheckpointReader& reader, DType compute) {
   const GPTConfig config = config_from_json(reader.model(), reader.dir() + "/meta.json: model");
-  auto model = std::make_unique<GPT>(config, Device::cpu(), 0, dtype);
+  auto model = std::make_unique<GPT>(config, Device::cpu(), 0, compute);
   reader.read_slice("master", 0, model->params().data<float>(), model->num_params());
   model->sync_compute_params();
   return model;

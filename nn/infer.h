@@ -18,8 +18,8 @@
 namespace gpumix {
 
 // The checkpoint's model (its shape from meta.json, its fp32 master weights) on the CPU,
-// computing in `dtype` (f32 or bf16: the compute copy rounded from the master).
-std::unique_ptr<GPT> load_model(const CheckpointReader& reader, DType dtype = DType::f32);
+// computing in `compute` (f32 or bf16: then with its compute copy made from the master).
+std::unique_ptr<GPT> load_model(const CheckpointReader& reader, DType compute = DType::f32);
 
 // Throws Error naming `what`, the position and the value when an id of ids[0, n) is outside
 // [lowest, vocab) (lowest -1 for targets, where -1 means "no target").
