@@ -19,7 +19,7 @@ DType dtype_from_name(const char* name) {
   for (DType t : {DType::f32, DType::bf16, DType::i32})
     if (!std::strcmp(name, dtype_name(t))) return t;
   if (!std::strcmp(name, "fp32")) return DType::f32;
-  GPUMIX_CHECK(false, "unknown dtype '", name, "'; valid: f32 (or fp32), bf16, i32");
+  GPUMIX_CHECK_INPUT(false, "unknown dtype '", name, "'; valid: f32 (or fp32), bf16, i32");
 }
 
 }  // namespace gpumix
