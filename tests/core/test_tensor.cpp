@@ -332,7 +332,7 @@ TEST(DTypeNames, ParseAndPrint) {
   EXPECT_EQ(dtype_from_name("bf16"), DType::bf16);
   EXPECT_EQ(dtype_from_name("i32"), DType::i32);
   EXPECT_EQ(dtype_from_name("f32"), DType::f32);
-  EXPECT_THROW_WITH(dtype_from_name("fp16"), Error, "unknown dtype 'fp16'", "f32 (or fp32), bf16, i32");
+  EXPECT_THROW_WITH(dtype_from_name("fp16"), InputError, "unknown dtype 'fp16'", "f32 (or fp32), bf16, i32");
   EXPECT_EQ(dtype_size(DType::f32), 4u);
   EXPECT_EQ(dtype_size(DType::bf16), 2u);
   EXPECT_EQ(dtype_size(DType::i32), 4u);
