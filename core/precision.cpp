@@ -17,7 +17,7 @@ void check_compute_dtype(DType t, const char* what) {
 DType compute_dtype_from_name(const std::string& name, const char* what) {
   if (name == "bf16") return DType::bf16;
   if (name == "fp32" || name == "f32") return DType::f32;
-  GPUMIX_CHECK(false, what, ": unknown value '", name, "'; valid: bf16, fp32 (or f32)");
+  GPUMIX_CHECK_INPUT(false, what, ": unknown value '", name, "'; valid: bf16, fp32 (or f32)");
 }
 
 namespace {
