@@ -93,7 +93,7 @@ DType checkpoint_dtype(const CheckpointReader& reader) {
   const nlohmann::json& extra = reader.meta().contains("extra") ? reader.extra() : nlohmann::json();
   if (!extra.is_object() || !extra.contains("dtype")) return DType::f32;
   GPUMIX_CHECK_INPUT(extra["dtype"].is_string(), reader.dir(), "/meta.json: extra.dtype must be a string (bf16 or f32), got ",
-               extra["dtype"].dump());
+                     extra["dtype"].dump());
   return compute_dtype_from_name(extra["dtype"].get<std::string>(), (reader.dir() + "/meta.json: extra.dtype").c_str());
 }
 

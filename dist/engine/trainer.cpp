@@ -127,12 +127,6 @@ int native_bf16_feature(Device device) {
   return kernels::cpu::isa_supported(kernels::cpu::Isa::avx512_bf16) ? 1 : 2;
 }
 
-// --seq, or the preset's context; an unknown --model fails here, before anything is written.
-int64_t seq_of(const TrainOptions& o) {
-  const GPTConfig preset = gpt_preset(o.model);
-  return o.seq > 0 ? o.seq : preset.T;
-}
-
 std::vector<double> ms_of(const std::vector<double>& seconds) {
   std::vector<double> ms;
   for (double x : seconds) ms.push_back(x * 1e3);
@@ -728,9 +722,9 @@ ComputeDtype choose_compute_dtype(const ComputeDtypeSources& s) {
   std::string source;
   if (s.flag) {
     GPUMIX_CHECK_INPUT(s.plan_file.empty() || *s.flag == s.plan_dtype, "plan ", s.plan_file, " was made for ",
-                 dtype_name(s.plan_dtype), " but --dtype is ", dtype_name(*s.flag),
-                 "; its memory and times hold only in its dtype: make the plan again with `gpumix plan --dtype ",
-                 dtype_name(*s.flag), "`, or drop --dtype to train in ", dtype_name(s.plan_dtype));
+                       dtype_name(s.plan_dtype), " but --dtype is ", dtype_name(*s.flag),
+                       "; its memory and times hold only in its dtype: make the plan again with `gpumix plan "
+                       "--dtype ", dtype_name(*s.flag), "`, or drop --dtype to train in ", dtype_name(s.plan_dtype));
     c.dtype = *s.flag;
     source = "--dtype";
   } else if (!s.plan_file.empty()) {

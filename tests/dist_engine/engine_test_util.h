@@ -171,13 +171,14 @@ inline std::vector<float> read_array(const std::string& ckpt, const std::string&
 // (the fp32 formulas with bf16's rounding 2^-8 in place of 1e-3 and of 1e-5), and the same
 // 1 in 10,000 noise elements. A wrong gradient (a missing micro-batch: 1/8 of the batch)
 // still moves most elements by ~lr / 8 per step, 32x this allowance.
-//   And one kind of element is all noise: the key biases (the middle C of every block's
-// attn.c_attn.bias) have a gradient of exactly zero, since a constant added to every key's
-// score leaves the softmax as it is, so what they get is the rounding noise of its terms.
-// In fp32 that noise stays below AdamW's eps (1e-8) and they barely move; in bf16 it is
-// ~2^-8 of the terms, far above eps, and AdamW turns it into steps of ~lr whose signs
-// differ between plans: they may move fully apart, 2 k lr (param_allowances). Losses do not
-// see them.
+//
+// And one kind of element is all noise, in either dtype: the key biases (the middle C of
+// every block's attn.c_attn.bias) have a gradient of exactly zero, since a constant added to
+// every key's score leaves the softmax as it is, so what they get is the rounding noise of
+// its terms. Where that noise is above AdamW's eps (1e-8) - in bf16 (~2^-8 of the terms),
+// and in fp32 from trained weights (GPT-2's) - AdamW turns it into steps of ~lr whose signs
+// differ between plans: they may move fully apart, 2 k lr (param_allowances). Losses do
+// not see them.
 //
 // A bf16 run against an fp32 one (the resumes across dtypes) rounds every activation and
 // parameter used in compute to bf16, a relative 2^-8 each, and that is the losses'
@@ -191,14 +192,13 @@ inline double param_atol(int steps, double lr, DType dtype = DType::f32) {
 inline double moment_rtol(DType dtype) { return dtype == DType::bf16 ? kBf16Rounding : kParamRtol; }
 
 // The absolute allowance of each master weight of the model of checkpoint `ckpt` after
-// `steps` AdamW steps: param_atol, and in bf16 2 k lr for the key biases (see above).
+// `steps` AdamW steps: param_atol, and 2 k lr for the key biases (see above).
 inline std::vector<double> param_allowances(const std::string& ckpt, int steps, double lr, DType dtype) {
   const GPTConfig config = config_from_json(CheckpointReader(ckpt).model(), ckpt);
   std::vector<double> atol((size_t)config.total_params(), param_atol(steps, lr, dtype));
-  if (dtype == DType::bf16)
-    for (const ParamInfo& p : gpt_param_layout(config))
-      if (p.name.size() > 16 && p.name.compare(p.name.size() - 16, 16, "attn.c_attn.bias") == 0)
-        std::fill(atol.begin() + p.offset + config.C, atol.begin() + p.offset + 2 * config.C, 2.0 * steps * lr);
+  for (const ParamInfo& p : gpt_param_layout(config))
+    if (p.name.size() > 16 && p.name.compare(p.name.size() - 16, 16, "attn.c_attn.bias") == 0)
+      std::fill(atol.begin() + p.offset + config.C, atol.begin() + p.offset + 2 * config.C, 2.0 * steps * lr);
   return atol;
 }
 
