@@ -215,9 +215,9 @@ std::string check_counts(const std::vector<int64_t>& counts, int size, int64_t* 
   return "";
 }
 
-std::string check_tensor(const Tensor& t, const char* name) {
+std::string check_tensor(const Tensor& t, const char* name, bool device_ok) {
   if (!t.defined()) return str(name, " is an undefined tensor");
-  if (!t.device().is_cpu())
+  if (!t.device().is_cpu() && !device_ok)
     return str(name, " is on ", t.device().str(),
                ": this backend moves host memory (the NCCL backend takes device memory)");
   return "";
@@ -236,12 +236,20 @@ const void* element_ptr(const Tensor& t, int64_t index) {
 
 }  // namespace
 
+// Device buffers: in and out on one device.
+static std::string check_same_device(const Tensor& in, const Tensor& out) {
+  if (in.device() == out.device()) return "";
+  return str("in is on ", in.device().str(), " but out on ", out.device().str(),
+             ": a collective's buffers are on the rank's device");
+}
+
 std::string check_gather_args(const Tensor& in, const Tensor& out,
-                              const std::vector<int64_t>& counts, int rank, int size) {
+                              const std::vector<int64_t>& counts, int rank, int size, bool device) {
   int64_t total = 0;
   std::string e = check_counts(counts, size, &total);
-  if (e.empty()) e = check_tensor(in, "in");
-  if (e.empty()) e = check_tensor(out, "out");
+  if (e.empty()) e = check_tensor(in, "in", device);
+  if (e.empty()) e = check_tensor(out, "out", device);
+  if (e.empty() && device) e = check_same_device(in, out);
   if (!e.empty()) return e;
   if (in.dtype() != out.dtype())
     return str("in is ", dtype_name(in.dtype()), " but out is ", dtype_name(out.dtype()));
@@ -260,11 +268,12 @@ std::string check_gather_args(const Tensor& in, const Tensor& out,
 }
 
 std::string check_scatter_args(const Tensor& in, const Tensor& out,
-                               const std::vector<int64_t>& counts, int rank, int size) {
+                               const std::vector<int64_t>& counts, int rank, int size, bool device) {
   int64_t total = 0;
   std::string e = check_counts(counts, size, &total);
-  if (e.empty()) e = check_tensor(in, "in");
-  if (e.empty()) e = check_tensor(out, "out");
+  if (e.empty()) e = check_tensor(in, "in", device);
+  if (e.empty()) e = check_tensor(out, "out", device);
+  if (e.empty() && device) e = check_same_device(in, out);
   if (!e.empty()) return e;
   if (in.dtype() != DType::f32 || out.dtype() != DType::f32)
     return str("reductions take f32 tensors, got in ", dtype_name(in.dtype()), " and out ",

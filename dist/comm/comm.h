@@ -2,12 +2,15 @@
 // (METHOD.md §5-6), behind one interface with three backends.
 //
 //   local  ranks are threads of one process (tests, teaching, emulation on one machine):
-//          LocalGroup / run_local. Reductions add rank 0 + rank 1 + ... in fp32, so results
-//          are bitwise reproducible and equal on every rank.
+//          LocalGroup / run_local. Host buffers, or device buffers on the same or different
+//          GPUs (copies and adds on each rank's comm stream, comm_local.cpp). Reductions add
+//          rank 0 + rank 1 + ... in fp32, so results are bitwise reproducible and equal on
+//          every rank.
 //   mpi    ranks are processes started by mpirun; host memory (Debian's Open MPI is not
-//          CUDA-aware). MpiSession + make_mpi_comm.
-//   nccl   GPU memory, one GPU per process, bootstrapped through MPI: make_nccl_comm. Its
-//          device-pointer API lives in DeviceComm below.
+//          CUDA-aware: tensors on a GPU are staged through host copies). MpiSession +
+//          make_mpi_comm.
+//   nccl   GPU memory, one GPU per process, bootstrapped through MPI: make_nccl_comm (host
+//          tensors go through MPI). Its device-pointer API lives in DeviceComm below.
 //
 // Semantics, the same on every backend:
 //   - Tensors are contiguous. Reductions are fp32 SUM (never AVG: the trainer divides by the
@@ -15,6 +18,11 @@
 //   - Every rank calls the same collectives in the same order with the same counts (and
 //     root). The ranks check this: a mismatch, or a bad size on one rank, throws on EVERY
 //     rank a CollectiveError that names the ranks and their counts; it never hangs.
+//   - Tensors on a GPU (local, nccl): a collective starts after the work its rank's compute
+//     stream had when it was called, and returning (or wait()) means its results are
+//     ordered before that stream's later work, not that the device has finished: the host
+//     reads them through a synchronising copy (Tensor::to). The host never waits for the
+//     device inside a collective.
 //   - A Comm is used by one thread at a time. Asynchronous forms return a CommRequest; the
 //     buffers must stay untouched until wait() returns. Synchronous and asynchronous calls
 //     are matched across ranks in the order they are issued.
@@ -320,10 +328,13 @@ std::string format_counts(const std::vector<int64_t>& counts);
 // Offsets of the blocks: offsets[r] = counts[0] + ... + counts[r-1]; returns the sum.
 int64_t block_offsets(const std::vector<int64_t>& counts, std::vector<int64_t>* offsets);
 // "" when this rank's arguments fit the counts, else what is wrong, with the numbers.
+// `device`: the backend moves device buffers too (then in and out are on one device).
 std::string check_gather_args(const Tensor& in, const Tensor& out,
-                              const std::vector<int64_t>& counts, int rank, int size);
+                              const std::vector<int64_t>& counts, int rank, int size,
+                              bool device = false);
 std::string check_scatter_args(const Tensor& in, const Tensor& out,
-                               const std::vector<int64_t>& counts, int rank, int size);
+                               const std::vector<int64_t>& counts, int rank, int size,
+                               bool device = false);
 std::string check_root(int root, int size);
 // The message every rank throws when the ranks disagree (per-rank descriptions and values)
 // or some rank found a local error; "" when they agree and nobody found an error.

@@ -18,6 +18,18 @@
 // rewrites its scratch only after the next check round, when every rank has finished
 // reading it.
 //
+// Device buffers (CUDA tensors; ranks on the same or on different GPUs): the rounds are the
+// same, and each rank moves what it needs itself, asynchronously on its device's comm
+// stream (core/stream.h) instead of with memcpy: cudaMemcpyAsync from the peers' buffers
+// (peer access where available, else the driver stages), and reductions as the fp32 adds
+// of the kernels, in rank order (the same bits as on the host). Events order it: every
+// rank posts an event of its compute stream recorded when it issued the collective (its
+// buffers are then written), which the others' comm streams wait for before reading them;
+// the "done" round posts an event after each rank's copies, and the issuing thread makes
+// its compute stream wait for every rank's (the readers of its buffers) before the
+// collective returns or its request's wait() does. The host never waits for the device.
+// All ranks of one collective pass host buffers, or all device buffers.
+//
 // Failure: fail() marks the group failed and wakes every waiter; waiting longer than
 // timeout_s fails the group with the names of the ranks that have not arrived; a Comm
 // destroyed while the others need it fails the group too. Asynchronous collectives run on
@@ -28,10 +40,21 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <optional>
 #include <thread>
 
 #include "core/error.h"
+#include "core/stream.h"
 #include "dist/comm/comm.h"
+
+#ifdef GPUMIX_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <set>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda.h"
+#endif
 
 namespace gpumix::dist {
 namespace detail {
@@ -48,6 +71,11 @@ struct Post {
   void* out = nullptr;
   const float* scratch = nullptr;
   double scalar = 0;
+  // Device collectives: where in/out live, the poster's compute stream when it issued the
+  // collective (check rounds), and the end of its device work (later rounds).
+  bool on_device = false;
+  Device device;
+  std::shared_ptr<Event> ready, done;
 };
 
 struct Round {
@@ -184,6 +212,162 @@ using detail::LocalGroupState;
 using detail::Post;
 using detail::Round;
 
+// ---- device buffers ---------------------------------------------------------------------
+
+// What a device collective leaves for the issuing thread: the events its compute stream
+// must wait for (every reader of this rank's buffers) and the scratch tensors the comm
+// stream used, released after that wait (the allocator reuses blocks on the compute stream
+// only).
+struct DeviceSide {
+  explicit DeviceSide(Device d) : device(d), ready(std::make_shared<Event>()) {
+    ready->record(device, Stream::compute);
+  }
+  void join() {
+    for (const std::shared_ptr<Event>& e : joins) e->wait(device, Stream::compute);
+    joins.clear();
+    scratch.clear();
+  }
+  Device device;
+  std::shared_ptr<Event> ready;  // this rank's compute stream when it issued the collective
+  std::vector<std::shared_ptr<Event>> joins;
+  std::vector<Tensor> scratch;
+};
+using DeviceSidePtr = std::shared_ptr<DeviceSide>;
+
+// A device side when the collective's tensors are on a GPU; null for host buffers.
+DeviceSidePtr device_side(const Tensor& a, const Tensor& b = Tensor()) {
+  for (const Tensor* t : {&a, &b})
+    if (t->defined() && t->device().is_cuda()) return std::make_shared<DeviceSide>(t->device());
+  return nullptr;
+}
+
+void post_device(Post& p, const DeviceSidePtr& side) {
+  if (!side) return;
+  p.on_device = true;
+  p.device = side->device;
+  p.ready = side->ready;
+}
+
+// "" when the round's ranks all pass host or all device buffers; else what they pass.
+std::string check_one_kind(const Round& r) {
+  bool any = false, all = true;
+  for (const Post& p : r.posts) {
+    any = any || p.on_device;
+    all = all && p.on_device;
+  }
+  if (any == all) return "";
+  std::string kinds;
+  for (size_t q = 0; q < r.posts.size(); ++q)
+    kinds += str(q ? ", " : "", "rank ", q, ": ", r.posts[q].on_device ? r.posts[q].device.str() : "host");
+  return str("local comm: a collective moves host buffers or device buffers on every rank, not both (", kinds,
+             "); put every rank's tensors on its device");
+}
+
+#ifdef GPUMIX_HAVE_CUDA
+int ordinal(Device d) { return device_props(d).ordinal; }
+
+cudaStream_t comm_stream(Device d) { return static_cast<cudaStream_t>(stream_handle(d, Stream::comm)); }
+
+// Peer access from GPU `from` to `to` where the hardware has it (once per pair); without
+// it cudaMemcpyAsync stages through the host.
+void enable_peer_access(int from, int to) {
+  static std::mutex mu;
+  static std::set<std::pair<int, int>> tried;
+  std::lock_guard<std::mutex> lock(mu);
+  if (from == to || !tried.insert({from, to}).second) return;
+  int can = 0;
+  CUDA_CHECK(cudaDeviceCanAccessPeer(&can, from, to));
+  if (!can) return;
+  CUDA_CHECK(cudaSetDevice(from));
+  const cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled)
+    (void)cudaGetLastError();
+  else
+    CUDA_CHECK(e);
+}
+#endif
+
+// The device work of one rank in a device collective, on its comm stream.
+class DeviceWork {
+ public:
+  explicit DeviceWork(const DeviceSidePtr& side) : side_(*side) {
+#ifdef GPUMIX_HAVE_CUDA
+    CUDA_CHECK(cudaSetDevice(ordinal(side_.device)));  // kernels launch on the current device
+#else
+    GPUMIX_CHECK(false, "local comm: ", side_.device.str(), " tensors in a build without CUDA");
+#endif
+  }
+  // The comm stream waits for the given ranks' compute streams at their issue.
+  void after_ready(const Round& r) {
+    for (const Post& p : r.posts) p.ready->wait(side_.device, Stream::comm);
+  }
+  // The comm stream waits for the end of other ranks' device work (their reads of ours).
+  void after_done(const Round& r) {
+    for (const Post& p : r.posts)
+      if (p.done) p.done->wait(side_.device, Stream::comm);
+  }
+  void copy(void* dst, const void* src, int64_t bytes) {
+#ifdef GPUMIX_HAVE_CUDA
+    if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDefault, comm_stream(side_.device)));
+#else
+    (void)dst, (void)src, (void)bytes;
+#endif
+  }
+  // ins[0] + ins[1] + ... (n each) in rank order, fp32, as detail::sum_in_rank_order, into
+  // scratch on this rank's device (returned; it lives until the join). `devices[q]` holds
+  // ins[q]: on another GPU it is staged here first.
+  const float* sum_in_rank_order(const std::vector<const float*>& ins, const std::vector<Device>& devices,
+                                 int64_t n) {
+    std::vector<const float*> here(ins);
+#ifdef GPUMIX_HAVE_CUDA
+    for (size_t q = 0; q < ins.size(); ++q) {
+      if (ordinal(devices[q]) == ordinal(side_.device)) continue;
+      enable_peer_access(ordinal(side_.device), ordinal(devices[q]));
+      CUDA_CHECK(cudaSetDevice(ordinal(side_.device)));
+      Tensor staged = scratch({n});
+      copy(staged.raw_data(), ins[q], n * (int64_t)sizeof(float));
+      here[q] = staged.data<float>();
+    }
+    Tensor acc = scratch({n});
+    float* a = acc.data<float>();
+    const cudaStream_t s = comm_stream(side_.device);
+    if (here.size() == 1)
+      copy(a, here[0], n * (int64_t)sizeof(float));
+    else
+      kernels::cuda::add(a, here[0], here[1], n, s);
+    for (size_t q = 2; q < here.size(); ++q) kernels::cuda::add(a, a, here[q], n, s);
+    return a;
+#else
+    (void)devices, (void)n;
+    return nullptr;
+#endif
+  }
+  // An event after this rank's device work so far, for the next round's post.
+  std::shared_ptr<Event> done() {
+    auto e = std::make_shared<Event>();
+    e->record(side_.device, Stream::comm);
+    return e;
+  }
+  // The issuing thread's compute stream waits for these ranks' device work.
+  void join_all(const Round& r) {
+    for (const Post& p : r.posts)
+      if (p.done) side_.joins.push_back(p.done);
+  }
+
+ private:
+  // Scratch memory from the rank's allocator, which hands out blocks whose last use is on
+  // the compute stream, possibly after the collective was issued: the comm stream waits
+  // for the compute stream as it is now before it writes them.
+  Tensor scratch(const Shape& shape) {
+    side_.scratch.push_back(Tensor::empty(shape, DType::f32, side_.device));
+    Event now;
+    now.record(side_.device, Stream::compute);
+    now.wait(side_.device, Stream::comm);
+    return side_.scratch.back();
+  }
+  DeviceSide& side_;
+};
+
 // A collective queued on a rank's worker thread.
 struct Task {
   CommOp op = CommOp::barrier;
@@ -193,6 +377,7 @@ struct Task {
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
+  DeviceSidePtr side;  // device buffers: joined to the compute stream by wait()
 };
 
 class LocalComm;
@@ -245,31 +430,38 @@ class LocalComm : public Comm {
   // ---- the collectives, as closures run inline or on the worker -------------------------
 
   void all_gather_v(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
-    run_sync(CommOp::all_gather_v, gather_bytes(in, counts), make_gather(in, out, counts));
+    const DeviceSidePtr side = device_side(in, out);
+    run_sync(CommOp::all_gather_v, gather_bytes(in, counts), make_gather(in, out, counts, side), side);
   }
   CommRequestPtr all_gather_v_async(const Tensor& in, Tensor& out,
                                     const std::vector<int64_t>& counts) override {
-    return run_async(CommOp::all_gather_v, gather_bytes(in, counts), make_gather(in, out, counts));
+    const DeviceSidePtr side = device_side(in, out);
+    return run_async(CommOp::all_gather_v, gather_bytes(in, counts), make_gather(in, out, counts, side), side);
   }
   void reduce_scatter_v(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
-    run_sync(CommOp::reduce_scatter_v, scatter_bytes(counts), make_scatter(in, out, counts));
+    const DeviceSidePtr side = device_side(in, out);
+    run_sync(CommOp::reduce_scatter_v, scatter_bytes(counts), make_scatter(in, out, counts, side), side);
   }
   CommRequestPtr reduce_scatter_v_async(const Tensor& in, Tensor& out,
                                         const std::vector<int64_t>& counts) override {
-    return run_async(CommOp::reduce_scatter_v, scatter_bytes(counts),
-                     make_scatter(in, out, counts));
+    const DeviceSidePtr side = device_side(in, out);
+    return run_async(CommOp::reduce_scatter_v, scatter_bytes(counts), make_scatter(in, out, counts, side), side);
   }
   void all_reduce_sum(Tensor& t) override {
-    run_sync(CommOp::all_reduce, all_reduce_bytes(t), make_all_reduce(t));
+    const DeviceSidePtr side = device_side(t);
+    run_sync(CommOp::all_reduce, all_reduce_bytes(t), make_all_reduce(t, side), side);
   }
   CommRequestPtr all_reduce_sum_async(Tensor& t) override {
-    return run_async(CommOp::all_reduce, all_reduce_bytes(t), make_all_reduce(t));
+    const DeviceSidePtr side = device_side(t);
+    return run_async(CommOp::all_reduce, all_reduce_bytes(t), make_all_reduce(t, side), side);
   }
   void broadcast(Tensor& t, int root) override {
-    run_sync(CommOp::broadcast, broadcast_bytes(t, root), make_broadcast(t, root));
+    const DeviceSidePtr side = device_side(t);
+    run_sync(CommOp::broadcast, broadcast_bytes(t, root), make_broadcast(t, root, side), side);
   }
   CommRequestPtr broadcast_async(Tensor& t, int root) override {
-    return run_async(CommOp::broadcast, broadcast_bytes(t, root), make_broadcast(t, root));
+    const DeviceSidePtr side = device_side(t);
+    return run_async(CommOp::broadcast, broadcast_bytes(t, root), make_broadcast(t, root, side), side);
   }
 
   double all_reduce_sum(double x) override { return scalar(x, false); }
@@ -323,16 +515,21 @@ class LocalComm : public Comm {
 
   int n() const { return g_->n; }
 
-  // Throws the round's agreement error (the same on every rank).
+  // Throws the round's agreement error (the same on every rank), or that its ranks mix
+  // host and device buffers.
   static const Round& finish_check(const std::shared_ptr<const Round>& round) {
     if (!round->error.empty()) throw CollectiveError(str("local comm: ", round->error));
+    const std::string kinds = check_one_kind(*round);
+    if (!kinds.empty()) throw CollectiveError(kinds);
     return *round;
   }
 
-  void done_round(const char* op) {
+  // `done`: the end of this rank's device work in the collective (device buffers).
+  std::shared_ptr<const Round> done_round(const char* op, std::shared_ptr<Event> done = nullptr) {
     Post p;
     p.what = "done";
-    g_->rendezvous(rank_, std::move(p), op);
+    p.done = std::move(done);
+    return g_->rendezvous(rank_, std::move(p), op);
   }
 
   CommBytes gather_bytes(const Tensor& in, const std::vector<int64_t>& counts) const {
@@ -356,46 +553,75 @@ class LocalComm : public Comm {
 
   // The closures capture tensors by value (shared storage stays alive while queued).
   std::function<void()> make_gather(const Tensor& in, const Tensor& out,
-                                    const std::vector<int64_t>& counts) {
-    return [this, in, out, counts] {
+                                    const std::vector<int64_t>& counts, const DeviceSidePtr& side) {
+    return [this, in, out, counts, side] {
       Post p;
       p.check = true;
       p.what = str("all_gather_v(", in.defined() ? dtype_name(in.dtype()) : "?", ") counts");
       p.values = counts;
-      p.local_error = detail::check_gather_args(in, out, counts, rank_, n());
+      p.local_error = detail::check_gather_args(in, out, counts, rank_, n(), side != nullptr);
       if (p.local_error.empty()) {
         p.in = in.raw_data();
         p.out = out.raw_data();
       }
+      post_device(p, side);
       const Round& r = finish_check(g_->rendezvous(rank_, std::move(p), "all_gather_v"));
       const size_t esz = dtype_size(in.dtype());
       char* dst = static_cast<char*>(r.posts[rank_].out);
+      std::optional<DeviceWork> dev;
+      if (side) dev.emplace(side).after_ready(r);
       int64_t offset = 0;
       for (int q = 0; q < n(); ++q) {
         const int64_t c = counts[q];
         char* d = dst + offset * (int64_t)esz;
-        if (c > 0 && d != r.posts[q].in) std::memcpy(d, r.posts[q].in, (size_t)c * esz);
+        if (c > 0 && d != r.posts[q].in) {
+          if (dev)
+            dev->copy(d, r.posts[q].in, c * (int64_t)esz);
+          else
+            std::memcpy(d, r.posts[q].in, (size_t)c * esz);
+        }
         offset += c;
       }
-      done_round("all_gather_v");
+      if (!dev) {
+        done_round("all_gather_v");
+        return;
+      }
+      dev->join_all(*done_round("all_gather_v", dev->done()));
     };
   }
 
   std::function<void()> make_scatter(const Tensor& in, const Tensor& out,
-                                     const std::vector<int64_t>& counts) {
-    return [this, in, out, counts] {
+                                     const std::vector<int64_t>& counts, const DeviceSidePtr& side) {
+    return [this, in, out, counts, side] {
       Post p;
       p.check = true;
       p.what = "reduce_scatter_v(f32) counts";
       p.values = counts;
-      p.local_error = detail::check_scatter_args(in, out, counts, rank_, n());
+      p.local_error = detail::check_scatter_args(in, out, counts, rank_, n(), side != nullptr);
       if (p.local_error.empty()) {
         p.in = in.raw_data();
         p.out = out.raw_data();
       }
+      post_device(p, side);
       const Round& r = finish_check(g_->rendezvous(rank_, std::move(p), "reduce_scatter_v"));
       std::vector<int64_t> offsets;
       detail::block_offsets(counts, &offsets);
+      if (side) {
+        DeviceWork dev(side);
+        dev.after_ready(r);
+        if (counts[rank_] > 0) {
+          std::vector<const float*> ins(n());
+          std::vector<Device> devices(n());
+          for (int q = 0; q < n(); ++q) {
+            ins[q] = static_cast<const float*>(r.posts[q].in) + offsets[rank_];
+            devices[q] = r.posts[q].device;
+          }
+          const float* sum = dev.sum_in_rank_order(ins, devices, counts[rank_]);
+          dev.copy(r.posts[rank_].out, sum, counts[rank_] * (int64_t)sizeof(float));
+        }
+        dev.join_all(*done_round("reduce_scatter_v", dev.done()));
+        return;
+      }
       if (counts[rank_] > 0) {
         std::vector<const float*> ins(n());
         for (int q = 0; q < n(); ++q) ins[q] = static_cast<const float*>(r.posts[q].in);
@@ -406,8 +632,8 @@ class LocalComm : public Comm {
     };
   }
 
-  std::function<void()> make_all_reduce(const Tensor& t) {
-    return [this, t] {
+  std::function<void()> make_all_reduce(const Tensor& t, const DeviceSidePtr& side) {
+    return [this, t, side] {
       Post p;
       p.check = true;
       p.what = "all_reduce(f32) numel";
@@ -417,13 +643,33 @@ class LocalComm : public Comm {
         p.values = {t.numel()};
         if (t.dtype() != DType::f32)
           p.local_error = str("reductions take f32 tensors, got ", dtype_name(t.dtype()));
-        else if (!t.device().is_cpu())
-          p.local_error = str("the tensor is on ", t.device().str(), ": this backend moves host memory");
         else
           p.in = t.raw_data();
       }
+      post_device(p, side);
       const Round& r = finish_check(g_->rendezvous(rank_, std::move(p), "all_reduce"));
       const int64_t numel = t.numel();
+      if (side) {  // every rank sums all of it, then (after the others' reads) overwrites its own
+        DeviceWork dev(side);
+        dev.after_ready(r);
+        std::vector<const float*> ins(n());
+        std::vector<Device> devices(n());
+        for (int q = 0; q < n(); ++q) {
+          ins[q] = static_cast<const float*>(r.posts[q].in);
+          devices[q] = r.posts[q].device;
+        }
+        const float* sum = dev.sum_in_rank_order(ins, devices, numel);
+        Post p2;
+        p2.what = "reduced";
+        p2.done = dev.done();
+        dev.after_done(*g_->rendezvous(rank_, std::move(p2), "all_reduce"));
+        dev.copy(t.raw_data(), sum, numel * (int64_t)sizeof(float));
+        Round mine;
+        mine.posts.resize(1);
+        mine.posts[0].done = dev.done();
+        dev.join_all(mine);
+        return;
+      }
       auto lo = [&](int q) { return numel * q / n(); };
       // Phase 1: this rank's chunk, summed in rank order, into its scratch.
       std::vector<float>& mine = g_->scratch[rank_];
@@ -443,8 +689,8 @@ class LocalComm : public Comm {
     };
   }
 
-  std::function<void()> make_broadcast(const Tensor& t, int root) {
-    return [this, t, root] {
+  std::function<void()> make_broadcast(const Tensor& t, int root, const DeviceSidePtr& side) {
+    return [this, t, root, side] {
       Post p;
       p.check = true;
       p.what = str("broadcast(", t.defined() ? dtype_name(t.dtype()) : "?", ") root, numel");
@@ -452,10 +698,16 @@ class LocalComm : public Comm {
       p.local_error = detail::check_root(root, n());
       if (!t.defined())
         p.local_error = "the tensor is undefined";
-      else if (!t.device().is_cpu())
-        p.local_error = str("the tensor is on ", t.device().str(), ": this backend moves host memory");
       if (p.local_error.empty()) p.in = t.raw_data();
+      post_device(p, side);
       const Round& r = finish_check(g_->rendezvous(rank_, std::move(p), "broadcast"));
+      if (side) {
+        DeviceWork dev(side);
+        dev.after_ready(r);
+        if (rank_ != root) dev.copy(t.raw_data(), r.posts[root].in, t.nbytes());
+        dev.join_all(*done_round("broadcast", dev.done()));
+        return;
+      }
       if (rank_ != root && t.numel() > 0)
         std::memcpy(t.raw_data(), r.posts[root].in, (size_t)t.nbytes());
       done_round("broadcast");
@@ -482,19 +734,22 @@ class LocalComm : public Comm {
 
   // ---- running: inline, queued, and the worker ------------------------------------------
 
-  void run_sync(CommOp op, const CommBytes& bytes, const std::function<void()>& fn) {
+  // `side`: the device side of a collective on device buffers (null: host buffers).
+  void run_sync(CommOp op, const CommBytes& bytes, const std::function<void()>& fn,
+                const DeviceSidePtr& side = nullptr) {
     bool inline_run;
     {
       std::lock_guard<std::mutex> lock(qmu_);
       inline_run = pending_ == 0;
     }
     if (!inline_run) {
-      run_async(op, bytes, fn)->wait();
+      run_async(op, bytes, fn, side)->wait();
       return;
     }
     const double start = detail::now_seconds();
     try {
       fn();
+      if (side) side->join();
     } catch (...) {
       record_seconds(op, detail::seconds_since(start));
       throw;
@@ -502,11 +757,13 @@ class LocalComm : public Comm {
     record(op, bytes, detail::seconds_since(start));
   }
 
-  CommRequestPtr run_async(CommOp op, const CommBytes& bytes, std::function<void()> fn) {
+  CommRequestPtr run_async(CommOp op, const CommBytes& bytes, std::function<void()> fn,
+                           const DeviceSidePtr& side = nullptr) {
     auto task = std::make_shared<Task>();
     task->op = op;
     task->bytes = bytes;
     task->fn = std::move(fn);
+    task->side = side;
     {
       std::lock_guard<std::mutex> lock(qmu_);
       queue_.push_back(task);
@@ -558,6 +815,7 @@ void LocalRequest::wait() {
     task_->cv.wait(lock, [this] { return task_->done; });
     error = task_->error;
   }
+  if (task_->side) task_->side->join();
   comm_->finish_request(task_->op, task_->bytes, detail::seconds_since(start), !error);
   if (error) std::rethrow_exception(error);
 }

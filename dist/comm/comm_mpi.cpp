@@ -1,4 +1,5 @@
-// The MPI backend: ranks are processes started by mpirun; host memory.
+// The MPI backend: ranks are processes started by mpirun; host memory (tensors on a GPU are
+// staged through host copies).
 //
 //   all_gather_v      MPI_Allgatherv   (MPI_Iallgatherv)     in place: MPI_IN_PLACE
 //   reduce_scatter_v  MPI_Reduce_scatter (MPI_Ireduce_scatter) in place: through a copy
@@ -71,6 +72,11 @@ void* buf(const Tensor& t) { return t.numel() > 0 ? t.raw_data() : g_dummy; }
   std::abort();
 }
 
+// Tensors on a GPU: Debian's Open MPI is not CUDA-aware, so their collectives are staged
+// through host copies (synchronously; the asynchronous forms complete before they return).
+bool on_device(const Tensor& t) { return t.defined() && !t.device().is_cpu(); }
+Tensor host_copy(const Tensor& t) { return on_device(t) ? t.to(Device::cpu()) : t; }
+
 class MpiComm;
 
 // One or more nonblocking MPI operations and what they need kept alive until completion.
@@ -136,12 +142,19 @@ class MpiComm : public Comm {
   std::string backend() const override { return "mpi"; }
 
   void all_gather_v(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
+    if (on_device(in) || on_device(out)) {
+      Tensor host_out = host_copy(out);
+      all_gather_v(host_copy(in), host_out, counts);
+      if (on_device(out)) out.copy_from(host_out);
+      return;
+    }
     const double start = detail::now_seconds();
     const CommBytes bytes = start_gather(in, out, counts, nullptr);
     record(CommOp::all_gather_v, bytes, detail::seconds_since(start));
   }
   CommRequestPtr all_gather_v_async(const Tensor& in, Tensor& out,
                                     const std::vector<int64_t>& counts) override {
+    if (on_device(in) || on_device(out)) return Comm::all_gather_v_async(in, out, counts);
     auto req = std::make_unique<MpiRequest>(this, CommOp::all_gather_v,
                                             gather_bytes(in, counts), opt_.timeout_s);
     start_gather(in, out, counts, req.get());
@@ -149,12 +162,19 @@ class MpiComm : public Comm {
   }
 
   void reduce_scatter_v(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
+    if (on_device(in) || on_device(out)) {
+      Tensor host_out = host_copy(out);
+      reduce_scatter_v(host_copy(in), host_out, counts);
+      if (on_device(out)) out.copy_from(host_out);
+      return;
+    }
     const double start = detail::now_seconds();
     const CommBytes bytes = start_scatter(in, out, counts, nullptr);
     record(CommOp::reduce_scatter_v, bytes, detail::seconds_since(start));
   }
   CommRequestPtr reduce_scatter_v_async(const Tensor& in, Tensor& out,
                                         const std::vector<int64_t>& counts) override {
+    if (on_device(in) || on_device(out)) return Comm::reduce_scatter_v_async(in, out, counts);
     auto req = std::make_unique<MpiRequest>(
         this, CommOp::reduce_scatter_v,
         (int)counts.size() == size_
@@ -166,22 +186,36 @@ class MpiComm : public Comm {
   }
 
   void all_reduce_sum(Tensor& t) override {
+    if (on_device(t)) {
+      Tensor host = host_copy(t);
+      all_reduce_sum(host);
+      t.copy_from(host);
+      return;
+    }
     const double start = detail::now_seconds();
     const CommBytes bytes = start_all_reduce(t, nullptr);
     record(CommOp::all_reduce, bytes, detail::seconds_since(start));
   }
   CommRequestPtr all_reduce_sum_async(Tensor& t) override {
+    if (on_device(t)) return Comm::all_reduce_sum_async(t);
     auto req = std::make_unique<MpiRequest>(this, CommOp::all_reduce, CommBytes{}, opt_.timeout_s);
     start_all_reduce(t, req.get());
     return req;
   }
 
   void broadcast(Tensor& t, int root) override {
+    if (on_device(t)) {
+      Tensor host = host_copy(t);
+      broadcast(host, root);
+      t.copy_from(host);
+      return;
+    }
     const double start = detail::now_seconds();
     const CommBytes bytes = start_broadcast(t, root, nullptr);
     record(CommOp::broadcast, bytes, detail::seconds_since(start));
   }
   CommRequestPtr broadcast_async(Tensor& t, int root) override {
+    if (on_device(t)) return Comm::broadcast_async(t, root);
     auto req = std::make_unique<MpiRequest>(this, CommOp::broadcast, CommBytes{}, opt_.timeout_s);
     start_broadcast(t, root, req.get());
     return req;

@@ -18,10 +18,11 @@
 // calls: in place, no copies.
 //
 // The device API enqueues on the caller's stream and returns, as NCCL does. The Tensor API
-// is the integration point for CUDA tensors (core/ has none yet): it takes Device::cuda
-// tensors, runs on the communicator's own stream and synchronises (the async forms return
-// a request that waits on an event). This file is compiled in CI; it runs only on a
-// machine with GPUs (one per rank: NCCL refuses two ranks on one GPU).
+// takes CUDA tensors, enqueued on their device's comm stream after its compute stream's
+// work (events; a request's wait() makes the compute stream wait, never the host), and
+// host tensors, which go through the MPI communicator. This file is compiled in CI; it
+// runs only on a machine with GPUs (one per rank: two ranks on one GPU are refused at
+// bootstrap, naming them).
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -32,6 +33,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/stream.h"
 #include "dist/comm/comm.h"
 
 #define GPUMIX_CUDA_CHECK(expr)                                                          \
@@ -90,27 +92,30 @@ std::string check_cuda_tensor(const Tensor& t, const char* name) {
 
 class NcclComm;
 
-// Tensor-API asynchronous collective: an event recorded after the enqueued work.
+// Tensor-API collective on CUDA tensors: an event on the device's comm stream after the
+// enqueued work. wait() makes the device's compute stream wait for it (no host wait), after
+// checking NCCL's asynchronous error, so that a failed peer is reported rather than waited
+// for at the next host synchronisation.
 class NcclRequest : public CommRequest {
  public:
-  NcclRequest(NcclComm* comm, CommOp op, std::vector<Tensor> keep)
-      : comm_(comm), op_(op), keep_(std::move(keep)) {}
+  NcclRequest(NcclComm* comm, CommOp op, Device device, std::vector<Tensor> keep)
+      : comm_(comm), op_(op), device_(device), keep_(std::move(keep)) {}
   ~NcclRequest() override {
     try {
       wait();
     } catch (...) {
       // An unwaited request's error is lost by contract (comm.h).
     }
-    if (event_) cudaEventDestroy(event_);
   }
   void wait() override;
-  bool done() override { return waited_ || cudaEventQuery(event_) == cudaSuccess; }
+  bool done() override { return true; }  // wait() never blocks the host
 
-  cudaEvent_t event_ = nullptr;
+  Event event_;
 
  private:
   NcclComm* comm_;
   CommOp op_;
+  Device device_;
   std::vector<Tensor> keep_;
   bool waited_ = false;
 };
@@ -140,11 +145,9 @@ class NcclComm : public DeviceComm {
     std::string local;
     MPI_Comm node = MPI_COMM_NULL;
     int local_rank = 0;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
-        MPI_SUCCESS) {
-      MPI_Comm_rank(node, &local_rank);
-      MPI_Comm_free(&node);
-    }
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+      node = MPI_COMM_NULL;
+    if (node != MPI_COMM_NULL) MPI_Comm_rank(node, &local_rank);
     int ndev = 0;
     const cudaError_t ce = cudaGetDeviceCount(&ndev);
     if (ce != cudaSuccess || ndev == 0) {
@@ -156,6 +159,11 @@ class NcclComm : public DeviceComm {
         local = str("device ", device_, " requested but only ", ndev, " are visible");
       else if (cudaSetDevice(device_) != cudaSuccess)
         local = str("cudaSetDevice(", device_, ") failed: ", cudaGetErrorString(cudaGetLastError()));
+    }
+    if (node != MPI_COMM_NULL) {
+      const std::string shared = check_one_rank_per_gpu(node);  // every rank of the node calls it
+      if (local.empty()) local = shared;
+      MPI_Comm_free(&node);
     }
     ncclUniqueId id;
     std::memset(&id, 0, sizeof id);
@@ -169,6 +177,23 @@ class NcclComm : public DeviceComm {
     GPUMIX_NCCL_CHECK(nullptr, ncclCommInitRank(&nccl_, size_, id, rank_));
     GPUMIX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     GPUMIX_CUDA_CHECK(cudaEventCreateWithFlags(&staging_event_, cudaEventDisableTiming));
+  }
+
+  // NCCL runs one rank per GPU (two on one GPU fail inside ncclCommInitRank, or hang): the
+  // ranks of this node compare their GPUs first. Collective over `node`.
+  std::string check_one_rank_per_gpu(MPI_Comm node) const {
+    int n = 1;
+    MPI_Comm_size(node, &n);
+    const int mine[2] = {rank_, device_};
+    std::vector<int> all(2 * (size_t)n);
+    if (MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, node) != MPI_SUCCESS) return "";
+    for (int q = 0; q < n; ++q)
+      if (all[2 * q] != rank_ && all[2 * q + 1] == device_ && device_ >= 0)
+        return str("ranks ", std::min(rank_, all[2 * q]), " and ", std::max(rank_, all[2 * q]), " both use GPU ",
+                   device_, " of this node, but NCCL runs one rank per GPU; give each process its own GPU "
+                   "(--devices cuda:0,cuda:1,...), or run the ranks as threads of one process to share a GPU "
+                   "(gpumix train --ranks N --devices cuda:0,cuda:0,...: the local backend)");
+    return "";
   }
 
   ~NcclComm() override {
@@ -267,13 +292,20 @@ class NcclComm : public DeviceComm {
            0);
   }
 
-  // ---- Tensor API: CUDA tensors (the integration point for core's CUDA tensors) ----------
+  // ---- Tensor API -------------------------------------------------------------------------
+  // Host tensors (the trainer's small exchanges, a re-shard's staging) go through the MPI
+  // communicator; CUDA tensors through NCCL on their device's comm stream (core/stream.h),
+  // after the compute stream's work so far (an event). The request's wait() makes the
+  // compute stream wait for the collective: results are ordered before the device's later
+  // compute work, and the host reads them through a synchronising copy. A synchronous call
+  // is its asynchronous form, waited for.
 
   void all_gather_v(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
     all_gather_v_async(in, out, counts)->wait();
   }
   CommRequestPtr all_gather_v_async(const Tensor& in, Tensor& out,
                                     const std::vector<int64_t>& counts) override {
+    if (on_host(in) && on_host(out)) return host_->all_gather_v_async(in, out, counts);
     std::string local = check_counts(counts, size_);
     if (local.empty()) local = check_cuda_tensor(in, "in");
     if (local.empty()) local = check_cuda_tensor(out, "out");
@@ -288,8 +320,8 @@ class NcclComm : public DeviceComm {
     }
     const DType dt = in.defined() ? in.dtype() : DType::f32;
     gather(local.empty() ? in.raw_data() : nullptr, local.empty() ? out.raw_data() : nullptr,
-           counts, dt, stream_, local);
-    return finish_async(CommOp::all_gather_v, {in, out});
+           counts, dt, local.empty() ? after_compute(out.device()) : nullptr, local);
+    return finish_async(CommOp::all_gather_v, out.device(), {in, out});
   }
 
   void reduce_scatter_v(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
@@ -297,6 +329,7 @@ class NcclComm : public DeviceComm {
   }
   CommRequestPtr reduce_scatter_v_async(const Tensor& in, Tensor& out,
                                         const std::vector<int64_t>& counts) override {
+    if (on_host(in) && on_host(out)) return host_->reduce_scatter_v_async(in, out, counts);
     std::string local = check_counts(counts, size_);
     if (local.empty()) local = check_cuda_tensor(in, "in");
     if (local.empty()) local = check_cuda_tensor(out, "out");
@@ -312,24 +345,28 @@ class NcclComm : public DeviceComm {
     }
     const DType dt = in.defined() ? in.dtype() : DType::f32;
     scatter(local.empty() ? in.raw_data() : nullptr, local.empty() ? out.raw_data() : nullptr,
-            counts, dt, stream_, local);
-    return finish_async(CommOp::reduce_scatter_v, {in, out});
+            counts, dt, local.empty() ? after_compute(out.device()) : nullptr, local);
+    return finish_async(CommOp::reduce_scatter_v, out.device(), {in, out});
   }
 
   void all_reduce_sum(Tensor& t) override { all_reduce_sum_async(t)->wait(); }
   CommRequestPtr all_reduce_sum_async(Tensor& t) override {
+    if (on_host(t)) return host_->all_reduce_sum_async(t);
     const std::string local = check_cuda_tensor(t, "the tensor");
     all_reduce_impl(local.empty() ? t.raw_data() : nullptr, t.defined() ? t.numel() : 0,
-                    t.defined() ? t.dtype() : DType::f32, stream_, local);
-    return finish_async(CommOp::all_reduce, {t});
+                    t.defined() ? t.dtype() : DType::f32, local.empty() ? after_compute(t.device()) : nullptr,
+                    local);
+    return finish_async(CommOp::all_reduce, t.device(), {t});
   }
 
   void broadcast(Tensor& t, int root) override { broadcast_async(t, root)->wait(); }
   CommRequestPtr broadcast_async(Tensor& t, int root) override {
+    if (on_host(t)) return host_->broadcast_async(t, root);
     const std::string local = check_cuda_tensor(t, "the tensor");
     broadcast_impl(local.empty() ? t.raw_data() : nullptr, t.defined() ? t.numel() : 0,
-                   t.defined() ? t.dtype() : DType::f32, root, stream_, local);
-    return finish_async(CommOp::broadcast, {t});
+                   t.defined() ? t.dtype() : DType::f32, root,
+                   local.empty() ? after_compute(t.device()) : nullptr, local);
+    return finish_async(CommOp::broadcast, t.device(), {t});
   }
 
   // ---- host side: through MPI -------------------------------------------------------------
@@ -337,8 +374,9 @@ class NcclComm : public DeviceComm {
   double all_reduce_sum(double x) override { return host_->all_reduce_sum(x); }
   double all_reduce_max(double x) override { return host_->all_reduce_max(x); }
   void barrier() override {
-    // Device work queued on our stream first, so that the barrier orders it too.
-    GPUMIX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    // Device work queued on this GPU's streams first (ours and the Tensor API's), so that
+    // the barrier orders it too.
+    GPUMIX_CUDA_CHECK(cudaDeviceSynchronize());
     host_->barrier();
   }
   void agree(const std::string& what, const std::vector<int64_t>& values,
@@ -497,11 +535,22 @@ class NcclComm : public DeviceComm {
            comm_payload_bytes(CommOp::reduce_scatter_v, counts, rank_, esz), 0);
   }
 
-  // Tensor API: the bytes were recorded when enqueued; the request waits on an event.
-  CommRequestPtr finish_async(CommOp op, std::vector<Tensor> keep) {
-    auto req = std::make_unique<NcclRequest>(this, op, std::move(keep));
-    GPUMIX_CUDA_CHECK(cudaEventCreateWithFlags(&req->event_, cudaEventDisableTiming));
-    GPUMIX_CUDA_CHECK(cudaEventRecord(req->event_, stream_));
+  static bool on_host(const Tensor& t) { return t.defined() && t.device().is_cpu(); }
+
+  // The device's comm stream, made to wait for its compute stream's work so far (the
+  // producers of the buffers).
+  static cudaStream_t after_compute(Device device) {
+    Event ready;
+    ready.record(device, Stream::compute);
+    ready.wait(device, Stream::comm);
+    return static_cast<cudaStream_t>(stream_handle(device, Stream::comm));
+  }
+
+  // Tensor API: the bytes were recorded when enqueued; the request holds an event after
+  // the enqueued work (a local error has thrown before this on every rank).
+  CommRequestPtr finish_async(CommOp op, Device device, std::vector<Tensor> keep) {
+    auto req = std::make_unique<NcclRequest>(this, op, device, std::move(keep));
+    req->event_.record(device, Stream::comm);
     return req;
   }
 };
@@ -510,24 +559,15 @@ void NcclRequest::wait() {
   if (waited_) return;
   waited_ = true;
   const double start = detail::now_seconds();
-  // Poll the event and NCCL's asynchronous error, so that a failed peer ends in an error
-  // rather than a hang.
-  for (int spins = 0;; ++spins) {
-    const cudaError_t q = cudaEventQuery(event_);
-    if (q == cudaSuccess) break;
-    GPUMIX_CUDA_CHECK(q == cudaErrorNotReady ? cudaSuccess : q);
-    ncclResult_t async_error = ncclSuccess;
-    GPUMIX_NCCL_CHECK(comm_->nccl(), ncclCommGetAsyncError(comm_->nccl(), &async_error));
-    if (async_error != ncclSuccess && async_error != ncclInProgress)
-      comm_->abort(str(comm_op_name(op_), ": NCCL reported an asynchronous error: ",
-                       ncclGetErrorString(async_error)));
-    if (spins < 1000)
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-  comm_->finish_request(op_, detail::seconds_since(start));
+  ncclResult_t async_error = ncclSuccess;
+  GPUMIX_NCCL_CHECK(comm_->nccl(), ncclCommGetAsyncError(comm_->nccl(), &async_error));
+  if (async_error != ncclSuccess && async_error != ncclInProgress)
+    comm_->abort(str(comm_op_name(op_), ": NCCL reported an asynchronous error: ", ncclGetErrorString(async_error)));
+  // The compute stream waits for the collective; the buffers it used may be released
+  // after this (the allocator reuses blocks on the compute stream only).
+  event_.wait(device_, Stream::compute);
   keep_.clear();
+  comm_->finish_request(op_, detail::seconds_since(start));
 }
 
 }  // namespace

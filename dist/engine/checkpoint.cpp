@@ -10,6 +10,21 @@ namespace gpumix::dist {
 
 using json = nlohmann::json;
 
+namespace {
+
+// The arrays of a slice move between files and the device through host memory: a tensor
+// on a CPU is its own host copy; one on a GPU is copied (the checkpoint's format is the
+// same either way, so a run resumes on the other kind of device).
+Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
+
+void read_into(const CheckpointReader& reader, const char* name, int64_t offset, Tensor& dst) {
+  Tensor host = host_copy(dst);
+  reader.read_slice(name, offset, host.data<float>(), dst.numel());
+  if (!dst.device().is_cpu()) dst.copy_from(host);
+}
+
+}  // namespace
+
 std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DType dtype,
                             const std::vector<RankWork>& work, Engine& engine, Comm& comm, int step,
                             uint64_t tokenizer_hash) {
@@ -35,9 +50,9 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
   attempt([&] {
     for (const OwnedSlice& s : engine.slices()) {
       const int64_t n = s.master.numel();
-      CheckpointWriter::write_slice(tmp, "master", s.flat_offset, s.master.data<float>(), n);
-      CheckpointWriter::write_slice(tmp, "adam_m", s.flat_offset, s.opt->m().data<float>(), n);
-      CheckpointWriter::write_slice(tmp, "adam_v", s.flat_offset, s.opt->v().data<float>(), n);
+      CheckpointWriter::write_slice(tmp, "master", s.flat_offset, host_copy(s.master).data<float>(), n);
+      CheckpointWriter::write_slice(tmp, "adam_m", s.flat_offset, host_copy(s.opt->m()).data<float>(), n);
+      CheckpointWriter::write_slice(tmp, "adam_v", s.flat_offset, host_copy(s.opt->v()).data<float>(), n);
     }
   });
   fault_point(comm.rank(), "checkpoint");
@@ -74,10 +89,10 @@ int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& e
                        "checkpoint ", reader.dir(), " was trained with another tokenizer; resume with the "
                        "run's own (--tokenizer <run>/tokenizer.bpe)");
     for (const OwnedSlice& s : engine.slices()) {
-      const int64_t n = s.master.numel();
-      reader.read_slice("master", s.flat_offset, s.master.data<float>(), n);
-      reader.read_slice("adam_m", s.flat_offset, s.opt->m().data<float>(), n);
-      reader.read_slice("adam_v", s.flat_offset, s.opt->v().data<float>(), n);
+      Tensor master = s.master;
+      read_into(reader, "master", s.flat_offset, master);
+      read_into(reader, "adam_m", s.flat_offset, s.opt->m());
+      read_into(reader, "adam_v", s.flat_offset, s.opt->v());
     }
     engine.sync_compute_params();
     step = reader.step();

@@ -33,18 +33,21 @@ struct OwnedSlice {
 };
 
 // One rank's part of a step. Losses are returned already scaled (this rank's share of the
-// global mean); gradients end up reduced into the rank's own slices. An engine computes in
+// global mean) as one-element fp32 tensors on the rank's device, one per micro-batch, so
+// that the step loop reads them together with the gradient norms (one wait for the device
+// per step, not one per micro-batch); their sum in micro-batch order, in double, is the
+// rank's loss. Gradients end up reduced into the rank's own slices. An engine computes in
 // one compute dtype (core/precision.h): fp32 master weights, gradients and moments; in bf16
 // also a bf16 copy of its weights, rewritten by AdamW in the same pass, that it computes with.
 class Engine {
  public:
   virtual ~Engine() = default;
-  // Forward and backward of this rank's rows of a batch; returns its scaled loss.
-  virtual double forward_backward(const Tensor& inputs, const Tensor& targets, int64_t micro,
-                                  float scale) = 0;
-  // Forward only: the sum of per-token losses over the rows.
-  virtual double loss_sum(const Tensor& inputs, const Tensor& targets, int64_t micro) = 0;
-  virtual double grad_sum_squares() = 0;  // of this rank's gradient slices
+  // Forward and backward of this rank's rows of a batch (i32 tensors on its device);
+  // returns the scaled loss of each micro-batch (none for a rank without rows).
+  virtual std::vector<Tensor> forward_backward(const Tensor& inputs, const Tensor& targets,
+                                               int64_t micro, float scale) = 0;
+  // Forward only: the per-token losses summed over each micro-batch of the rows.
+  virtual std::vector<Tensor> loss_sums(const Tensor& inputs, const Tensor& targets, int64_t micro) = 0;
   // This rank's reduced gradient slice of each unit (unit order; empty where it owns none).
   virtual std::vector<Tensor> unit_grads() = 0;
   virtual void scale_grads(float factor) = 0;
@@ -56,6 +59,9 @@ class Engine {
   // Moves this rank's training state to another layout of the same model (a new plan's
   // shares). Every rank calls it at the same point.
   virtual void reshard(const ShardLayout& next) = 0;
+  // Keep saved block inputs in host memory between forward and backward (RankWork::offload;
+  // dist/engine/offload.h). Engines that save no block inputs ignore it.
+  virtual void set_offload(bool) {}
   double wait_s = 0;  // time spent waiting for collectives since the last reset
   Tracer* tracer = nullptr;  // the run's (dist/engine/trace.h); null or idle: no spans
 };

@@ -11,6 +11,7 @@
 #include "core/ops.h"
 #include "core/precision.h"
 #include "core/rng.h"
+#include "core/stream.h"
 #include "nn/data/progress.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
@@ -27,20 +28,36 @@ double median(std::vector<double> t) {
   return t[t.size() / 2];
 }
 
+// Seconds that fn's work takes on `device`: the host clock around it on a CPU; on a GPU,
+// where fn only enqueues, events on the compute stream around its work, waited for (so
+// that a loop of timed runs does not run ahead of the device).
+template <class F>
+double time_on(Device device, F&& fn) {
+  if (!device.is_cuda()) {
+    const double t0 = detail::now_seconds();
+    fn();
+    return detail::seconds_since(t0);
+  }
+  Event start, end;
+  start.record(device, Stream::compute);
+  fn();
+  end.record(device, Stream::compute);
+  end.synchronize();
+  return start.elapsed_ms(end) * 1e-3;
+}
+
 // Fastest of `repeats` runs of a collective after one warm-up, each started by all ranks
 // together (a barrier, not timed). A rank that the machine did not run in time can only add
 // to a run; on two busy cores most runs waited so, and their median (milliseconds instead
 // of tens of microseconds per collective) made every plan look bound by its collectives,
 // whatever the ranks' speeds.
 template <class F>
-double fastest_collective(Comm& comm, int repeats, F&& fn) {
-  fn();
+double fastest_collective(Comm& comm, Device device, int repeats, F&& fn) {
+  time_on(device, fn);
   double fastest = 1e300;
   for (int i = 0; i < repeats; ++i) {
     comm.barrier();
-    const double t0 = detail::now_seconds();
-    fn();
-    fastest = std::min(fastest, detail::seconds_since(t0));
+    fastest = std::min(fastest, time_on(device, fn));
   }
   return fastest;
 }
@@ -54,7 +71,7 @@ double fastest_collective(Comm& comm, int repeats, F&& fn) {
 // others the cores that training would not.
 class Together {
  public:
-  Together(Comm& comm, int repeats) : comm_(comm), repeats_(repeats) {}
+  Together(Comm& comm, Device device, int repeats) : comm_(comm), device_(device), repeats_(repeats) {}
 
   // Median time of fn over the common window, after one warm-up run; -1 on a rank that
   // has stopped, or stops now because fn ran out of memory.
@@ -63,9 +80,7 @@ class Together {
     double warm_up = 0;
     if (!stopped_) {
       try {
-        const double t0 = detail::now_seconds();
-        fn();
-        warm_up = detail::seconds_since(t0);
+        warm_up = time_on(device_, fn);
       } catch (const OutOfMemory&) {
         stop();
       }
@@ -75,9 +90,7 @@ class Together {
     std::vector<double> t;
     try {
       while (!stopped_ && (t.empty() || detail::seconds_since(start) < window)) {
-        const double t0 = detail::now_seconds();
-        fn();
-        t.push_back(detail::seconds_since(t0));
+        t.push_back(time_on(device_, fn));
       }
     } catch (const OutOfMemory&) {
       stop();
@@ -120,6 +133,7 @@ class Together {
     stopped_ = true;
   }
   Comm& comm_;
+  Device device_;
   int repeats_;
   bool stopped_ = false;
 };
@@ -219,7 +233,7 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
   bind(model.L + 1);
 
   const int64_t T = seq, C = model.C;
-  Together together(comm, o.repeats);
+  Together together(comm, device, o.repeats);
   for (int m = 1; m <= o.max_micro_batch; m *= 2) {
     MicroBatchSample s;
     s.m = m;
@@ -292,7 +306,7 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
     Tensor p = random_tensor({n}, device, "profile.p"), g = random_tensor({n}, device, "profile.g");
     AdamW opt(gpt.layout(), 0, n, device, AdamWConfig{});
     int step = 0;
-    d.optimizer_s_per_param = Together(comm, o.repeats).time([&] { opt.step(p, g, 1e-3f, ++step); }) / (double)n;
+    d.optimizer_s_per_param = Together(comm, device, o.repeats).time([&] { opt.step(p, g, 1e-3f, ++step); }) / (double)n;
   }
 
   // Fixed working memory: on a CPU device the engine keeps nothing besides the modelled
@@ -305,7 +319,7 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
   while (k > 32 && 3 * k * k * 4 > free_bytes() / 2) k /= 2;
   Tensor a = random_tensor({k, k}, device, "profile.a", dtype), b = random_tensor({k, k}, device, "profile.b", dtype),
          c = Tensor::empty({k, k}, dtype, device);
-  d.peak_flops = 2.0 * k * k * k / Together(comm, o.repeats).time([&] { ops::gemm(c, a, b, false, false); });
+  d.peak_flops = 2.0 * k * k * k / Together(comm, device, o.repeats).time([&] { ops::gemm(c, a, b, false, false); });
   return d;
 }
 
@@ -333,7 +347,7 @@ CommProfile measure_comm(Comm& comm, Device device, int repeats) {
     const std::vector<int64_t> counts = counts_for(total, even);
     Tensor full = Tensor::zeros({total}, DType::f32, device);
     Tensor mine = Tensor::zeros({counts[comm.rank()]}, DType::f32, device);
-    const double t = fastest_collective(comm, repeats, [&] {
+    const double t = fastest_collective(comm, device, repeats, [&] {
       if (gather)
         comm.all_gather_v(mine, full, counts);
       else

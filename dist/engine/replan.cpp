@@ -42,7 +42,7 @@ Replanner::Replanner(Profile profile, std::string name, int64_t global_batch, co
 
 std::vector<RankWork> Replanner::work() const {
   std::vector<RankWork> w;
-  for (const RankPlan& r : plan_.ranks) w.push_back({r.batch, r.micro_batch, r.share});
+  for (const RankPlan& r : plan_.ranks) w.push_back({r.batch, r.micro_batch, r.share, r.offload});
   return w;
 }
 

@@ -18,17 +18,16 @@ ShardedEngine::ShardedEngine(const GPTConfig& config, const ShardLayout& layout,
   }
 }
 
-double ShardedEngine::forward_backward(const Tensor& inputs, const Tensor& targets, int64_t micro,
-                                       float scale) {
+std::vector<Tensor> ShardedEngine::forward_backward(const Tensor& inputs, const Tensor& targets,
+                                                    int64_t micro, float scale) {
   const int L = config_.L, head = L + 1;
   const int64_t rows = inputs.size(0);
-  std::vector<std::vector<Tensor>> saved = forward_blocks(inputs, micro);  // [l][j]
+  std::vector<std::vector<Tensor>> saved = forward_blocks(inputs, micro, offload_.get());  // [l][j]
   fault_point(comm_.rank(), "forward");
   // Head and loss, then backward into the last block's output. The LM head is tied to
   // wte, so unit 0 is gathered here too and its gradient buffer lives until the end.
   Tensor g0 = Tensor::zeros({layout_.unit_size(0)}, DType::f32, device_);
-  std::vector<Tensor> dx(saved[L].size());
-  double loss = 0;
+  std::vector<Tensor> dx(saved[L].size()), losses;
   {
     TraceSpan unit_span(tracer, nullptr, "unit", head);
     Tensor gh = Tensor::zeros({layout_.unit_size(head)}, DType::f32, device_);
@@ -39,7 +38,7 @@ double ShardedEngine::forward_backward(const Tensor& inputs, const Tensor& targe
       Var x(saved[L][j], true);
       Var l = cross_entropy(model_.head(x), targets.slice(r0, r1), scale);
       backward(l);
-      loss += l.value().item();
+      losses.push_back(l.value());
       dx[j] = x.grad();
     });
     reduce(head, gh);
@@ -54,7 +53,7 @@ double ShardedEngine::forward_backward(const Tensor& inputs, const Tensor& targe
     bind(l + 1, fetch(l + 1, l >= 1 ? l : -1), g);
     for (size_t j = 0; j < dx.size(); ++j) {
       TraceSpan span(tracer, "recompute and backward", "compute", l + 1, (int)j);
-      Var x(saved[l][j], true);
+      Var x(saved_input(saved, l, j), true);
       Var y = model_.block(l, x);
       backward(y, dx[j]);
       dx[j] = x.grad();
@@ -75,27 +74,25 @@ double ShardedEngine::forward_backward(const Tensor& inputs, const Tensor& targe
   });
   reduce(0, g0);
   release(0);
-  return loss;
+  return losses;
 }
 
-double ShardedEngine::loss_sum(const Tensor& inputs, const Tensor& targets, int64_t micro) {
+std::vector<Tensor> ShardedEngine::loss_sums(const Tensor& inputs, const Tensor& targets, int64_t micro) {
   const int L = config_.L, head = L + 1;
-  std::vector<std::vector<Tensor>> saved = forward_blocks(inputs, micro);
+  std::vector<std::vector<Tensor>> saved = forward_blocks(inputs, micro, nullptr);
   TraceSpan unit_span(tracer, nullptr, "unit", head);
   bind(head, fetch(head, 0), Tensor());
   bind(0, fetch(0, -1), Tensor());
   NoGradGuard no_grad;
-  double sum = 0;
+  std::vector<Tensor> sums;
   for_micro_batches(inputs.size(0), micro, [&](int64_t j, int64_t r0, int64_t r1) {
     TraceSpan span(tracer, "forward", "compute", head, (int)j);
-    sum += cross_entropy(model_.head(Var(saved[L][j])), targets.slice(r0, r1), 1.0f).value().item();
+    sums.push_back(cross_entropy(model_.head(Var(saved[L][j])), targets.slice(r0, r1), 1.0f).value());
   });
   release(head);
   release(0);
-  return sum;
+  return sums;
 }
-
-double ShardedEngine::grad_sum_squares() { return ops::sum_squares(grads_); }
 
 std::vector<Tensor> ShardedEngine::unit_grads() {
   std::vector<Tensor> out;
@@ -155,6 +152,21 @@ void ShardedEngine::reshard(const ShardLayout& next) {
   }
 }
 
+Tensor ShardedEngine::saved_input(std::vector<std::vector<Tensor>>& saved, int l, size_t j) {
+  if (!offload_ || !offload_->holds(l, (int)j)) return saved[l][j];
+  Tensor x = offload_->take(l, (int)j);
+  if (j + 1 < saved[l].size())
+    offload_->prefetch(l, (int)j + 1);
+  else if (l > 0)
+    offload_->prefetch(l - 1, 0);
+  return x;
+}
+
+void ShardedEngine::set_offload(bool on) {
+  if (on && !offload_) offload_ = std::make_unique<InputOffload>(device_);
+  if (!on) offload_.reset();
+}
+
 // This rank's master weights and gradient slices (zeros) and an AdamW per unit slice.
 void ShardedEngine::allocate_state() {
   const int rank = comm_.rank();
@@ -184,7 +196,8 @@ Tensor ShardedEngine::own_part_of_full(int u, Tensor* mine) {
 
 // Forward through the embedding and every block without recording, keeping each block's
 // input per micro-batch: saved[l][j] is block l's input (saved[L][j] the head's).
-std::vector<std::vector<Tensor>> ShardedEngine::forward_blocks(const Tensor& inputs, int64_t micro) {
+std::vector<std::vector<Tensor>> ShardedEngine::forward_blocks(const Tensor& inputs, int64_t micro,
+                                                               InputOffload* offload) {
   TraceSpan forward_span(tracer, "forward", "pass");
   NoGradGuard no_grad;
   const int L = config_.L;
@@ -204,6 +217,10 @@ std::vector<std::vector<Tensor>> ShardedEngine::forward_blocks(const Tensor& inp
     for (size_t j = 0; j < saved[l].size(); ++j) {
       TraceSpan span(tracer, "forward", "compute", l + 1, (int)j);
       saved[l + 1].push_back(model_.block(l, Var(saved[l][j])).value());
+      if (offload) {  // its copy out overlaps the next micro-batch's compute
+        offload->put(l, (int)j, saved[l][j]);
+        saved[l][j] = Tensor();
+      }
     }
     release(l + 1);
   }

@@ -18,6 +18,7 @@
 
 #include "dist/comm/comm.h"
 #include "dist/engine/engine.h"
+#include "dist/engine/offload.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
 
@@ -28,16 +29,16 @@ class ShardedEngine final : public Engine {
   ShardedEngine(const GPTConfig& config, const ShardLayout& layout, Comm& comm, Device device,
                 DType compute, uint64_t seed, const AdamWConfig& adam, bool prefetch);
 
-  double forward_backward(const Tensor& inputs, const Tensor& targets, int64_t micro,
-                          float scale) override;
-  double loss_sum(const Tensor& inputs, const Tensor& targets, int64_t micro) override;
-  double grad_sum_squares() override;
+  std::vector<Tensor> forward_backward(const Tensor& inputs, const Tensor& targets, int64_t micro,
+                                       float scale) override;
+  std::vector<Tensor> loss_sums(const Tensor& inputs, const Tensor& targets, int64_t micro) override;
   std::vector<Tensor> unit_grads() override;
   void scale_grads(float f) override;
   void optimizer_step(float lr, int step) override;
   std::vector<OwnedSlice> slices() override;
   void sync_compute_params() override {}  // every gather rounds the master afresh
   void reshard(const ShardLayout& next) override;
+  void set_offload(bool on) override;
 
  private:
   void allocate_state();
@@ -48,7 +49,11 @@ class ShardedEngine final : public Engine {
   // A buffer for unit u's full parameters in the compute dtype, holding this rank's slice
   // of them (rounded from its master); `mine` gets that slice's view, the gather's input.
   Tensor own_part_of_full(int u, Tensor* mine);
-  std::vector<std::vector<Tensor>> forward_blocks(const Tensor& inputs, int64_t micro);
+  // `offload`: where block inputs go until backward (null: they stay in the result).
+  std::vector<std::vector<Tensor>> forward_blocks(const Tensor& inputs, int64_t micro, InputOffload* offload);
+  // Block l's input j for its backward: from `saved`, or back from the offload (which is
+  // asked for the next one meanwhile).
+  Tensor saved_input(std::vector<std::vector<Tensor>>& saved, int l, size_t j);
   void bind(int unit, const Tensor& params, const Tensor& grads) { model_.bind_unit(unit, params, grads); }
   // After a unit ran: its gathered parameters (and gradient buffer) are freed, so that only
   // the running unit, the prefetched one and the tied embedding are ever on the device.
@@ -66,6 +71,7 @@ class ShardedEngine final : public Engine {
   bool prefetch_;
   Tensor master_, grads_;  // (rank_total) fp32: this rank's slices of every unit, back to back
   std::vector<std::unique_ptr<AdamW>> opts_;
+  std::unique_ptr<InputOffload> offload_;  // null: block inputs stay on the device
   CommRequestPtr pending_;
   Tensor pending_full_;
   int pending_unit_ = -1;

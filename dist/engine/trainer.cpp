@@ -38,9 +38,9 @@ using json = nlohmann::json;
 
 namespace {
 
-// GPUMIX_FAULT injections of non-finite values (dist/engine/fault.h): tests of the guard below.
-void inject_faults(Engine& engine, int rank, double* local_loss) {
-  if (fault_inject(rank, "nan_loss")) *local_loss = NAN;
+// GPUMIX_FAULT injections of a non-finite gradient (dist/engine/fault.h): tests of the guard
+// below. The value is written through a host copy: the gradient may be on a GPU.
+void inject_grad_faults(Engine& engine, int rank, Device host) {
   int unit = -1;
   for (const char* point : {"nan_grad", "inf_grad"}) {
     if (!fault_inject(rank, point, &unit)) continue;
@@ -50,34 +50,66 @@ void inject_faults(Engine& engine, int rank, double* local_loss) {
         if (grads[u].numel() > 0) unit = (int)u;
     GPUMIX_CHECK(unit >= 0 && unit < (int)grads.size() && grads[unit].numel() > 0, "GPUMIX_FAULT: rank ",
                  rank, " owns no gradient of unit ", unit);
-    grads[unit].data<float>()[grads[unit].numel() / 2] = point[0] == 'n' ? NAN : INFINITY;
+    Tensor element = grads[unit].flat_slice(grads[unit].numel() / 2, 1);
+    element.copy_from(Tensor::full({1}, point[0] == 'n' ? NAN : INFINITY, DType::f32, host));
   }
 }
 
-// The non-finite guard. Each rank checks its own loss and the sum of squares of each
-// unit's reduced gradient slice (the squares it needs for the norm anyway); one small
-// all-gather then tells every rank what every rank found, so that all of them agree on the
-// verdict and print the same message. Returns this rank's sum of squares.
+// What a step reads from the device, together: each micro-batch's loss and the sum of
+// squares of each unit's reduced gradient slice (0 where the rank owns none). The squares
+// come first and wait for the device once; the losses, computed before them, are then
+// ready (their read waits for nothing). On the CPU the same numbers as a per-tensor
+// item() and sum_squares: the loss sums the micro-batches in order, in double.
+struct StepNumbers {
+  double loss = 0;
+  std::vector<double> unit_squares;
+};
+
+StepNumbers read_step_numbers(const std::vector<Tensor>& losses, const std::vector<Tensor>& unit_grads) {
+  StepNumbers n;
+  std::vector<Tensor> owned;
+  for (const Tensor& g : unit_grads)
+    if (g.numel() > 0) owned.push_back(g);
+  const std::vector<double> squares = owned.empty() ? std::vector<double>() : ops::sum_squares_many(owned);
+  size_t next = 0;
+  for (const Tensor& g : unit_grads) n.unit_squares.push_back(g.numel() > 0 ? squares[next++] : 0.0);
+  if (!losses.empty())
+    for (float x : ops::read_scalars(losses)) n.loss += x;
+  return n;
+}
+
+// The sum over micro-batches of a list of loss tensors (loss_sums), in order, in double.
+double sum_in_order(const std::vector<Tensor>& losses) {
+  double sum = 0;
+  if (!losses.empty())
+    for (float x : ops::read_scalars(losses)) sum += x;
+  return sum;
+}
+
 const char* unit_name(int unit, int L, std::string* buf) {
   *buf = unit == 0 ? "embedding" : unit <= L ? "block " + std::to_string(unit - 1) : "head";
   return buf->c_str();
 }
 
-double check_finite(Engine& engine, Comm& comm, double local_loss, int step, int L, Device device,
+// The non-finite guard. Each rank checks its own loss and the sum of squares of each
+// unit's reduced gradient slice (the squares it needs for the norm anyway); one small
+// all-gather (host memory: `host` is the rank's CPU device, or the host of its GPU) then
+// tells every rank what every rank found, so that all of them agree on the verdict and
+// print the same message. Returns this rank's sum of squares.
+double check_finite(const StepNumbers& n, double local_loss, Comm& comm, int step, int L, Device host,
                     std::string* error) {
   double sum = 0;
   int bad_unit = -1;
-  const std::vector<Tensor> grads = engine.unit_grads();
-  for (size_t u = 0; u < grads.size(); ++u) {
-    const double s = grads[u].numel() > 0 ? ops::sum_squares(grads[u]) : 0.0;
+  for (size_t u = 0; u < n.unit_squares.size(); ++u) {
+    const double s = n.unit_squares[u];
     if (!std::isfinite(s) && bad_unit < 0) bad_unit = (int)u;
     sum += s;
   }
   const int ranks = comm.size();
-  Tensor mine = Tensor::empty({2}, DType::i32, device);
+  Tensor mine = Tensor::empty({2}, DType::i32, host);
   mine.data<int32_t>()[0] = std::isfinite(local_loss) ? 0 : 1;
   mine.data<int32_t>()[1] = bad_unit;
-  Tensor all = Tensor::empty({2 * (int64_t)ranks}, DType::i32, device);
+  Tensor all = Tensor::empty({2 * (int64_t)ranks}, DType::i32, host);
   comm.all_gather_v(mine, all, std::vector<int64_t>(ranks, 2));
   const int32_t* found = all.data<int32_t>();
   std::string loss_ranks, grad_text, name;
@@ -188,6 +220,9 @@ class Training {
   std::string plan_text() const;
   int64_t micro_batch() const { return std::max<int64_t>(1, work_[rank_].micro_batch); }
   Allocator& memory() const { return allocator(device_); }
+  Comm& engine_comm() { return device_comm_ ? *device_comm_ : comm_; }
+  Tensor on_device(const Tensor& host) const { return device_.is_cpu() ? host : host.to(device_); }
+  void choose_device_comm();
   void log_line(const json& j);
 
   const TrainOptions& o_;
@@ -208,6 +243,12 @@ class Training {
   data::Split split_;
   std::optional<data::BatchLoader> loader_, val_loader_;
   Device device_;
+  // Host memory this rank reads and writes through: its device when that is a CPU (whose
+  // allocator counts it, as it counts everything of the rank), else the host of its GPU.
+  Device host_;
+  // Under mpirun on a CUDA device: the NCCL communicator the engine's collectives run on
+  // (comm_ keeps the host-side ones); null otherwise (the engine uses comm_).
+  std::unique_ptr<Comm> device_comm_;
   ComputeDtype dtype_;
   std::vector<RankWork> work_;
   std::unique_ptr<Replanner> planner_;  // null: `work` as given
@@ -217,7 +258,8 @@ class Training {
   Tracer tracer_;  // off unless --trace
 
   int64_t row0_ = 0;        // this rank's first row of every batch
-  Tensor inputs_, targets_;  // (b, T) i32: this rank's rows
+  Tensor inputs_, targets_;  // (b, T) i32: this rank's rows, on its device
+  Tensor inputs_host_, targets_host_;  // (b, T) i32 on host_: the loader's; the same tensors on a CPU
   TrainResult result_;
   std::vector<double> rates_;
   std::vector<std::vector<double>> busy_history_;  // per step since the plan started: per rank
@@ -282,11 +324,33 @@ void Training::load_data() {
 void Training::choose_device() {
   device_ = engine_options_.device_set ? engine_options_.device
                                        : Device::cpu(ranks_ > 1 && comm_.backend() == "local" ? rank_ : 0);
+  host_ = device_.is_cpu() ? device_ : Device::cpu();
   if (o_.device_memory > 0) {
     DeviceProps props = device_props(device_);
     props.capacity = o_.device_memory;
     configure_device(device_, props);
   }
+  choose_device_comm();
+}
+
+// Under mpirun, ranks on CUDA devices move parameters and gradients with NCCL (one GPU per
+// process, the rank's own: DeviceProps::ordinal; make_nccl_comm refuses two ranks on one
+// GPU, naming them). Every rank decides alike (an MPI job is all CPU or all CUDA); a build
+// without NCCL stages its device buffers through host memory over MPI.
+void Training::choose_device_comm() {
+  if (comm_.backend() != "mpi") return;
+  const double cuda_ranks = comm_.all_reduce_sum(device_.is_cuda() ? 1.0 : 0.0);
+  GPUMIX_CHECK_INPUT(cuda_ranks == 0 || cuda_ranks == ranks_, "under mpirun either every rank or none runs on a "
+                     "CUDA device, but ", (int)cuda_ranks, " of ", ranks_, " do (rank ", rank_, ": ", device_.str(),
+                     "); give every process a GPU, or none");
+  if (cuda_ranks == 0 || !nccl_built()) {
+    if (cuda_ranks > 0 && lead_)
+      std::printf("note: this build has no NCCL: collectives on CUDA devices go through host memory over MPI\n");
+    return;
+  }
+  NcclOptions options;
+  options.device = device_props(device_).ordinal;
+  device_comm_ = make_nccl_comm(options);
 }
 
 // --dtype, the plan file's, the checkpoint's or the devices' (choose_compute_dtype).
@@ -312,7 +376,7 @@ void Training::choose_plan(const std::vector<RankWork>& given_work) {
   work_ = given_work;
   if (engine_options_.planner.empty()) return;
   planner_ = std::make_unique<Replanner>(
-      profile_cluster(config_, (int)seq_, dtype_.dtype, engine_options_.device_label, device_, comm_,
+      profile_cluster(config_, (int)seq_, dtype_.dtype, engine_options_.device_label, device_, engine_comm(),
                       engine_options_.profiler),
       engine_options_.planner == "auto" ? "gpumix" : engine_options_.planner, o_.batch, engine_options_.drift);
   work_ = planner_->work();
@@ -329,9 +393,10 @@ void Training::make_engine() {
   if (ranks_ == 1)
     engine_ = std::make_unique<WholeModelEngine>(config_, device_, dtype_.dtype, o_.seed, adam, o_.recompute);
   else
-    engine_ = std::make_unique<ShardedEngine>(config_, agreed_layout(), comm_, device_, dtype_.dtype, o_.seed,
-                                              adam, engine_options_.prefetch);
+    engine_ = std::make_unique<ShardedEngine>(config_, agreed_layout(), engine_comm(), device_, dtype_.dtype,
+                                              o_.seed, adam, engine_options_.prefetch);
   engine_->tracer = &tracer_;
+  engine_->set_offload(work_[rank_].offload);
 }
 
 // --init-from: every rank reads its own slices of the folder's weights (a resume reads the
@@ -341,7 +406,11 @@ void Training::init_from() {
   std::string error;
   try {
     const hf::Weights weights(o_.init_from, config_);
-    for (const OwnedSlice& s : engine_->slices()) weights.read(s.flat_offset, s.master.numel(), s.master.data<float>());
+    for (const OwnedSlice& s : engine_->slices()) {
+      Tensor host = Tensor::empty({s.master.numel()}, DType::f32, host_);
+      weights.read(s.flat_offset, s.master.numel(), host.data<float>());
+      s.master.copy_from(host);
+    }
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -449,18 +518,27 @@ void Training::load_batch(int step) {
   engine_->wait_s = 0;
   fault_set_step(step);
   if (faults_enabled()) slow_down_if_injected(rank_, device_);
-  loader_->get(step - 1, row0_, row0_ + work_[rank_].batch, inputs_.data<int32_t>(), targets_.data<int32_t>());
+  loader_->get(step - 1, row0_, row0_ + work_[rank_].batch, inputs_host_.data<int32_t>(),
+               targets_host_.data<int32_t>());
+  if (!device_.is_cpu()) {  // one copy of the step's tokens to the device
+    inputs_.copy_from(inputs_host_);
+    targets_.copy_from(targets_host_);
+  }
 }
 
 // The engine's forward and backward, the non-finite guard, then (unless it found a
 // non-finite value) clipping and the optimizer step.
 StepOutcome Training::forward_backward_update(int step) {
   StepOutcome s;
+  StepNumbers numbers;
   double local_loss = 0;
   {
     TraceSpan span(&tracer_, "forward-backward", "phase");
-    local_loss = engine_->forward_backward(inputs_, targets_, micro_batch(), scale_);
-    if (faults_enabled()) inject_faults(*engine_, rank_, &local_loss);
+    const std::vector<Tensor> losses = engine_->forward_backward(inputs_, targets_, micro_batch(), scale_);
+    if (faults_enabled()) inject_grad_faults(*engine_, rank_, host_);
+    numbers = read_step_numbers(losses, engine_->unit_grads());
+    local_loss = numbers.loss;
+    if (faults_enabled() && fault_inject(rank_, "nan_loss")) local_loss = NAN;
   }
   {
     TraceSpan span(&tracer_, "loss all-reduce", "collective");
@@ -469,7 +547,7 @@ StepOutcome Training::forward_backward_update(int step) {
   {
     TraceSpan span(&tracer_, "finite check and norm", "collective");
     s.norm = std::sqrt(
-        comm_.all_reduce_sum(check_finite(*engine_, comm_, local_loss, step, config_.L, device_, &s.nonfinite)));
+        comm_.all_reduce_sum(check_finite(numbers, local_loss, comm_, step, config_.L, host_, &s.nonfinite)));
   }
   if (!s.nonfinite.empty() && !o_.skip_nonfinite)
     throw Error(s.nonfinite + "; the optimizer step was not applied. Lower --lr, resume from the last "
@@ -567,6 +645,7 @@ void Training::adopt(std::vector<RankWork> work) {
   validate_work(work_, o_.batch, ranks_);
   TraceSpan span(&tracer_, "re-shard", "phase");
   engine_->reshard(agreed_layout());
+  engine_->set_offload(work_[rank_].offload);
   take_rows();
   busy_history_.clear();
   memory().reset_peak();  // the final line compares the peak with the plan now running
@@ -628,11 +707,11 @@ double Training::evaluate(int64_t total) {
   }
   for (int64_t p = 0; p < passes; ++p) {
     const int64_t r0 = std::min(w1, w0 + p * chunk), r1 = std::min(w1, r0 + chunk);
-    Tensor in = Tensor::empty({r1 - r0, seq_}, DType::i32, device_), tg = Tensor::empty({r1 - r0, seq_}, DType::i32, device_);
+    Tensor in = Tensor::empty({r1 - r0, seq_}, DType::i32, host_), tg = Tensor::empty({r1 - r0, seq_}, DType::i32, host_);
     for (int64_t r = r0; r < r1; ++r)
       val_loader_->eval_window(r, in.data<int32_t>() + (r - r0) * seq_, tg.data<int32_t>() + (r - r0) * seq_);
     if (ranks_ == 1 && r1 == r0) continue;
-    sum += engine_->loss_sum(in, tg, micro_batch());
+    sum += sum_in_order(engine_->loss_sums(on_device(in), on_device(tg), micro_batch()));
   }
   return comm_.all_reduce_sum(sum) / (double)(total * seq_);
 }
@@ -641,8 +720,10 @@ double Training::evaluate(int64_t total) {
 void Training::take_rows() {
   row0_ = 0;
   for (int r = 0; r < rank_; ++r) row0_ += work_[r].batch;
-  inputs_ = Tensor::empty({work_[rank_].batch, seq_}, DType::i32, device_);
-  targets_ = Tensor::empty({work_[rank_].batch, seq_}, DType::i32, device_);
+  inputs_host_ = Tensor::empty({work_[rank_].batch, seq_}, DType::i32, host_);
+  targets_host_ = Tensor::empty({work_[rank_].batch, seq_}, DType::i32, host_);
+  inputs_ = device_.is_cpu() ? inputs_host_ : Tensor::empty({work_[rank_].batch, seq_}, DType::i32, device_);
+  targets_ = device_.is_cpu() ? targets_host_ : Tensor::empty({work_[rank_].batch, seq_}, DType::i32, device_);
 }
 
 // The running plan's shard layout, checked to be the same on every rank.
@@ -658,8 +739,8 @@ ShardLayout Training::agreed_layout() const {
 
 // Every rank's value of x, on every rank.
 std::vector<double> Training::gather_ranks(double x) const {
-  Tensor one = Tensor::full({1}, (float)x, DType::f32, device_);
-  Tensor all = Tensor::empty({ranks_}, DType::f32, device_);
+  Tensor one = Tensor::full({1}, (float)x, DType::f32, host_);
+  Tensor all = Tensor::empty({ranks_}, DType::f32, host_);
   comm_.all_gather_v(one, all, std::vector<int64_t>(ranks_, 1));
   const std::vector<float> v = all.to_vector();
   return std::vector<double>(v.begin(), v.end());

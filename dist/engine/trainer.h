@@ -35,6 +35,9 @@ struct RankWork {
   int64_t batch = 0;
   int64_t micro_batch = 0;
   double share = 0;
+  // Keep the saved block inputs in host memory between a block's forward and its backward
+  // (the planner's `offload`, for GPUs; dist/engine/sharded_engine.h).
+  bool offload = false;
 };
 
 // Checks a plan against the options (Σ b = global batch, Σ r = 1, m >= 1 where b > 0, one

@@ -10,13 +10,13 @@ WholeModelEngine::WholeModelEngine(const GPTConfig& config, Device device, DType
       opt_(model_.layout(), 0, model_.num_params(), device, adam),
       recompute_(recompute) {}
 
-double WholeModelEngine::forward_backward(const Tensor& inputs, const Tensor& targets, int64_t micro,
-                                          float scale) {
+std::vector<Tensor> WholeModelEngine::forward_backward(const Tensor& inputs, const Tensor& targets,
+                                                       int64_t micro, float scale) {
   {
     TraceSpan span(tracer, "zero gradients", "compute");
     model_.zero_grad();
   }
-  double loss = 0;
+  std::vector<Tensor> losses;
   for_micro_batches(inputs.size(0), micro, [&](int64_t j, int64_t r0, int64_t r1) {
     Var l;
     {
@@ -25,22 +25,20 @@ double WholeModelEngine::forward_backward(const Tensor& inputs, const Tensor& ta
     }
     TraceSpan span(tracer, "backward", "compute", -1, (int)j);
     backward(l);
-    loss += l.value().item();
+    losses.push_back(l.value());
   });
-  return loss;
+  return losses;
 }
 
-double WholeModelEngine::loss_sum(const Tensor& inputs, const Tensor& targets, int64_t micro) {
+std::vector<Tensor> WholeModelEngine::loss_sums(const Tensor& inputs, const Tensor& targets, int64_t micro) {
   NoGradGuard no_grad;
-  double sum = 0;
+  std::vector<Tensor> sums;
   for_micro_batches(inputs.size(0), micro, [&](int64_t j, int64_t r0, int64_t r1) {
     TraceSpan span(tracer, "forward", "compute", -1, (int)j);
-    sum += model_.loss(inputs.slice(r0, r1), targets.slice(r0, r1), 1.0f).value().item();
+    sums.push_back(model_.loss(inputs.slice(r0, r1), targets.slice(r0, r1), 1.0f).value());
   });
-  return sum;
+  return sums;
 }
-
-double WholeModelEngine::grad_sum_squares() { return ops::sum_squares(model_.grads()); }
 
 std::vector<Tensor> WholeModelEngine::unit_grads() {
   std::vector<Tensor> out;

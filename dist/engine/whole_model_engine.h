@@ -17,16 +17,17 @@ class WholeModelEngine final : public Engine {
   WholeModelEngine(const GPTConfig& config, Device device, DType compute, uint64_t seed,
                    const AdamWConfig& adam, bool recompute);
 
-  double forward_backward(const Tensor& inputs, const Tensor& targets, int64_t micro,
-                          float scale) override;
-  double loss_sum(const Tensor& inputs, const Tensor& targets, int64_t micro) override;
-  double grad_sum_squares() override;
+  std::vector<Tensor> forward_backward(const Tensor& inputs, const Tensor& targets, int64_t micro,
+                                       float scale) override;
+  std::vector<Tensor> loss_sums(const Tensor& inputs, const Tensor& targets, int64_t micro) override;
   std::vector<Tensor> unit_grads() override;
   void scale_grads(float f) override;
   void optimizer_step(float lr, int step) override;
   std::vector<OwnedSlice> slices() override;
   void sync_compute_params() override { model_.sync_compute_params(); }
   void reshard(const ShardLayout&) override {}  // one rank owns everything, in any plan
+  // set_offload: ignored; the tape keeps the activations (or, with recompute, the block
+  // inputs) of one micro-batch at a time, not every micro-batch's.
 
  private:
   GPT model_;

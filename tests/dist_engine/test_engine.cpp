@@ -586,6 +586,37 @@ TEST_F(EngineTest, PrefetchOnAndOffGiveIdenticalResults) {
   }
 }
 
+// On a CPU an offloading rank copies each saved block input into host memory outside its
+// allocator and back before the block's backward (dist/engine/offload.h): the same bits,
+// so the same losses, norms and state as the plan without offload, bit for bit; and its
+// allocator holds no more than without.
+TEST_F(EngineTest, AnOffloadingPlanTrainsLikeTheSamePlanWithout) {
+  std::vector<RankWork> work = make_work({1, 3, 4}, {1, 1, 2}, {0, 0.3, 0.7});
+  TrainOptions o = tiny_options(data_dir(), out("kept"));
+  const Outcome kept = run_ranks(o, work);
+  ASSERT_EQ(kept.error, "");
+  work[1].offload = work[2].offload = true;  // several micro-batches each; rank 0 keeps its one
+  o.out = out("offloaded");
+  const Outcome offloaded = run_ranks(o, work);
+  ASSERT_EQ(offloaded.error, "");
+  const std::vector<LogStep> a = read_log(out("kept")), b = read_log(out("offloaded"));
+  ASSERT_EQ(a.size(), 5u);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].loss, b[i].loss) << "step " << a[i].step;
+    EXPECT_EQ(a[i].norm, b[i].norm) << "step " << a[i].step;
+  }
+  for (const char* name : {"master", "adam_m", "adam_v"}) {
+    const std::vector<float> x = read_array(kept.result.checkpoint, name);
+    const std::vector<float> y = read_array(offloaded.result.checkpoint, name);
+    ASSERT_EQ(x.size(), y.size());
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0) << name << " differs";
+  }
+  const std::vector<double> kept_peak = read_log_lines(out("kept")).back().at("peak_bytes");
+  const std::vector<double> offloaded_peak = read_log_lines(out("offloaded")).back().at("peak_bytes");
+  for (int r = 1; r < 3; ++r) EXPECT_LE(offloaded_peak[r], kept_peak[r]) << "rank " << r;
+}
+
 // ---- bad plans and faults ---------------------------------------------------------------------
 
 void expect_every_rank_says(const Outcome& run, const std::vector<std::string>& parts) {

@@ -1,0 +1,161 @@
+// The engines on CUDA devices, against the CPU in bf16 (the CPU bf16 backend is the
+// oracle): 20 steps of the tiny GPT on cuda:0 against the same steps on the CPU; the
+// sharded engine with 3 thread ranks sharing one GPU (cuda:0, cuda:1 and cuda:2 on GPU 0,
+// two of them with a memory cap and a slowdown; an uneven plan with a rank without rows
+// and one without state) against 1 rank on that GPU; a resume on the GPU from a CPU
+// checkpoint and back. Without a GPU (or without a driver) every test skips, saying why.
+//
+// Tolerances (engine_test_util.h for the reasoning):
+// - GPU against CPU, both bf16: the two backends round the same activations to bf16 after
+//   fp32 sums in different orders, so each is within one bf16 rounding of the exact value
+//   where the other is too: the losses of a step may differ by 2 x 2^-8 relative (twice
+//   the allowance of a bf16 run against an fp32 one). A wrong kernel (a missing bias, a
+//   wrong scale, a stale buffer) moves the loss by far more within the 20 steps, in which
+//   the loss itself falls by more than 30x this allowance.
+// - Plans on the GPU against one rank on the GPU: the same kernels, so what differs is
+//   only the order of fp32 additions over micro-batches and ranks, as on the CPU: the
+//   plans' bf16 allowances of engine_test_util.h.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <mutex>
+
+#include "core/backend.h"
+#include "core/device.h"
+#include "dist/comm/comm.h"
+#include "dist/engine/trainer.h"
+#include "engine_test_util.h"
+
+namespace gpumix::dist::test {
+namespace {
+
+const std::string& data_dir() {
+  static TempDir dir("engine_cuda_data");
+  static const std::string path = (make_tiny_data(dir.path().string()), dir.path().string());
+  return path;
+}
+
+class EngineCudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+    data_dir();
+  }
+  TempDir tmp_{"engine_cuda"};
+  std::string out(const std::string& name) const { return tmp_.file(name); }
+};
+
+// A logical cuda device on GPU 0, configured before its first use (emulation: a memory
+// cap in bytes, 0 for the GPU's own, and a slowdown).
+Device gpu0_device(int index, int64_t capacity = 0, double slowdown = 1) {
+  const Device d = Device::cuda(index);
+  DeviceProps p = gpu_props(0);
+  p.ordinal = 0;
+  if (capacity > 0) p.capacity = capacity;
+  p.slowdown = slowdown;
+  p.emulated = capacity > 0 || slowdown != 1;
+  configure_device(d, p);
+  return d;
+}
+
+// Trains on work.size() thread ranks, rank r on devices[r]; rank 0's result ("" error when
+// every rank finished).
+struct Run {
+  TrainResult result;
+  std::string error;
+};
+Run run_on(const TrainOptions& o, const std::vector<RankWork>& work, const std::vector<Device>& devices) {
+  Run run;
+  std::mutex mu;
+  LocalOptions local;
+  local.timeout_s = 120;
+  try {
+    run_local((int)work.size(), [&](Comm& comm) {
+      omp_set_num_threads(1);
+      EngineOptions engine;
+      engine.device = devices[comm.rank()];
+      engine.device_set = true;
+      engine.device_label = devices[comm.rank()].is_cuda() ? "cuda" : "cpu";
+      TrainResult r = train(o, work, comm, engine);
+      std::lock_guard<std::mutex> lock(mu);
+      if (comm.rank() == 0) run.result = r;
+    }, local);
+  } catch (const std::exception& e) {
+    run.error = e.what();
+  }
+  return run;
+}
+
+// The tiny GPT in bf16 with 2 heads: head size 16, the smallest the flash attention
+// kernels take (kernels/cuda/cuda.h).
+TrainOptions bf16_options(const std::string& out, int steps) {
+  TrainOptions o = tiny_options(data_dir(), out);
+  o.dtype = DType::bf16;
+  o.heads = 2;
+  o.steps = steps;
+  return o;
+}
+
+constexpr double kGpuVsCpuLossRtol = 2 * kBf16Rounding;
+
+void expect_losses_within(const std::string& out, const std::string& ref_out, double rtol, int first_step = 1) {
+  const std::vector<LogStep> log = read_log(out), ref_log = read_log(ref_out);
+  std::vector<double> ref;
+  for (const LogStep& s : ref_log)
+    if (s.step >= first_step) ref.push_back(s.loss);
+  ASSERT_EQ(log.size(), ref.size()) << out;
+  const Mismatch m = compare(losses_of(log), ref, rtol, 0);
+  EXPECT_LE(m.excess, 1) << describe(m, "losses");
+}
+
+TEST_F(EngineCudaTest, TwentyStepsOnTheGpuTrainLikeTheCpuInBf16) {
+  const TrainOptions cpu_o = bf16_options(out("cpu"), 20);
+  ASSERT_EQ(run_on(cpu_o, make_work({8}, {4}, {1.0}), {Device::cpu()}).error, "");
+  const TrainOptions gpu_o = bf16_options(out("gpu"), 20);
+  ASSERT_EQ(run_on(gpu_o, make_work({8}, {4}, {1.0}), {gpu0_device(0)}).error, "");
+  const std::vector<LogStep> cpu = read_log(cpu_o.out);
+  ASSERT_EQ(cpu.size(), 20u);
+  // The loss falls by far more than the allowance: matching proves the updates.
+  EXPECT_LT(cpu.back().loss, cpu.front().loss * (1 - 30 * kGpuVsCpuLossRtol));
+  expect_losses_within(gpu_o.out, cpu_o.out, kGpuVsCpuLossRtol);
+}
+
+TEST_F(EngineCudaTest, ThreeRanksOnOneGpuTrainLikeOneRankOnIt) {
+  const TrainOptions one_o = bf16_options(out("one"), 5);
+  const Run one = run_on(one_o, make_work({8}, {8}, {1.0}), {gpu0_device(0)});
+  ASSERT_EQ(one.error, "");
+  // cuda:0,cuda:0:mem=256MiB:slow=2,cuda:0:mem=512MiB:slow=1.5 as logical devices 1..3:
+  // rank 0 has no rows, rank 1 owns no state.
+  const std::vector<Device> devices = {gpu0_device(1), gpu0_device(2, 256 << 20, 2), gpu0_device(3, 512 << 20, 1.5)};
+  const TrainOptions three_o = bf16_options(out("three"), 5);
+  const Run three = run_on(three_o, make_work({0, 3, 5}, {0, 2, 3}, {0.6, 0, 0.4}), devices);
+  ASSERT_EQ(three.error, "");
+  expect_losses_within(three_o.out, one_o.out, kLossRtol);
+  const std::vector<float> p = read_array(three.result.checkpoint), p_ref = read_array(one.result.checkpoint);
+  ASSERT_EQ(p.size(), p_ref.size());
+  const Mismatch params = compare(to_double(p), to_double(p_ref), kParamRtol, 0,
+                                  param_allowances(one.result.checkpoint, 5, one_o.lr, DType::bf16));
+  EXPECT_TRUE(params_agree(params, p.size(), 5, one_o.lr)) << describe(params, "master weights");
+}
+
+// CPU steps 1-3, GPU 4-6 from the CPU's checkpoint, CPU 7-9 from the GPU's: every leg's
+// losses against the CPU's own run of 9 steps, within the GPU-vs-CPU allowance.
+TEST_F(EngineCudaTest, ResumesOnTheGpuFromACpuCheckpointAndBack) {
+  const TrainOptions ref_o = bf16_options(out("ref"), 9);
+  ASSERT_EQ(run_on(ref_o, make_work({8}, {8}, {1.0}), {Device::cpu()}).error, "");
+  TrainOptions o = bf16_options(out("legs"), 9);
+  o.stop_at = 3;
+  ASSERT_EQ(run_on(o, make_work({8}, {8}, {1.0}), {Device::cpu()}).error, "");
+  o.resume = o.out;
+  o.stop_at = 6;
+  ASSERT_EQ(run_on(o, make_work({8}, {8}, {1.0}), {gpu0_device(0)}).error, "");
+  o.stop_at = 9;
+  const Run last = run_on(o, make_work({8}, {8}, {1.0}), {Device::cpu()});
+  ASSERT_EQ(last.error, "");
+  EXPECT_EQ(last.result.step, 9);
+  expect_losses_within(o.out, ref_o.out, kGpuVsCpuLossRtol);
+}
+
+}  // namespace
+}  // namespace gpumix::dist::test
