@@ -17,13 +17,17 @@ namespace {
 // same either way, so a run resumes on the other kind of device).
 Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
 
-void read_into(const CheckpointReader& reader, const char* name, int64_t offset, Tensor& dst) {
-  Tensor host = host_copy(dst);
-  reader.read_slice(name, offset, host.data<float>(), dst.numel());
-  if (!dst.device().is_cpu()) dst.copy_from(host);
+void read_into(const CheckpointReader& reader, const char* name, int64_t offset, const Tensor& dst) {
+  fill_through_host(dst, [&](float* host, int64_t n) { reader.read_slice(name, offset, host, n); });
 }
 
 }  // namespace
+
+void fill_through_host(Tensor dst, const std::function<void(float*, int64_t)>& read) {
+  Tensor host = dst.device().is_cpu() ? dst : Tensor::empty(dst.shape(), DType::f32, Device::cpu());
+  read(host.data<float>(), dst.numel());
+  if (!dst.device().is_cpu()) dst.copy_from(host);
+}
 
 std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DType dtype,
                             const std::vector<RankWork>& work, Engine& engine, Comm& comm, int step,
@@ -89,8 +93,7 @@ int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& e
                        "checkpoint ", reader.dir(), " was trained with another tokenizer; resume with the "
                        "run's own (--tokenizer <run>/tokenizer.bpe)");
     for (const OwnedSlice& s : engine.slices()) {
-      Tensor master = s.master;
-      read_into(reader, "master", s.flat_offset, master);
+      read_into(reader, "master", s.flat_offset, s.master);
       read_into(reader, "adam_m", s.flat_offset, s.opt->m());
       read_into(reader, "adam_v", s.flat_offset, s.opt->v());
     }

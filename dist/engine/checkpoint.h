@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,10 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
 // Reads this rank's slices; returns the checkpoint's step (the same on every rank).
 int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& engine, Comm& comm,
                     uint64_t tokenizer_hash);
+
+// Fills `dst` (f32, on any device) with read(host, n), which writes n floats at host: in
+// place on a CPU, through a host copy on a GPU (checkpoints, --init-from).
+void fill_through_host(Tensor dst, const std::function<void(float*, int64_t)>& read);
 
 // The compute dtype the checkpoint was written in: f32 when it does not say (written before
 // runs had a dtype). Informational: what a resume computes in when nothing else says.

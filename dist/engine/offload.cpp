@@ -76,6 +76,8 @@ void copy_on_offload_stream(Device device, void* dst, const void* src, int64_t n
 
 }  // namespace
 
+InputOffload::InputOffload(Device device) : device_(device) {}
+
 InputOffload::~InputOffload() {
   // Copies still running read or write the host buffers: they end first.
   for (auto& [key, slot] : slots_) slot.done.synchronize();

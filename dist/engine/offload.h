@@ -33,7 +33,7 @@ class InputOffload {
   // Device inputs staged at once while their copies out run (the memory model's staging).
   static constexpr int kStaging = 2;
 
-  explicit InputOffload(Device device) : device_(device) {}
+  explicit InputOffload(Device device);
   ~InputOffload();
   InputOffload(const InputOffload&) = delete;
   InputOffload& operator=(const InputOffload&) = delete;

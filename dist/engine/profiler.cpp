@@ -213,7 +213,7 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
                              Device device, Comm& comm, const ProfilerOptions& o, data::Progress* progress) {
   DeviceProfile d;
   d.name = label;
-  d.kind = "cpu";
+  d.kind = device.is_cuda() ? "gpu" : "cpu";
   d.memory_bytes = (double)device_props(device).capacity;
   Allocator& alloc = allocator(device);
 
@@ -320,6 +320,21 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
   Tensor a = random_tensor({k, k}, device, "profile.a", dtype), b = random_tensor({k, k}, device, "profile.b", dtype),
          c = Tensor::empty({k, k}, dtype, device);
   d.peak_flops = 2.0 * k * k * k / Together(comm, device, o.repeats).time([&] { ops::gemm(c, a, b, false, false); });
+
+  // Device -> host bandwidth, what offloading saved block inputs costs (the planner offloads
+  // only on GPUs: on a CPU the device memory is host memory). Where some rank is a GPU every
+  // rank times together; a CPU rank's run copies nothing.
+  if (comm.all_reduce_max(device.is_cuda() ? 1.0 : 0.0) == 0) return d;
+  const int64_t copy_bytes = std::min<int64_t>(64 << 20, free_bytes() / 4) / 4 * 4;
+  Tensor on_device, on_host;
+  if (device.is_cuda() && copy_bytes > 0) {
+    on_device = Tensor::zeros({copy_bytes / 4}, DType::f32, device);
+    on_host = Tensor::empty({copy_bytes / 4}, DType::f32, Device::cpu());
+  }
+  const double copy_s = Together(comm, device, o.repeats).time([&] {
+    if (on_device.defined()) on_host.copy_from(on_device);
+  });
+  if (on_device.defined() && copy_s > 0) d.host_bandwidth_Bps = (double)copy_bytes / copy_s;
   return d;
 }
 

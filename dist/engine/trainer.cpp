@@ -55,11 +55,19 @@ void inject_grad_faults(Engine& engine, int rank, Device host) {
   }
 }
 
+// The sum over micro-batches of their loss tensors, in order, in double (on the CPU the
+// same number as adding each one's item()).
+double sum_in_order(const std::vector<Tensor>& losses) {
+  double sum = 0;
+  for (float x : ops::read_scalars(losses)) sum += x;
+  return sum;
+}
+
 // What a step reads from the device, together: each micro-batch's loss and the sum of
 // squares of each unit's reduced gradient slice (0 where the rank owns none). The squares
 // come first and wait for the device once; the losses, computed before them, are then
-// ready (their read waits for nothing). On the CPU the same numbers as a per-tensor
-// item() and sum_squares: the loss sums the micro-batches in order, in double.
+// ready (their read waits for nothing). On the CPU the same numbers as per-tensor item()
+// and sum_squares.
 struct StepNumbers {
   double loss = 0;
   std::vector<double> unit_squares;
@@ -70,20 +78,11 @@ StepNumbers read_step_numbers(const std::vector<Tensor>& losses, const std::vect
   std::vector<Tensor> owned;
   for (const Tensor& g : unit_grads)
     if (g.numel() > 0) owned.push_back(g);
-  const std::vector<double> squares = owned.empty() ? std::vector<double>() : ops::sum_squares_many(owned);
+  const std::vector<double> squares = ops::sum_squares_many(owned);
   size_t next = 0;
   for (const Tensor& g : unit_grads) n.unit_squares.push_back(g.numel() > 0 ? squares[next++] : 0.0);
-  if (!losses.empty())
-    for (float x : ops::read_scalars(losses)) n.loss += x;
+  n.loss = sum_in_order(losses);
   return n;
-}
-
-// The sum over micro-batches of a list of loss tensors (loss_sums), in order, in double.
-double sum_in_order(const std::vector<Tensor>& losses) {
-  double sum = 0;
-  if (!losses.empty())
-    for (float x : ops::read_scalars(losses)) sum += x;
-  return sum;
 }
 
 const char* unit_name(int unit, int L, std::string* buf) {
@@ -406,11 +405,8 @@ void Training::init_from() {
   std::string error;
   try {
     const hf::Weights weights(o_.init_from, config_);
-    for (const OwnedSlice& s : engine_->slices()) {
-      Tensor host = Tensor::empty({s.master.numel()}, DType::f32, host_);
-      weights.read(s.flat_offset, s.master.numel(), host.data<float>());
-      s.master.copy_from(host);
-    }
+    for (const OwnedSlice& s : engine_->slices())
+      fill_through_host(s.master, [&](float* host, int64_t n) { weights.read(s.flat_offset, n, host); });
   } catch (const std::exception& e) {
     error = e.what();
   }

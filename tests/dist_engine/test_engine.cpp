@@ -589,7 +589,7 @@ TEST_F(EngineTest, PrefetchOnAndOffGiveIdenticalResults) {
 // On a CPU an offloading rank copies each saved block input into host memory outside its
 // allocator and back before the block's backward (dist/engine/offload.h): the same bits,
 // so the same losses, norms and state as the plan without offload, bit for bit; and its
-// allocator holds no more than without.
+// allocator's peak (at the head, where every block's inputs are saved) is lower.
 TEST_F(EngineTest, AnOffloadingPlanTrainsLikeTheSamePlanWithout) {
   std::vector<RankWork> work = make_work({1, 3, 4}, {1, 1, 2}, {0, 0.3, 0.7});
   TrainOptions o = tiny_options(data_dir(), out("kept"));
@@ -614,7 +614,8 @@ TEST_F(EngineTest, AnOffloadingPlanTrainsLikeTheSamePlanWithout) {
   }
   const std::vector<double> kept_peak = read_log_lines(out("kept")).back().at("peak_bytes");
   const std::vector<double> offloaded_peak = read_log_lines(out("offloaded")).back().at("peak_bytes");
-  for (int r = 1; r < 3; ++r) EXPECT_LE(offloaded_peak[r], kept_peak[r]) << "rank " << r;
+  for (int r = 1; r < 3; ++r) EXPECT_LT(offloaded_peak[r], kept_peak[r]) << "rank " << r;
+  EXPECT_EQ(offloaded_peak[0], kept_peak[0]);
 }
 
 // ---- bad plans and faults ---------------------------------------------------------------------
