@@ -61,12 +61,12 @@ Device gpu0_device(int index, int64_t capacity = 0, double slowdown = 1) {
 
 // Trains on work.size() thread ranks, rank r on devices[r]; rank 0's result ("" error when
 // every rank finished).
-struct Run {
+struct GpuRun {
   TrainResult result;
   std::string error;
 };
-Run run_on(const TrainOptions& o, const std::vector<RankWork>& work, const std::vector<Device>& devices) {
-  Run run;
+GpuRun run_on(const TrainOptions& o, const std::vector<RankWork>& work, const std::vector<Device>& devices) {
+  GpuRun run;
   std::mutex mu;
   LocalOptions local;
   local.timeout_s = 120;
@@ -123,13 +123,13 @@ TEST_F(EngineCudaTest, TwentyStepsOnTheGpuTrainLikeTheCpuInBf16) {
 
 TEST_F(EngineCudaTest, ThreeRanksOnOneGpuTrainLikeOneRankOnIt) {
   const TrainOptions one_o = bf16_options(out("one"), 5);
-  const Run one = run_on(one_o, make_work({8}, {8}, {1.0}), {gpu0_device(0)});
+  const GpuRun one = run_on(one_o, make_work({8}, {8}, {1.0}), {gpu0_device(0)});
   ASSERT_EQ(one.error, "");
   // cuda:0,cuda:0:mem=256MiB:slow=2,cuda:0:mem=512MiB:slow=1.5 as logical devices 1..3:
   // rank 0 has no rows, rank 1 owns no state.
   const std::vector<Device> devices = {gpu0_device(1), gpu0_device(2, 256 << 20, 2), gpu0_device(3, 512 << 20, 1.5)};
   const TrainOptions three_o = bf16_options(out("three"), 5);
-  const Run three = run_on(three_o, make_work({0, 3, 5}, {0, 2, 3}, {0.6, 0, 0.4}), devices);
+  const GpuRun three = run_on(three_o, make_work({0, 3, 5}, {0, 2, 3}, {0.6, 0, 0.4}), devices);
   ASSERT_EQ(three.error, "");
   expect_losses_within(three_o.out, one_o.out, kLossRtol);
   const std::vector<float> p = read_array(three.result.checkpoint), p_ref = read_array(one.result.checkpoint);
@@ -151,7 +151,7 @@ TEST_F(EngineCudaTest, ResumesOnTheGpuFromACpuCheckpointAndBack) {
   o.stop_at = 6;
   ASSERT_EQ(run_on(o, make_work({8}, {8}, {1.0}), {gpu0_device(0)}).error, "");
   o.stop_at = 9;
-  const Run last = run_on(o, make_work({8}, {8}, {1.0}), {Device::cpu()});
+  const GpuRun last = run_on(o, make_work({8}, {8}, {1.0}), {Device::cpu()});
   ASSERT_EQ(last.error, "");
   EXPECT_EQ(last.result.step, 9);
   expect_losses_within(o.out, ref_o.out, kGpuVsCpuLossRtol);
