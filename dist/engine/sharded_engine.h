@@ -2,8 +2,13 @@
 // master weights and AdamW moments (ShardLayout), runs b_i rows of every global batch as
 // micro-batches of m_i, layer-major: each unit's parameters are gathered once per pass (the
 // next unit's gather overlapping the current unit's compute), each micro-batch's block input
-// is kept, backward recomputes each block from it, and each unit's gradient is
-// reduce-scattered once per step.
+// is kept (in host memory with offload: dist/engine/offload.h), backward recomputes each
+// block from it, and each unit's gradient is reduce-scattered once per step.
+//
+// Devices: everything lives on the rank's device; on a GPU the prefetched gather runs on
+// its comm stream while the current unit computes, ordered by events (dist/comm/comm.h:
+// collectives on device tensors start after the compute stream's earlier work and are
+// ordered before its later work), never by a host wait.
 //
 // Precision: the master shard, the gradients (accumulated over micro-batches and
 // reduce-scattered) and the AdamW moments are fp32 (16 bytes per parameter of the shard in
