@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -251,5 +252,33 @@ inline std::vector<double> losses_of(const std::vector<LogStep>& log) {
 }
 
 inline std::vector<double> to_double(const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); }
+
+// ---- the mpirun tests with their own main (test_engine_mpi, test_engine_nccl) ------------------
+
+// This process's failed checks; check() prints each.
+inline int& process_failures() {
+  static int failures = 0;
+  return failures;
+}
+inline void check(bool ok, const std::string& what) {
+  if (ok) return;
+  std::fprintf(stderr, "FAILED: %s\n", what.c_str());
+  ++process_failures();
+}
+
+// Runs fn(comm) (its status: 0 pass, 1 fail) and returns every rank's worst status; rank 0
+// prints "<name>: PASSED" or "FAILED". An exception aborts the job, naming the rank.
+inline int run_checks(Comm& comm, const char* name, const std::function<int(Comm&)>& fn) {
+  int status = 0;
+  try {
+    status = fn(comm);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());
+    comm.abort(e.what());
+  }
+  const int worst = (int)comm.all_reduce_max((double)status);
+  if (comm.rank() == 0) std::printf("%s: %s\n", name, worst == 0 ? "PASSED" : "FAILED");
+  return worst;
+}
 
 }  // namespace gpumix::dist::test

@@ -22,13 +22,6 @@ using namespace gpumix;
 using namespace gpumix::dist;
 using namespace gpumix::dist::test;
 
-int failures = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) return;
-  std::fprintf(stderr, "FAILED: %s\n", what.c_str());
-  ++failures;
-}
 
 // Expects fn to throw an error containing every part (on this rank).
 void expect_error(const std::string& name, const std::function<void()>& fn, const std::vector<std::string>& parts,
@@ -57,7 +50,7 @@ void compare_runs(const std::string& name, const std::string& out, const std::st
   const Mismatch params =
       compare(to_double(p), to_double(read_array(ref_ckpt)), kParamRtol, 0, param_allowances(ref_ckpt, steps, lr, dtype));
   check(params_agree(params, p.size(), steps, lr), name + ": " + describe(params, "master weights"));
-  if (failures == 0)
+  if (process_failures() == 0)
     std::printf("[       OK ] %s: %zu losses within %.0e relative (worst %.2fx the allowance), master weights "
                 "worst %.2fx the allowance\n",
                 name.c_str(), log.size(), kLossRtol, losses.excess, params.excess);
@@ -140,23 +133,15 @@ int run(Comm& comm) {
   }
   comm.barrier();
   if (rank == 0) fs::remove_all(dir);
-  return failures ? 1 : 0;
+  return process_failures() ? 1 : 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   MpiSession mpi(&argc, &argv);
-  int status = 0;
   std::unique_ptr<Comm> comm = make_mpi_comm();
-  try {
-    status = run(*comm);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: %s\n", comm->rank(), e.what());
-    comm->abort(e.what());
-  }
-  const int worst = (int)comm->all_reduce_max((double)status);
-  if (comm->rank() == 0) std::printf("%s\n", worst == 0 ? "engine_mpi: PASSED" : "engine_mpi: FAILED");
+  const int worst = run_checks(*comm, "engine_mpi", run);
   comm.reset();
   return worst;
 }

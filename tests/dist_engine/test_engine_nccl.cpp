@@ -24,13 +24,6 @@ using namespace gpumix;
 using namespace gpumix::dist;
 using namespace gpumix::dist::test;
 
-int failures = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) return;
-  std::fprintf(stderr, "FAILED: %s\n", what.c_str());
-  ++failures;
-}
 
 // Why this machine cannot run the test ("" when it can).
 std::string why_skip(Comm& comm) {
@@ -87,7 +80,7 @@ int run(Comm& comm, const std::string& data, const std::string& dir) {
   }
   check(error.find("ranks 0 and 1 both use GPU 0") != std::string::npos,
         str("rank ", rank, ": two ranks on one GPU were not refused as expected: '", error, "'"));
-  return failures ? 1 : 0;
+  return process_failures() ? 1 : 0;
 }
 
 }  // namespace
@@ -100,28 +93,23 @@ int main(int argc, char** argv) {
     if (comm->rank() == 0) std::printf("engine_nccl: SKIPPED (%s)\n", skip.c_str());
     return 77;
   }
-  int status = 0;
-  try {
+  const int worst = run_checks(*comm, "engine_nccl", [](Comm& c) {
     // One folder for both ranks, named after rank 0's process: rank 0 makes it and the
     // data, and removes it at the end.
-    const long pid0 = (long)comm->all_reduce_sum(comm->rank() == 0 ? (double)::getpid() : 0.0);
+    const long pid0 = (long)c.all_reduce_sum(c.rank() == 0 ? (double)::getpid() : 0.0);
     const fs::path dir = fs::temp_directory_path() / ("gpumix_test_engine_nccl_" + std::to_string(pid0));
     const std::string data = (dir / "data").string();
-    if (comm->rank() == 0) {
+    if (c.rank() == 0) {
       fs::remove_all(dir);
       fs::create_directories(data);
       make_tiny_data(data);
     }
-    comm->barrier();
-    status = run(*comm, data, dir.string());
-    comm->barrier();
-    if (comm->rank() == 0) fs::remove_all(dir);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: %s\n", comm->rank(), e.what());
-    comm->abort(e.what());
-  }
-  const int worst = (int)comm->all_reduce_max((double)status);
-  if (comm->rank() == 0) std::printf("%s\n", worst == 0 ? "engine_nccl: PASSED" : "engine_nccl: FAILED");
+    c.barrier();
+    const int status = run(c, data, dir.string());
+    c.barrier();
+    if (c.rank() == 0) fs::remove_all(dir);
+    return status;
+  });
   comm.reset();
   return worst;
 }
