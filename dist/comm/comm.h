@@ -300,7 +300,9 @@ class DeviceComm : public Comm {
   virtual void reduce_scatter_slots_device(void* slots, int64_t slot_count, DType dtype,
                                            void* stream) = 0;
   virtual int device_index() const = 0;  // the CUDA device this rank uses
-  virtual void* stream() const = 0;      // the communicator's own stream (Tensor entry points)
+  // The communicator's own stream (the Tensor entry points use their device's comm stream,
+  // core/stream.h).
+  virtual void* stream() const = 0;
   // What the last uneven call ran (for tests and logs).
   virtual UnevenChoice last_uneven_choice() const = 0;
 };
@@ -317,7 +319,9 @@ bool nccl_built();
 
 // Collective over MPI_COMM_WORLD (MPI must be initialised): picks the GPU, then rank 0
 // calls ncclGetUniqueId, MPI_Bcast sends it, and every rank calls ncclCommInitRank. Host
-// scalars, barrier and agree() go through MPI. Throws when built without CUDA or MPI.
+// scalars, host tensors, barrier and agree() go through MPI. Two ranks on one GPU of a node
+// throw on every rank, naming them (NCCL runs one rank per GPU). Throws when built without
+// CUDA or MPI.
 std::unique_ptr<DeviceComm> make_nccl_comm(const NcclOptions& options = {});
 
 // ---- helpers shared by the backends (not an API) -------------------------------------------
