@@ -332,19 +332,19 @@ void Training::choose_device() {
   choose_device_comm();
 }
 
-// Under mpirun, ranks on CUDA devices move parameters and gradients with NCCL (one GPU per
-// process, the rank's own: DeviceProps::ordinal; make_nccl_comm refuses two ranks on one
-// GPU, naming them). Every rank decides alike (an MPI job is all CPU or all CUDA); a build
-// without NCCL stages its device buffers through host memory over MPI.
+// Under mpirun, when every rank is on a CUDA device, parameters and gradients move with
+// NCCL (one GPU per process, the rank's own: DeviceProps::ordinal; make_nccl_comm refuses
+// two ranks on one GPU, naming them). Every rank decides alike. A job mixing CPU and CUDA
+// ranks, or a build without NCCL, stages device buffers through host memory over MPI.
 void Training::choose_device_comm() {
   if (comm_.backend() != "mpi") return;
   const double cuda_ranks = comm_.all_reduce_sum(device_.is_cuda() ? 1.0 : 0.0);
-  GPUMIX_CHECK_INPUT(cuda_ranks == 0 || cuda_ranks == ranks_, "under mpirun either every rank or none runs on a "
-                     "CUDA device, but ", (int)cuda_ranks, " of ", ranks_, " do (rank ", rank_, ": ", device_.str(),
-                     "); give every process a GPU, or none");
-  if (cuda_ranks == 0 || !nccl_built()) {
-    if (cuda_ranks > 0 && lead_)
-      std::printf("note: this build has no NCCL: collectives on CUDA devices go through host memory over MPI\n");
+  if (cuda_ranks == 0) return;
+  if (cuda_ranks < ranks_ || !nccl_built()) {
+    if (lead_)
+      std::printf("note: %s: collectives on CUDA devices go through host memory over MPI\n",
+                  cuda_ranks < ranks_ ? str((int)cuda_ranks, " of ", ranks_, " ranks run on CUDA devices").c_str()
+                                      : "this build has no NCCL");
     return;
   }
   NcclOptions options;
