@@ -10,9 +10,14 @@
 // - bf16 tiles (bf16 storage on the avx512_bf16 path, vdpbf16ps): q and dout as they are,
 //   k, v (and in backward q, dout) packed in pairs along the product's reduction; the
 //   probabilities and score gradients go into the products rounded to bf16 (2^-8
-//   relative each), their sums and all accumulation stay in fp32.
+//   relative each), their sums and all accumulation stay in fp32. Their softmax is
+//   written in AVX-512 (a vector exp, the roundings in the same pass), since it costs as
+//   much as the products when left to the compiler.
 //
-// bf16 results are rounded once, at the end.
+// Only the keys a query block sees are computed: blocks of 16 query rows (forward) and 32
+// (backward) cut the diagonal tiles short. Each thread runs a contiguous range of tasks and
+// prefetches the next one's rows while it computes. bf16 results are rounded once, at the
+// end.
 #include <immintrin.h>
 
 #include <climits>
@@ -32,12 +37,14 @@ namespace gpumix::kernels::cpu {
 namespace {
 
 constexpr int k_bc = 64;  // keys per tile
-// Query rows per tile. The forward's blocks of 16 rows see keys up to their last row only,
-// so the diagonal tiles are cut at 16 keys (1/8 of the masked products left instead of
-// 1/2); the tile products cost the same per row at 16 rows as at 64 (their register blocks
-// are 4 rows), and the keys, packed once per head, are reused by every block.
+// Query rows per tile. A block of rows computes only the keys up to its last row, so the
+// diagonal tiles are cut short: with the forward's blocks of 16, 1/8 of a diagonal tile's
+// products are masked ones instead of 1/2 (the products cost the same per row at 16 rows
+// as at 64: their register blocks are 4 rows, and k, v are packed once per head). The
+// backward's blocks of 32 leave 1/4: at 16, its dk and dv products (a reduction over the
+// block's rows) reload their accumulators too often (measured no faster).
 constexpr int k_fwd_br = 16;
-constexpr int k_br = 64;
+constexpr int k_br = 32;
 
 void check_shape(const char* what, int B, int T, int C, int NH) {
   if (B < 0 || T < 0 || C <= 0 || NH <= 0 || C % NH != 0)
@@ -296,12 +303,13 @@ GPUMIX_INLINE void backward_task(T* dqkv, const T* dout, const T* qkv, const T* 
     // Query blocks that see any key of this block: rows >= j0.
     for (int i0 = j0 / k_br * k_br; i0 < T_; i0 += k_br) {
       const int nr = std::min(k_br, T_ - i0);
-      Tile::gemm(nr, nc, HS, q + i0 * HS, HS, 1, kt + j0, T_, p, k_bc, false);    // s = q k^T
-      Tile::gemm(nr, nc, HS, dy + i0 * HS, HS, 1, vt + j0, T_, dp, k_bc, false);  // dP = dout v^T
-      softmax_backward(p, dp, lse_bh + i0, dd + i0, nr, nc, i0, j0, scale);
-      Tile::gemm(nc, HS, nr, p, 1, k_bc, dy + i0 * HS, HS, dv + j0 * HS, HS, true);  // dv_j += p^T dout_i
-      Tile::gemm(nr, HS, nc, dp, k_bc, 1, k + j0 * HS, HS, dq + i0 * HS, HS, true);  // dq_i += dS k_j
-      Tile::gemm(nc, HS, nr, dp, 1, k_bc, q + i0 * HS, HS, dk + j0 * HS, HS, true);  // dk_j += dS^T q_i
+      const int ncv = std::min(nc, i0 + nr - j0);  // the keys this block sees (the rest are masked)
+      Tile::gemm(nr, ncv, HS, q + i0 * HS, HS, 1, kt + j0, T_, p, k_bc, false);    // s = q k^T
+      Tile::gemm(nr, ncv, HS, dy + i0 * HS, HS, 1, vt + j0, T_, dp, k_bc, false);  // dP = dout v^T
+      softmax_backward(p, dp, lse_bh + i0, dd + i0, nr, ncv, i0, j0, scale);
+      Tile::gemm(ncv, HS, nr, p, 1, k_bc, dy + i0 * HS, HS, dv + j0 * HS, HS, true);  // dv_j += p^T dout_i
+      Tile::gemm(nr, HS, ncv, dp, k_bc, 1, k + j0 * HS, HS, dq + i0 * HS, HS, true);  // dq_i += dS k_j
+      Tile::gemm(ncv, HS, nr, dp, 1, k_bc, q + i0 * HS, HS, dk + j0 * HS, HS, true);  // dk_j += dS^T q_i
     }
   }
   add_head_grads(dqkv + row0 * C3 + h * HS, C3, C, dq, T_, HS);
@@ -320,12 +328,12 @@ GPUMIX_INLINE void copy_rows(uint16_t* dst, int64_t ldd, const uint16_t* src, in
 // The product operand b (HS, n) = the transpose of src's n rows, packed in pairs along HS
 // (tile_gemm_bf16): b(d, r) = src[r][d] at dst[(d / 2) ldd + 2 r + d % 2]; an odd HS's
 // padding row zero. An even HS is a transpose of 32-bit words: one gather of 16 rows' pair
-// p at a time (a scalar copy of the words costs several times the whole gather).
+// p at a time (measured faster than copying the words one by one).
 GPUMIX_TARGET_AVX512 GPUMIX_INLINE void pack_transposed(uint16_t* dst, int64_t ldd, const uint16_t* src,
                                                         int64_t ld, int n, int HS) {
-  if (HS % 2 == 0 && ld % 2 == 0 && ldd % 2 == 0 && 16 * ld < INT_MAX) {
+  if (HS % 2 == 0 && ld % 2 == 0 && 16 * ld < INT_MAX) {  // word offsets in the gather's int32
     const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32((int)(ld / 2)));  // word offsets
+                                            _mm512_set1_epi32((int)(ld / 2)));
     for (int r0 = 0; r0 < n; r0 += 16) {
       const __mmask16 k = n - r0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - r0)) - 1);
       for (int p = 0; p < HS / 2; p++) {
@@ -549,12 +557,13 @@ GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void backward_task_bf16(uint16_t* dqkv, 
     prefetch_next(j0, nc);
     for (int i0 = j0 / k_br * k_br; i0 < T_; i0 += k_br) {
       const int nr = std::min(k_br, T_ - i0), nrp = even(nr);
-      tile_gemm_bf16(nr, nc, HSp, q + i0 * HSp, HSp, 2, kt + 2 * j0, 2 * T_, p, k_bc, false);    // s = q k^T
-      tile_gemm_bf16(nr, nc, HSp, dy + i0 * HSp, HSp, 2, vt + 2 * j0, 2 * T_, dp, k_bc, false);  // dP = dout v^T
-      softmax_backward_bf16(p, dp, lse_bh + i0, dd + i0, ds, pp, dsp, nr, nc, i0, j0, scale);
-      tile_gemm_bf16(nc, HS, nrp, pp, 2, 2 * k_bc, dyp + i0 * HS, 2 * HS, dv + j0 * HS, HS, true);  // dv_j += p^T dout_i
-      tile_gemm_bf16(nr, HS, even(nc), ds, k_bc, 2, kv + j0 * HS, 2 * HS, dq + i0 * HS, HS, true);  // dq_i += dS k_j
-      tile_gemm_bf16(nc, HS, nrp, dsp, 2, 2 * k_bc, qp + i0 * HS, 2 * HS, dk + j0 * HS, HS, true);  // dk_j += dS^T q_i
+      const int ncv = std::min(nc, i0 + nr - j0);  // the keys this block sees (the rest are masked)
+      tile_gemm_bf16(nr, ncv, HSp, q + i0 * HSp, HSp, 2, kt + 2 * j0, 2 * T_, p, k_bc, false);    // s = q k^T
+      tile_gemm_bf16(nr, ncv, HSp, dy + i0 * HSp, HSp, 2, vt + 2 * j0, 2 * T_, dp, k_bc, false);  // dP = dout v^T
+      softmax_backward_bf16(p, dp, lse_bh + i0, dd + i0, ds, pp, dsp, nr, ncv, i0, j0, scale);
+      tile_gemm_bf16(ncv, HS, nrp, pp, 2, 2 * k_bc, dyp + i0 * HS, 2 * HS, dv + j0 * HS, HS, true);  // dv_j += p^T dout_i
+      tile_gemm_bf16(nr, HS, even(ncv), ds, k_bc, 2, kv + j0 * HS, 2 * HS, dq + i0 * HS, HS, true);  // dq_i += dS k_j
+      tile_gemm_bf16(ncv, HS, nrp, dsp, 2, 2 * k_bc, qp + i0 * HS, 2 * HS, dk + j0 * HS, HS, true);  // dk_j += dS^T q_i
     }
   }
   add_head_grads(dqkv + row0 * C3 + h * HS, C3, C, dq, T_, HS);
