@@ -95,12 +95,13 @@ GPUMIX_INLINE void prefetch_head(const T* x, int parts, int next, int r0, int n,
 // c < n. The portable loops leave the compiler's reduction epilogue, a chain of one scalar
 // operation per lane and row; AVX-512 reduces the lanes in a tree.
 struct RowsPortable {
-  static float max(const float* x, int n, float init, float scale) {
-#pragma omp simd reduction(max : init)
-    for (int c = 0; c < n; c++) init = std::max(init, x[c] * scale);
-    return init;
+  GPUMIX_INLINE static float max(const float* x, int n, float init, float scale) {
+    float mx = init;
+#pragma omp simd reduction(max : mx)
+    for (int c = 0; c < n; c++) mx = std::max(mx, x[c] * scale);
+    return mx;
   }
-  static float sum(const float* x, int n) {
+  GPUMIX_INLINE static float sum(const float* x, int n) {
     float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
     for (int c = 0; c < n; c++) acc += x[c];
