@@ -688,6 +688,19 @@ TEST_F(Tools, ProfileAndDevicesRejectBadInput) {
   EXPECT_FALSE(std::filesystem::exists(run + "/log.jsonl"));
 }
 
+TEST_F(Tools, SelfcheckListsTheDevicesAndChecksEachInItsComputeDtype) {
+  const Result r = gpumix({"selfcheck"}, dir_);
+  EXPECT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("cpu:0"), std::string::npos) << show(r);
+  EXPECT_NE(r.out.find("self-check passed"), std::string::npos) << show(r);
+  std::string why;
+  const int gpus = gpumix::cuda_device_count(&why);
+  if (gpus == 0) EXPECT_NE(r.out.find("(no CUDA GPU: " + why + ")"), std::string::npos) << show(r);
+  for (int i = 0; i < gpus; ++i)  // each GPU listed and checked in bf16
+    EXPECT_NE(r.out.find("cuda:" + std::to_string(i) + "   gradient check in bf16 passed"), std::string::npos)
+        << show(r);
+}
+
 TEST_F(Tools, CudaDevicesAreRefusedClearlyWhereTheyCannotRun) {
   const std::string run = path("never_cuda_run"), out = path("never_cuda_profile.json");
   expect_rejected(gpumix(train_args(run, {"--devices", "H200"}), dir_), {"'H200'", "plans and simulation", "cuda:0"});
