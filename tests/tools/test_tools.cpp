@@ -707,7 +707,11 @@ TEST_F(Tools, CudaDevicesAreRefusedClearlyWhereTheyCannotRun) {
   expect_rejected(gpumix(train_args(run, {"--devices", "cpu,cuda:0"}), dir_), {"mixes cpu and cuda", "'cpu'", "'cuda:0'"});
   expect_rejected(gpumix(train_args(run, {"--devices", "cuda:0:colour=red"}), dir_), {"colour"});
   std::string why;
-  if (gpumix::cuda_device_count(&why) > 0) GTEST_SKIP() << "a GPU is here: --devices cuda:0 runs";
+  if (gpumix::cuda_device_count(&why) > 0) {  // a GPU is here: cuda:0 runs, in bf16 only
+    expect_rejected(gpumix(train_args(run, {"--devices", "cuda:0", "--dtype", "fp32"}), dir_),
+                    {"--dtype f32 on cuda:0", "the CUDA backend computes in bf16", "use --dtype bf16"});
+    return;
+  }
   // No GPU can be used here (no driver, or a build without CUDA): the runtime's reason and the fix.
   expect_rejected(gpumix(train_args(run, {"--devices", "cuda:0,cuda:0:mem=6GiB:slow=3"}), dir_),
                   {"--devices cuda:0", "names a CUDA GPU, but none can be used here", why, "or use cpu devices"});
