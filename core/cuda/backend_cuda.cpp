@@ -7,9 +7,9 @@
 //
 // Per logical device (Device::cuda(i), one rank's view of a GPU): three non-blocking
 // streams (compute, comm, offload), two pinned staging buffers for host copies, a pinned
-// buffer for the results that come back to the host, and a word of mapped host memory
-// where the kernels report a token outside the vocabulary (read at the next point where
-// results come back to the host: no synchronisation of its own).
+// buffer for the results that come back to the host, and a word of device memory where
+// the kernels report a token outside the vocabulary, copied back beside every result
+// that comes to the host (no synchronisation of its own).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -39,7 +39,7 @@ struct Logical {
   Device device;
   int ordinal = 0;
   cudaStream_t streams[3] = {};
-  unsigned long long* bad_token = nullptr;  // mapped host memory (cu::check_tokens)
+  unsigned long long* bad_token = nullptr;  // device memory (cu::check_tokens)
   int bad_token_vocab = 0;                  // V of the latest check
 
   std::mutex host_mutex;                    // guards the pinned buffers below
@@ -47,6 +47,7 @@ struct Logical {
   cudaEvent_t staging_free[2] = {};         // the last copy through staging[i] is done
   void* results = nullptr;                  // pinned, results_bytes
   int64_t results_bytes = 0;
+  unsigned long long* bad_token_host = nullptr;  // pinned: bad_token as last copied back
 
   cudaStream_t stream(Stream s) const { return streams[(int)s]; }
   cudaStream_t compute() const { return streams[(int)Stream::compute]; }
@@ -71,12 +72,19 @@ struct Logical {
     }
     return results;
   }
-  // After the compute stream was synchronised: a token outside the vocabulary, reported
-  // by the embedding kernels since the last check, is the caller's error.
+  // Enqueued on the compute stream beside a result's copy to the host (host_mutex held);
+  // raise_bad_token reads it once the stream was synchronised: a token outside the
+  // vocabulary, reported by the embedding kernels since the last check, is the caller's
+  // error (reported once: the word is reset).
+  void fetch_bad_token() {
+    CUDA_CHECK(cudaMemcpyAsync(bad_token_host, bad_token, sizeof *bad_token, cudaMemcpyDeviceToHost,
+                               compute()));
+  }
   void raise_bad_token() {
-    const unsigned long long word = *(volatile unsigned long long*)bad_token;
+    const unsigned long long word = *bad_token_host;
     if (word == kNoBadToken) return;
-    *bad_token = kNoBadToken;
+    *bad_token_host = kNoBadToken;
+    CUDA_CHECK(cudaMemsetAsync(bad_token, 0xff, sizeof *bad_token, compute()));  // kNoBadToken
     GPUMIX_CHECK(false, "embedding on ", device.str(), ": token ", (int32_t)(uint32_t)word,
                  " at position ", (int64_t)(word >> 32), " is outside the vocabulary of ",
                  bad_token_vocab, "; the data does not match this model");
@@ -102,9 +110,10 @@ Logical& logical(Device device) {
   d->ordinal = props.ordinal;
   CUDA_CHECK(cudaSetDevice(d->ordinal));
   for (cudaStream_t& s : d->streams) CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaHostAlloc((void**)&d->bad_token, sizeof(unsigned long long),
-                           cudaHostAllocMapped | cudaHostAllocPortable));
-  *d->bad_token = kNoBadToken;
+  CUDA_CHECK(cudaMalloc((void**)&d->bad_token, sizeof(unsigned long long)));  // outside the
+  CUDA_CHECK(cudaMemsetAsync(d->bad_token, 0xff, sizeof(unsigned long long), d->compute()));  // allocator
+  CUDA_CHECK(cudaHostAlloc((void**)&d->bad_token_host, sizeof(unsigned long long), cudaHostAllocPortable));
+  *d->bad_token_host = kNoBadToken;
   return *devices->emplace(device.index, std::move(d)).first->second;
 }
 
@@ -342,6 +351,7 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < ts.size(); ++i)
       CUDA_CHECK(cudaMemcpyAsync(host + 4 * i, ts[i].raw_data(), dtype_size(ts[i].dtype()),
                                  cudaMemcpyDeviceToHost, s));
+    d.fetch_bad_token();
     CUDA_CHECK(cudaStreamSynchronize(s));
     d.raise_bad_token();
     std::vector<float> out(ts.size());
@@ -428,6 +438,7 @@ class CudaBackend final : public Backend {
     std::lock_guard<std::mutex> lock(d.host_mutex);
     void* host = d.results_of(8 * n);
     CUDA_CHECK(cudaMemcpyAsync(host, out, (size_t)(8 * n), cudaMemcpyDeviceToHost, s));
+    d.fetch_bad_token();
     CUDA_CHECK(cudaStreamSynchronize(s));
     d.raise_bad_token();
     std::vector<double> result((size_t)n);
@@ -467,6 +478,7 @@ class CudaBackend final : public Backend {
                                  cudaMemcpyDeviceToHost, s));
       CUDA_CHECK(cudaEventRecord(d.staging_free[b], s));
     };
+    d.fetch_bad_token();  // before the first chunk: done when any chunk's event is
     enqueue(0);
     for (int64_t k = 0; k < chunks; ++k) {
       if (k + 1 < chunks) enqueue(k + 1);

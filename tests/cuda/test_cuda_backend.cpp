@@ -29,6 +29,7 @@ namespace gpumix {
 namespace {
 
 using test::bf16_rtol;
+using test::bf16_values;
 using test::close_to_scale;
 
 const Device kGpu = Device::cuda(0);
@@ -40,15 +41,6 @@ class CudaBackend : public ::testing::Test {
     if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
   }
 };
-
-// Random values in [lo, hi), rounded to bf16.
-std::vector<float> bf16_values(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v((size_t)n);
-  for (float& x : v) x = (float)bf16(dist(gen));
-  return v;
-}
 
 // The same values on the CPU (c) and on the GPU (g).
 struct Pair {
