@@ -179,7 +179,10 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaEventCreate(&e));  // with timing: elapsed_ms
     return e;
   }
-  void event_destroy(void* event) const override { CUDA_CHECK(cudaEventDestroy((cudaEvent_t)event)); }
+  // Called from ~Event, also at exit after the runtime may have unloaded: never throws.
+  void event_destroy(void* event) const override {
+    if (cudaEventDestroy((cudaEvent_t)event) != cudaSuccess) (void)cudaGetLastError();
+  }
   void event_record(void* event, Device device, Stream stream) const override {
     const Logical& d = logical(device);
     d.use();

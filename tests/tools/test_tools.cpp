@@ -695,7 +695,9 @@ TEST_F(Tools, SelfcheckListsTheDevicesAndChecksEachInItsComputeDtype) {
   EXPECT_NE(r.out.find("self-check passed"), std::string::npos) << show(r);
   std::string why;
   const int gpus = gpumix::cuda_device_count(&why);
-  if (gpus == 0) EXPECT_NE(r.out.find("(no CUDA GPU: " + why + ")"), std::string::npos) << show(r);
+  if (gpus == 0) {
+    EXPECT_NE(r.out.find("(no CUDA GPU: " + why + ")"), std::string::npos) << show(r);
+  }
   for (int i = 0; i < gpus; ++i)  // each GPU listed and checked in bf16
     EXPECT_NE(r.out.find("cuda:" + std::to_string(i) + "   gradient check in bf16 passed"), std::string::npos)
         << show(r);
