@@ -24,16 +24,9 @@ namespace gpumix {
 namespace {
 
 using test::bf16_rtol;
+using test::bf16_values;
 using test::close_to_scale;
 
-// Random values in [lo, hi) rounded to bf16, so that f32 and bf16 tensors hold the same.
-std::vector<float> bf16_values(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v((size_t)n);
-  for (float& x : v) x = (float)bf16(dist(gen));
-  return v;
-}
 
 // The same values as an f32 and as a bf16 tensor.
 struct Pair {
@@ -394,6 +387,25 @@ TEST(PrecisionDevices, NativeBf16AndTheDefaultComputeDtype) {
   EXPECT_EQ(default_compute_dtype(Device::cpu()), expected ? DType::bf16 : DType::f32);
   EXPECT_EQ(default_compute_dtype(Device::cpu(7)), default_compute_dtype(Device::cpu()));
   EXPECT_EQ(default_compute_dtype(Device::cuda(0)), DType::bf16);
+}
+
+TEST(PrecisionDevices, BackendSupports) {
+  EXPECT_TRUE(backend_supports(Device::cpu(), DType::f32));
+  EXPECT_TRUE(backend_supports(Device::cpu(5), DType::bf16));
+  EXPECT_FALSE(backend_supports(Device::cpu(), DType::i32));
+  check_backend_supports(Device::cpu(), DType::bf16, "--dtype");
+#ifdef GPUMIX_CORE_CUDA
+  // The CUDA kernels compute in bf16 only (whether or not a GPU is present).
+  EXPECT_TRUE(backend_supports(Device::cuda(0), DType::bf16));
+  EXPECT_FALSE(backend_supports(Device::cuda(0), DType::f32));
+  EXPECT_THROW_WITH(check_backend_supports(Device::cuda(1), DType::f32, "--dtype"), InputError,
+                    "--dtype f32 on cuda:1", "the CUDA backend computes in bf16",
+                    "use --dtype bf16");
+#else
+  EXPECT_FALSE(backend_supports(Device::cuda(0), DType::bf16));
+  EXPECT_THROW_WITH(check_backend_supports(Device::cuda(0), DType::bf16, "--dtype"), InputError,
+                    "cuda:0", "lacks", "-Dcuda=enabled");
+#endif
 }
 
 }  // namespace
