@@ -8,6 +8,14 @@
 //   not fit, the cache is released first.
 // - Thread-safe: ranks that run as threads of one process each use their own device, but
 //   tests may share one.
+// - On a cuda device the system allocator is cudaMalloc / cudaFree on the device's GPU
+//   (DeviceProps::ordinal), and the default capacity is the GPU's free memory when the
+//   device is first used (or `mem=` of the device spec). The pool is stream-ordered: a
+//   freed block is reused at once, safe only because its next user runs on the same
+//   stream as its last, the device's compute stream, where every core op runs. A tensor
+//   that another stream uses (comm, offload) must be joined back to the compute stream
+//   (Event::record on that stream, Event::wait on compute) before it is dropped.
+//   empty_cache() synchronises the device before it returns blocks to the system.
 #pragma once
 
 #include <cstdint>

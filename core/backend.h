@@ -14,9 +14,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "core/ops.h"
+#include "core/stream.h"
 
 namespace gpumix {
 
@@ -25,8 +27,27 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual DeviceProps default_props(Device device) const = 0;
-  virtual void* alloc(int64_t bytes) const = 0;  // nullptr when the system has no memory
-  virtual void free(void* ptr) const = 0;
+  // Whether the backend computes in `dtype` (a compute dtype: f32 or bf16).
+  virtual bool computes(DType dtype) const = 0;
+  // Memory of `device` (its allocator calls these; nullptr when the system has no memory).
+  virtual void* alloc(Device device, int64_t bytes) const = 0;
+  virtual void free(Device device, void* ptr) const = 0;
+
+  // Streams and events (core/stream.h). A backend without queues (the CPU) has completed
+  // everything when a call returns: its event_create gives nullptr, and Event then keeps
+  // only the host clock, never calling the event_* below.
+  virtual void* stream_handle(Device device, Stream stream) const = 0;
+  virtual void synchronize(Device device) const = 0;
+  virtual void* event_create(Device device) const = 0;
+  virtual void event_destroy(void* event) const = 0;
+  virtual void event_record(void* event, Device device, Stream stream) const = 0;
+  virtual void event_wait(void* event, Device device, Stream stream) const = 0;  // no host wait
+  virtual void event_synchronize(void* event) const = 0;                         // host waits
+  virtual bool event_query(void* event) const = 0;                               // never waits
+  virtual double event_elapsed_ms(void* start, void* end) const = 0;
+  // Emulated slowdown's wait of `ms` milliseconds on the compute stream (a queue: the host
+  // goes on; without queues, the host sleeps).
+  virtual void spin(Device device, double ms) const = 0;
 
   // out [c], inp [c], weight [c], bias [c].
   virtual void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
@@ -76,9 +97,14 @@ class Backend {
   // a f32 or bf16; accumulated in double.
   virtual double sum(const Tensor& a) const = 0;
   virtual double sum_squares(const Tensor& a) const = 0;
+  // Each tensor's sum_squares (f32 or bf16, all on one device of this backend) / value (one
+  // element each, f32 or bf16), with one host synchronisation for all of them.
+  virtual std::vector<double> sum_squares_many(const std::vector<Tensor>& ts) const = 0;
+  virtual std::vector<float> read_scalars(const std::vector<Tensor>& ts) const = 0;
   // Any dtype.
   virtual void fill(Tensor& t, float value) const = 0;
-  // Copies bytes where at least one side is on this backend's device.
+  // Copies bytes where at least one side is on this backend's device, synchronously for
+  // the caller where one side is host memory (ops::copy says how).
   virtual void copy(Tensor& dst, const Tensor& src) const = 0;
   // f32 <-> bf16 (round to nearest even), or a copy when the dtypes agree.
   virtual void convert(Tensor& out, const Tensor& in) const = 0;
@@ -93,6 +119,8 @@ const Backend& cuda_backend();
 
 // The backend of a device: throws Error when the device kind is not built in.
 const Backend& device_backend(Device device);
+// The same, or nullptr when the device kind is not built in.
+const Backend* built_backend(Device device);
 
 // CUDA GPUs visible to this process (0 without CUDA in the build or without a driver;
 // `why_not` then says why).

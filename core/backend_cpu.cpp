@@ -1,10 +1,13 @@
 // The CPU backend: every op in f32 and bf16 through kernels/cpu (the fp32 kernels or their
 // bf16 overloads, whose per-argument dtypes are core/backend.h's). Tensors arrive validated
 // by ops.cpp.
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "core/backend.h"
+#include "core/precision.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/philox.h"
 
@@ -51,8 +54,25 @@ class CpuBackend final : public Backend {
     p.capacity = host_memory_bytes();
     return p;
   }
-  void* alloc(int64_t bytes) const override { return std::aligned_alloc(64, (size_t)bytes); }
-  void free(void* ptr) const override { std::free(ptr); }
+  bool computes(DType dtype) const override { return is_compute_dtype(dtype); }
+  void* alloc(Device, int64_t bytes) const override {
+    return std::aligned_alloc(64, (size_t)bytes);
+  }
+  void free(Device, void* ptr) const override { std::free(ptr); }
+
+  // No queues: every call has completed when it returns.
+  void* stream_handle(Device, Stream) const override { return nullptr; }
+  void synchronize(Device) const override {}
+  void* event_create(Device) const override { return nullptr; }
+  void event_destroy(void*) const override {}
+  void event_record(void*, Device, Stream) const override {}
+  void event_wait(void*, Device, Stream) const override {}
+  void event_synchronize(void*) const override {}
+  bool event_query(void*) const override { return true; }
+  double event_elapsed_ms(void*, void*) const override { return 0; }
+  void spin(Device, double ms) const override {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+  }
 
   void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                       const Tensor& bias) const override {
@@ -191,6 +211,18 @@ class CpuBackend final : public Backend {
     return total;
   }
 
+  std::vector<double> sum_squares_many(const std::vector<Tensor>& ts) const override {
+    std::vector<double> out;
+    for (const Tensor& t : ts) out.push_back(sum_squares(t));
+    return out;
+  }
+  std::vector<float> read_scalars(const std::vector<Tensor>& ts) const override {
+    std::vector<float> out;
+    for (const Tensor& t : ts)
+      out.push_back(t.dtype() == DType::f32 ? *f32(t) : (float)*t.data<bf16>());
+    return out;
+  }
+
   void fill(Tensor& t, float value) const override {
     if (t.dtype() != DType::i32) {
       in_compute_dtype(t, [&](auto c) { k::fill(c(t), value, t.numel()); });
@@ -240,14 +272,20 @@ const Backend& cpu_backend() {
   return backend;
 }
 
-const Backend& device_backend(Device device) {
-  if (device.is_cpu()) return cpu_backend();
+const Backend* built_backend(Device device) {
+  if (device.is_cpu()) return &cpu_backend();
 #ifdef GPUMIX_CORE_CUDA
-  return cuda_backend();
+  return &cuda_backend();
 #else
-  GPUMIX_CHECK(false, "device ", device.str(), " needs CUDA, but this build of GPUMix has no CUDA "
-               "backend; rebuild with nvcc available (meson setup -Dcuda=enabled)");
+  return nullptr;
 #endif
+}
+
+const Backend& device_backend(Device device) {
+  const Backend* backend = built_backend(device);
+  GPUMIX_CHECK(backend, "device ", device.str(), " needs CUDA, but this build of GPUMix has no "
+               "CUDA backend; rebuild with nvcc available (meson setup -Dcuda=enabled)");
+  return *backend;
 }
 
 #ifndef GPUMIX_CORE_CUDA

@@ -26,13 +26,14 @@ std::map<std::pair<int, int>, DeviceState>& registry() {
   return *r;  // tensors in static storage may release memory during exit
 }
 
-DeviceState& state(Device device) {
+// The device's entry, created with `initial` props, or the backend's defaults when null.
+DeviceState& state(Device device, const DeviceProps* initial = nullptr) {
   std::lock_guard<std::mutex> lock(registry_mutex);
   auto key = std::make_pair((int)device.kind, device.index);
   auto it = registry().find(key);
   if (it == registry().end()) {
     DeviceState s;
-    s.props = device_backend(device).default_props(device);
+    s.props = initial ? *initial : device_backend(device).default_props(device);
     s.alloc = std::make_unique<Allocator>(device, s.props.capacity);
     it = registry().emplace(key, std::move(s)).first;
   }
@@ -58,13 +59,22 @@ void configure_device(Device device, const DeviceProps& props) {
                props.capacity);
   GPUMIX_CHECK(props.slowdown >= 1, "device ", device.str(), ": slowdown must be >= 1, got ",
                props.slowdown);
-  DeviceState& s = state(device);
+  DeviceState& s = state(device, &props);
   s.alloc->set_capacity(props.capacity);
   std::lock_guard<std::mutex> lock(registry_mutex);
   s.props = props;
 }
 
 Allocator& allocator(Device device) { return *state(device).alloc; }
+
+DeviceProps gpu_props(int ordinal) {
+  std::string why;
+  const int count = cuda_device_count(&why);
+  GPUMIX_CHECK_INPUT(ordinal >= 0 && ordinal < count, "GPU ", ordinal, " does not exist: ", count,
+                     " CUDA device(s) here", count ? "" : " (" + why + ")");
+  const Device gpu = Device::cuda(ordinal);
+  return device_backend(gpu).default_props(gpu);
+}
 
 std::vector<Device> available_devices(std::string* why_no_cuda) {
   std::vector<Device> devices{Device::cpu()};

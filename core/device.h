@@ -26,10 +26,16 @@ struct Device {
 };
 
 struct DeviceProps {
-  std::string name;      // "cpu", "NVIDIA H200", "cpu (emulated)"
+  std::string name;      // "cpu", "NVIDIA H200", "NVIDIA H200 (emulated mem=6GiB slow=3)"
   int64_t capacity = 0;  // bytes the allocator lets tensors hold
   double slowdown = 1;   // emulation: each kernel takes slowdown x its own time (core/ops.cpp)
   bool emulated = false;
+  // The physical GPU of a cuda device (its CUDA device number; 0 on a CPU). A logical
+  // Device::cuda(i) is one rank's view of that GPU, as Device::cpu(r) is rank r's view of
+  // the CPU: its own capacity, allocator, slowdown and streams. Several logical devices may
+  // share one ordinal (--devices cuda:0,cuda:0:mem=6GiB:slow=3). Set it before the device's
+  // first use (allocation, streams), which binds them to the ordinal.
+  int ordinal = 0;
 };
 
 // Properties of a device: defaults for real devices (a CPU's capacity is the machine's
@@ -37,8 +43,14 @@ struct DeviceProps {
 DeviceProps device_props(Device device);
 
 // Sets a device's capacity and slowdown (emulation). Lowering the capacity below the bytes
-// already in use throws Error with both numbers.
+// already in use throws Error with both numbers. A device configured before its first use
+// never gets (nor queries) its defaults.
 void configure_device(Device device, const DeviceProps& props);
+
+// The properties a cuda device on GPU `ordinal` gets by default: the GPU's name and its
+// free memory now (creating its CUDA context). Throws InputError where there is no such
+// GPU (or no CUDA backend in this build).
+DeviceProps gpu_props(int ordinal);
 
 // Physical memory of this machine, in bytes.
 int64_t host_memory_bytes();

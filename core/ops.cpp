@@ -6,10 +6,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
+#include <map>
 #include <thread>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/precision.h"
+#include "core/stream.h"
 
 namespace gpumix::ops {
 
@@ -58,9 +62,72 @@ class SlowdownGuard {
 };
 thread_local double SlowdownGuard::owed_s = 0;
 
+// Emulated slowdown on a GPU, without stalling the host: events around each op measure
+// its own time on the GPU, and once they have completed (queried, never waited for) a spin
+// kernel on the compute stream serves (f - 1) x that time, so that later work on the
+// stream starts that much later. Per thread and logical device (a rank's thread drives its
+// device). What is owed below kMinSpin_ms waits for more.
+class GpuSlowdown {
+ public:
+  explicit GpuSlowdown(Device device) : device_(device) {}
+  void before() {
+    if (spare_.empty()) spare_.emplace_back();
+    pending_.push_back(std::move(spare_.back()));
+    spare_.pop_back();
+    pending_.back().start.record(device_);
+  }
+  void after(double factor) {
+    pending_.back().stop.record(device_);
+    // A host far ahead of its GPU waits for the oldest op, so that the queue stays bounded.
+    if (pending_.size() > kMaxPending) pending_.front().stop.synchronize();
+    while (!pending_.empty() && pending_.front().stop.query()) {
+      owed_ms_ += (factor - 1) * pending_.front().start.elapsed_ms(pending_.front().stop);
+      spare_.push_back(std::move(pending_.front()));
+      pending_.pop_front();
+    }
+    if (owed_ms_ < kMinSpin_ms) return;
+    device_backend(device_).spin(device_, owed_ms_);
+    owed_ms_ = 0;
+  }
+
+ private:
+  static constexpr size_t kMaxPending = 4096;
+  static constexpr double kMinSpin_ms = 0.02;
+  struct Span {
+    Event start, stop;
+  };
+  Device device_;
+  std::deque<Span> pending_;
+  std::vector<Span> spare_;
+  double owed_ms_ = 0;
+};
+
+GpuSlowdown& gpu_slowdown(Device device) {
+  thread_local std::map<int, GpuSlowdown> per_device;
+  return per_device.try_emplace(device.index, device).first->second;
+}
+
+class GpuSlowdownGuard {
+ public:
+  explicit GpuSlowdownGuard(Device device) : factor_(device_props(device).slowdown) {
+    if (factor_ > 1) (slowdown_ = &gpu_slowdown(device))->before();
+  }
+  ~GpuSlowdownGuard() {
+    if (slowdown_) slowdown_->after(factor_);
+  }
+
+ private:
+  double factor_;
+  GpuSlowdown* slowdown_ = nullptr;
+};
+
 // The dispatch point: every op reaches its device's backend through here.
 template <class F>
 auto dispatch(Device device, F&& run) {
+  if (device.is_cuda()) {
+    GpuSlowdownGuard guard(device);
+    return run(device_backend(device));
+  }
   SlowdownGuard guard(device);
   return run(device_backend(device));
 }
@@ -428,6 +495,34 @@ double sum(const Tensor& a) {
 double sum_squares(const Tensor& a) {
   check_float("sum_squares", "a", a);
   return dispatch(a.device(), [&](const Backend& b) { return b.sum_squares(a); });
+}
+
+namespace {
+// Checks a list of tensors for the *_many ops: each defined and f32 or bf16, all on the
+// device of the first; returns that device.
+Device many_device(const char* op, const std::vector<Tensor>& ts) {
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const std::string name = str("tensor ", i);
+    check_float(op, name.c_str(), ts[i]);
+    check_device(op, name.c_str(), ts[i], ts[0].device());
+  }
+  return ts[0].device();
+}
+}  // namespace
+
+std::vector<double> sum_squares_many(const std::vector<Tensor>& ts) {
+  if (ts.empty()) return {};
+  const Device device = many_device("sum_squares_many", ts);
+  return dispatch(device, [&](const Backend& b) { return b.sum_squares_many(ts); });
+}
+
+std::vector<float> read_scalars(const std::vector<Tensor>& ts) {
+  if (ts.empty()) return {};
+  const Device device = many_device("read_scalars", ts);
+  for (size_t i = 0; i < ts.size(); ++i)
+    GPUMIX_CHECK(ts[i].numel() == 1, "read_scalars: tensor ", i, " has ", ts[i].numel(),
+                 " elements ", ts[i].shape().str(), ", expected 1");
+  return dispatch(device, [&](const Backend& b) { return b.read_scalars(ts); });
 }
 
 void fill(Tensor& t, float value) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -82,9 +83,22 @@ void axpy(Tensor& out, const Tensor& a, float s);
 double sum(const Tensor& a);
 double sum_squares(const Tensor& a);
 
+// For one host synchronisation per step: each tensor's sum_squares (exactly the values
+// that sum_squares gives, bit for bit), and each one-element tensor's value (f32 or bf16).
+// All tensors on one device; on a cuda device every result lands in one device array,
+// copied back with one synchronisation.
+std::vector<double> sum_squares_many(const std::vector<Tensor>& ts);
+std::vector<float> read_scalars(const std::vector<Tensor>& ts);
+
 // Data movement.
 void fill(Tensor& t, float value);
-void copy(Tensor& dst, const Tensor& src);       // same numel and dtype, any devices
+// Same numel and dtype, any devices; synchronous for the caller, through the cuda side's
+// backend and its compute stream: host -> cuda goes through pinned staging buffers, the
+// host memory may be reused when copy returns and the data is in place for all later work
+// on the compute stream; cuda -> host has completed when copy returns (after the device's
+// earlier compute-stream work); cuda -> cuda is ordered on both devices' compute streams
+// (events, no host wait).
+void copy(Tensor& dst, const Tensor& src);
 void convert(Tensor& out, const Tensor& in);     // f32 <-> bf16, same device and numel
 
 // Random numbers: element i of `t` is element (offset + i) of the stream `key` (see

@@ -1,5 +1,6 @@
 #include "core/precision.h"
 
+#include "core/backend.h"
 #include "core/error.h"
 #include "kernels/cpu/isa.h"
 
@@ -45,6 +46,25 @@ DType default_compute_dtype(Device device) {
   if (device.is_cuda()) return DType::bf16;
   static const bool native = cpu_has_native_bf16();
   return native ? DType::bf16 : DType::f32;
+}
+
+bool backend_supports(Device device, DType dtype) {
+  const Backend* backend = built_backend(device);
+  return is_compute_dtype(dtype) && backend && backend->computes(dtype);
+}
+
+void check_backend_supports(Device device, DType dtype, const char* what) {
+  if (backend_supports(device, dtype)) return;
+  const char* kind = device.is_cpu() ? "CPU" : "CUDA";
+  GPUMIX_CHECK_INPUT(built_backend(device), what, " ", dtype_name(dtype), ": device ",
+                     device.str(), " needs the CUDA backend, which this build of GPUMix lacks; "
+                     "rebuild with nvcc available (meson setup -Dcuda=enabled)");
+  std::string valid;
+  for (DType t : {DType::bf16, DType::f32})
+    if (backend_supports(device, t)) valid += (valid.empty() ? "" : ", ") + std::string(dtype_name(t));
+  const DType fix = backend_supports(device, DType::bf16) ? DType::bf16 : DType::f32;
+  GPUMIX_CHECK_INPUT(false, what, " ", dtype_name(dtype), " on ", device.str(), ": the ", kind,
+                     " backend computes in ", valid, ": use ", what, " ", dtype_name(fix));
 }
 
 }  // namespace gpumix

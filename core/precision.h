@@ -57,4 +57,13 @@ bool cpu_has_native_bf16();
 // f32 elsewhere. An emulated CPU device is the machine's CPU.
 DType default_compute_dtype(Device device);
 
+// Whether `device`'s backend computes in `dtype` (the CPU: f32 and bf16; CUDA: bf16; false
+// for a device kind this build lacks).
+bool backend_supports(Device device, DType dtype);
+
+// Throws InputError unless backend_supports(device, dtype), naming the device, the dtype,
+// `what` chose it (e.g. "--dtype") and the fix: "the CUDA backend computes in bf16: use
+// --dtype bf16".
+void check_backend_supports(Device device, DType dtype, const char* what);
+
 }  // namespace gpumix

@@ -94,7 +94,8 @@ class Tensor {
   // Flat elements [start, start + count) as a 1-D view.
   Tensor flat_slice(int64_t start, int64_t count) const;
 
-  // Copies.
+  // Copies, through ops::copy (which says how host <-> cuda copies are synchronous for the
+  // caller: pinned staging buffers on the cuda device's compute stream).
   Tensor clone() const;
   Tensor to(Device device) const;
   Tensor to(DType dtype) const;

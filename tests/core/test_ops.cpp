@@ -5,6 +5,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "core/ops.h"
@@ -284,6 +285,48 @@ TEST(OpsValues, Reductions) {
   EXPECT_NEAR(ops::sum_squares(t), ref2, ref2 * (double)r.size() * DBL_EPSILON);
   // The sum of a slice covers only the slice.
   EXPECT_EQ(ops::sum(fvec({1.0f, 2.0f, 3.0f, 4.0f}, {4}).flat_slice(1, 2)), 5.0);
+}
+
+TEST(OpsValues, SumSquaresManyIsSumSquaresBitForBit) {
+  // Odd sizes, both dtypes, a slice and an empty tensor: each result is exactly (bits)
+  // what ops::sum_squares gives for that tensor.
+  std::vector<Tensor> ts;
+  for (int64_t n : {1, 7, 1000, 100003}) {
+    const std::vector<float> r = random_floats((size_t)n, (uint32_t)n);
+    ts.push_back(Tensor::from_vector(r, {n}));
+    ts.push_back(ts.back().to(DType::bf16));
+  }
+  ts.push_back(ts[6].flat_slice(13, 5000));
+  ts.push_back(Tensor::zeros({0}));
+  const std::vector<double> many = ops::sum_squares_many(ts);
+  ASSERT_EQ(many.size(), ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const double one = ops::sum_squares(ts[i]);
+    EXPECT_EQ(std::memcmp(&many[i], &one, sizeof one), 0) << "tensor " << i << ": " << many[i]
+                                                          << " vs " << one;
+  }
+  EXPECT_EQ(many.back(), 0.0);
+  EXPECT_TRUE(ops::sum_squares_many({}).empty());
+}
+
+TEST(OpsValues, ReadScalars) {
+  Tensor f = Tensor::full({1}, 3.25f), h = Tensor::full({1, 1}, -0.1f, DType::bf16);
+  Tensor row = fvec({1.0f, 2.0f, 7.5f}, {3}).flat_slice(2, 1);
+  const std::vector<float> got = ops::read_scalars({f, h, row});
+  EXPECT_EQ(got, (std::vector<float>{3.25f, (float)bf16(-0.1f), 7.5f}));
+  EXPECT_TRUE(ops::read_scalars({}).empty());
+}
+
+TEST(OpsValidation, ManyOpsNameTheTensor) {
+  Tensor f = Tensor::full({1}, 1.0f), two = Tensor::zeros({2});
+  Tensor ints = Tensor::zeros({1}, DType::i32), other = Tensor::zeros({1}, DType::f32, Device::cpu(201));
+  EXPECT_THROW_WITH(ops::read_scalars({f, two}), Error, "read_scalars", "tensor 1", "2 elements",
+                    "expected 1");
+  EXPECT_THROW_WITH(ops::read_scalars({f, ints}), Error, "read_scalars", "tensor 1", "i32");
+  EXPECT_THROW_WITH(ops::sum_squares_many({f, other}), Error, "sum_squares_many", "tensor 1",
+                    "cpu:201", "runs on cpu:0");
+  EXPECT_THROW_WITH(ops::sum_squares_many({f, Tensor()}), Error, "sum_squares_many",
+                    "tensor 1 is undefined");
 }
 
 // c = alpha op(a) op(b) + beta c in double, for stored (row-major) a, b, batched.

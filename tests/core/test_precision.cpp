@@ -396,5 +396,24 @@ TEST(PrecisionDevices, NativeBf16AndTheDefaultComputeDtype) {
   EXPECT_EQ(default_compute_dtype(Device::cuda(0)), DType::bf16);
 }
 
+TEST(PrecisionDevices, BackendSupports) {
+  EXPECT_TRUE(backend_supports(Device::cpu(), DType::f32));
+  EXPECT_TRUE(backend_supports(Device::cpu(5), DType::bf16));
+  EXPECT_FALSE(backend_supports(Device::cpu(), DType::i32));
+  check_backend_supports(Device::cpu(), DType::bf16, "--dtype");
+#ifdef GPUMIX_CORE_CUDA
+  // The CUDA kernels compute in bf16 only (whether or not a GPU is present).
+  EXPECT_TRUE(backend_supports(Device::cuda(0), DType::bf16));
+  EXPECT_FALSE(backend_supports(Device::cuda(0), DType::f32));
+  EXPECT_THROW_WITH(check_backend_supports(Device::cuda(1), DType::f32, "--dtype"), InputError,
+                    "--dtype f32 on cuda:1", "the CUDA backend computes in bf16",
+                    "use --dtype bf16");
+#else
+  EXPECT_FALSE(backend_supports(Device::cuda(0), DType::bf16));
+  EXPECT_THROW_WITH(check_backend_supports(Device::cuda(0), DType::bf16, "--dtype"), InputError,
+                    "cuda:0", "lacks", "-Dcuda=enabled");
+#endif
+}
+
 }  // namespace
 }  // namespace gpumix
