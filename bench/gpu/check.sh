@@ -41,7 +41,7 @@ pyrun() { env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 python3
 report() {
   pyrun "$ROOT/bench/gpu/report.py" "$LOGS" "$BUILD" "$RES/results.md" 2>> "$LOGS/report.err" ||
     echo "report.py failed: $(tail -n 3 "$LOGS/report.err")" > "$RES/results.md"
-  tar -C "$LOGS" -czf "$RES/logs.tar.gz" . 2>/dev/null
+  tar -C "$LOGS" --exclude='ckpt-*' -czf "$RES/logs.tar.gz" . 2>/dev/null
 }
 
 # stage NAME LIMIT_S LOG CMD...: runs CMD under timeout (limit x SCALE, at most what is left
@@ -177,10 +177,10 @@ echo "GPU tests: $(pyrun "$ROOT/bench/gpu/gpu_tests.py" names "$BUILD" 2>&1 | tr
 # torch.compile's caches (inductor, Triton) are warmed meanwhile: the build leaves cores
 # idle in its serial stretches, and the compile stage at the end then starts warm.
 if [ "$NO_GPU" = 0 ]; then
-  (timeout -k 5 $(( 200 * SCALE )) env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 nice -n 5 \
-     python3 "$ROOT/bench/gpu/torch_compare.py" --e2e compile "${E2E[@]}" --steps 1 --warmup 1 \
-     > "$LOGS/compile_warmup.txt" 2>&1) &
-  WARM_PID=$!
+  timeout -k 5 $(( 200 * SCALE )) env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 nice -n 5 \
+    python3 "$ROOT/bench/gpu/torch_compare.py" --e2e compile "${E2E[@]}" --steps 1 --warmup 1 \
+    > "$LOGS/compile_warmup.txt" 2>&1 &
+  WARM_PID=$!  # timeout's: a kill reaches python through it
 fi
 stage build 240 build.log ninja -C "$BUILD" -j"$(nproc)" tools/gpumix bench/nn/bench_train \
   bench/cuda/bench_cuda "${TEST_TARGETS[@]}"
@@ -227,6 +227,7 @@ for p in gpumix even proportional; do
     --devices "$HETERO_DEVICES" --plan "$p" --drift-threshold 0 --quiet --out "$HW/gpu3-$p"
   echo $? > "$HW/gpu3-$p.rc"
   touch "$HW/gpu3-$p.txt"  # a skipped stage wrote none
+  rm -rf "$HW/gpu3-$p"/ckpt-*  # the final checkpoint (~1 GB): nothing reads it
 done
 echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >> "$LOGS/hetero.txt"
 report
