@@ -66,7 +66,8 @@ stage() {
   { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && what="did not finish in ${limit} s"
   if [ "$NO_GPU" = 1 ] && [[ "$GPU_STAGES" == *" $name "* ]]; then
     local said; said=$(grep -m1 -ioE "no CUDA[^;]*|no GPU[^;]*|skipping" "$log" | head -1 | cut -c1-160)
-    what="no GPU: ran up to the GPU point (${said:-rc=$rc})"
+    [ -z "$said" ] && said="rc=$rc: $(grep -v '^====' "$log" | tail -n 1 | cut -c1-160)"
+    what="no GPU: ran up to the GPU point ($said)"
   fi
   printf '%s\t%s\t%s\n' "$name" "$what" "$(( $(date +%s) - s ))" >> "$LOGS/stages.tsv"
   echo "[$(elapsed)s] $name: $what ($(( $(date +%s) - s ))s)"
@@ -187,10 +188,10 @@ stage build 240 build.log ninja -C "$BUILD" -j"$(nproc)" tools/gpumix bench/nn/b
 GPUMIX="$BUILD/tools/gpumix"
 
 # ---- tests -----------------------------------------------------------------------------------------
-# One at a time (they share the GPU); meson's timeouts cut to a quarter.
+# One at a time (they share the GPU); meson's timeouts (600 s for the GPU tests) cut to a fifth.
 mapfile -t TEST_NAMES < <(pyrun "$ROOT/bench/gpu/gpu_tests.py" names "$BUILD" 2>/dev/null)
-stage tests-gpu 90 tests.log meson test -C "$BUILD" --no-rebuild --num-processes 1 \
-  --timeout-multiplier 0.25 --print-errorlogs "${TEST_NAMES[@]}"
+stage tests-gpu 120 tests.log meson test -C "$BUILD" --no-rebuild --num-processes 1 \
+  --timeout-multiplier 0.2 --print-errorlogs "${TEST_NAMES[@]}"
 # The warm-up must not share the GPU with anything timed.
 if [ -n "${WARM_PID:-}" ]; then
   kill -0 "$WARM_PID" 2>/dev/null && echo "compile warm-up still running at $(elapsed) s: stopped" >> "$LOGS/compile_warmup.txt"
@@ -205,7 +206,7 @@ stage e2e-torch-eager 45 e2e_eager.txt env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PAT
 # ---- kernels -----------------------------------------------------------------------------------------
 stage bench-cuda 60 bench.txt "$BUILD/bench/cuda/bench_cuda" --benchmark_min_time=0.2 \
   --benchmark_out="$LOGS/bench.json" --benchmark_out_format=json
-stage torch-kernels 45 torch_kernels.txt env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
+stage torch-kernels 30 torch_kernels.txt env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
   python3 "$ROOT/bench/gpu/torch_compare.py"
 
 # ---- the heterogeneous run -------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The GPU tests of a meson build, for bench/gpu/check.sh.
 
-A GPU test is a meson test whose name contains "cuda", "gpu" or "nccl" (case-insensitive):
+A GPU test is a meson test whose name has the word "cuda", "gpu" or "nccl" (case-insensitive,
+between non-letters: engine_cuda, comm_nccl_2ranks, not ..._gpumix):
 tests/cuda's, and those that the engines register for their GPU cases. Whatever exists
 in the build is run; nothing is listed here by hand.
 
@@ -17,7 +18,8 @@ import re
 import subprocess
 import sys
 
-GPU_TEST = re.compile(r"cuda|gpu|nccl", re.IGNORECASE)
+# the word, not "gpumix": engine_cuda, cuda_backend, comm_nccl_2ranks
+GPU_TEST = re.compile(r"(?<![a-z])(cuda|gpu|nccl)(?![a-z])", re.IGNORECASE)
 
 
 def gpu_tests(build):

@@ -247,7 +247,7 @@ else:
     md.append(why_missing("bench-cuda") + ": " + (read("bench.txt").strip().splitlines() or [""])[-1])
 md += ["", "## PyTorch, the same kernels, timed the same way", "", "```",
        *[l for l in read("torch_kernels.txt").splitlines() if not l.startswith("====")][-30:], "```"]
-warnings = [l for l in read("build.log").splitlines() if re.search(r"warning|error", l) and not l.startswith("====")]
+warnings = [l for l in read("build.log").splitlines() if re.search(r"\b(warning|error)\b:|FAILED:", l)]
 if warnings:
     md += ["", "## Build warnings and errors (first 20)", "", "```", *warnings[:20], "```"]
 md += ["", f"Logs: logs.tar.gz ({', '.join(sorted(os.listdir(logs)))})."]
