@@ -76,6 +76,15 @@ stage() {
 }
 
 # ---- environment ---------------------------------------------------------------------------
+# meson and ninja: on the PATH, else the python packages' (pip's meson, ninja), through
+# wrappers that timeout and gpu_tests.py can run.
+TOOLS=/tmp/gpumix-check-tools
+mkdir -p "$TOOLS" && export PATH="$PATH:$TOOLS"
+command -v meson >/dev/null || ! python3 -c "import mesonbuild" 2>/dev/null ||
+  printf '#!/bin/sh\nexec python3 -m mesonbuild.mesonmain "$@"\n' > "$TOOLS/meson"
+command -v ninja >/dev/null || ! NINJA_DIR=$(python3 -c "import ninja; print(ninja.BIN_DIR)" 2>/dev/null) ||
+  ln -sf "$NINJA_DIR/ninja" "$TOOLS/ninja"
+chmod +x "$TOOLS"/* 2>/dev/null
 date -u '+%Y-%m-%d %H:%M UTC' > "$LOGS/date.txt"
 if ! command -v nvidia-smi >/dev/null; then
   NO_GPU=1; echo "none: no nvidia-smi (no NVIDIA driver)" > "$LOGS/gpu.txt"
