@@ -165,9 +165,10 @@ E2E=(--L 12 --NH 12 --C 768 --T 1024 --V 50257 --B 16 --steps 10 --warmup 3)
 echo "L 12, NH 12, C 768, T 1024, V 50257, B 16, 3 warm-up + 10 timed steps" > "$LOGS/e2e.txt"
 # The heterogeneous cluster: three emulated devices on GPU 0, the gpt2 shape (L 12, C 768)
 # with a 4096-token BPE vocabulary of the fortunes corpus, T 1024, global batch 24. Speeds
-# 1 : 1/2 : 1/3, so an even split waits ~3x for the slowest device; memory caps 6 / 4 / 3
-# GiB hold an even share (~1 GiB a rank by the memory model) but not equal ones of a
-# larger model, so the planner's state shares differ too.
+# 1 : 1/2 : 1/3, so an even split waits ~3x for the slowest device (the simulator, from
+# datasheet profiles: GPUMix ~1.9x even). Memory caps 6 / 4 / 3 GiB: every plan fits by the
+# memory model (an even rank ~2-3 GiB even with GPT-2's 50257-token head), so all three
+# are measured, and the planner gives the larger devices more of the state.
 HETERO_DEVICES="cuda:0:mem=6GiB,cuda:0:mem=4GiB:slow=2,cuda:0:mem=3GiB:slow=3"
 HETERO_STEPS=8
 CORPUS="$DEPS_ROOT/usr/share/games/fortunes"
