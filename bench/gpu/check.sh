@@ -198,10 +198,11 @@ stage build 240 build.log ninja -C "$BUILD" -j"$(nproc)" tools/gpumix bench/nn/b
 GPUMIX="$BUILD/tools/gpumix"
 
 # ---- tests -----------------------------------------------------------------------------------------
-# One at a time (they share the GPU); meson's timeouts (600 s for the GPU tests) cut to a fifth.
+# One at a time (they share the GPU), their whole output in tests.log; meson's timeouts (600 s
+# for the GPU tests) cut to a fifth.
 mapfile -t TEST_NAMES < <(pyrun "$ROOT/bench/gpu/gpu_tests.py" names "$BUILD" 2>/dev/null)
 stage tests-gpu 120 tests.log meson test -C "$BUILD" --no-rebuild --num-processes 1 \
-  --timeout-multiplier 0.2 --print-errorlogs "${TEST_NAMES[@]}"
+  --timeout-multiplier 0.2 --verbose "${TEST_NAMES[@]}"
 # The warm-up must not share the GPU with anything timed.
 if [ -n "${WARM_PID:-}" ]; then
   kill -0 "$WARM_PID" 2>/dev/null && echo "compile warm-up still running at $(elapsed) s: stopped" >> "$LOGS/compile_warmup.txt"
