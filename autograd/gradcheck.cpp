@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/ops.h"
+#include "core/precision.h"
 #include "core/rng.h"
 
 namespace gpumix {
@@ -19,11 +20,16 @@ double projected(const Var& out, const std::vector<float>& r) {
   return total;
 }
 
-// fp32 copies of bf16 inputs (the same values), as fresh variables of the same kind.
+// fp32 copies of bf16 inputs (the same values), as fresh variables of the same kind; on
+// the CPU where the inputs' device does not compute in fp32 (CUDA), whose fp32 path is the
+// same function.
 std::vector<Var> fp32_twins(const std::vector<Var>& inputs) {
   std::vector<Var> twins;
-  for (const Var& v : inputs)
-    twins.push_back(v.fresh(v.value().dtype() == DType::bf16 ? v.value().to(DType::f32) : v.value()));
+  for (const Var& v : inputs) {
+    Tensor t = v.value().dtype() == DType::bf16 ? v.value().to(DType::f32) : v.value();
+    if (!backend_supports(t.device(), DType::f32)) t = t.to(Device::cpu());
+    twins.push_back(v.fresh(t));
+  }
   return twins;
 }
 

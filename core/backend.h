@@ -39,7 +39,7 @@ class Backend {
   virtual void* stream_handle(Device device, Stream stream) const = 0;
   virtual void synchronize(Device device) const = 0;
   virtual void* event_create(Device device) const = 0;
-  virtual void event_destroy(void* event) const = 0;
+  virtual void event_destroy(void* event) const = 0;  // never throws (~Event, exit)
   virtual void event_record(void* event, Device device, Stream stream) const = 0;
   virtual void event_wait(void* event, Device device, Stream stream) const = 0;  // no host wait
   virtual void event_synchronize(void* event) const = 0;                         // host waits

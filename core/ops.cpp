@@ -66,20 +66,21 @@ thread_local double SlowdownGuard::owed_s = 0;
 // its own time on the GPU, and once they have completed (queried, never waited for) a spin
 // kernel on the compute stream serves (f - 1) x that time, so that later work on the
 // stream starts that much later. Per thread and logical device (a rank's thread drives its
-// device). What is owed below kMinSpin_ms waits for more.
+// device). What is owed below kMinSpin_ms waits for more. A host far ahead of its GPU
+// (kMaxPending ops) extends the newest span over the next ops instead of opening more:
+// no spin lies inside a span, as spins are enqueued only after spans completed.
 class GpuSlowdown {
  public:
   explicit GpuSlowdown(Device device) : device_(device) {}
   void before() {
+    if (pending_.size() >= kMaxPending) return;  // after() extends the newest span
     if (spare_.empty()) spare_.emplace_back();
     pending_.push_back(std::move(spare_.back()));
     spare_.pop_back();
     pending_.back().start.record(device_);
   }
   void after(double factor) {
-    pending_.back().stop.record(device_);
-    // A host far ahead of its GPU waits for the oldest op, so that the queue stays bounded.
-    if (pending_.size() > kMaxPending) pending_.front().stop.synchronize();
+    pending_.back().stop.record(device_);  // when extending: moves the newest span's end
     while (!pending_.empty() && pending_.front().stop.query()) {
       owed_ms_ += (factor - 1) * pending_.front().start.elapsed_ms(pending_.front().stop);
       spare_.push_back(std::move(pending_.front()));
@@ -91,7 +92,7 @@ class GpuSlowdown {
   }
 
  private:
-  static constexpr size_t kMaxPending = 4096;
+  static constexpr size_t kMaxPending = 1024;
   static constexpr double kMinSpin_ms = 0.02;
   struct Span {
     Event start, stop;

@@ -24,7 +24,8 @@ int cmd_profile(int argc, char** argv) {
   std::string devices_text = "cpu", model_name = "gpt-nano", out_path = "profile.json";
   int seq = 0, vocab = 0, max_m = 32, repeats = 3;
   std::string cache_dir, dtype_text;
-  app.add_option("--devices", devices_text, "one device per rank, e.g. cpu:mem=2GiB,cpu:mem=512MiB:slow=3");
+  app.add_option("--devices", devices_text,
+                 "one device per rank, e.g. cpu:mem=2GiB,cpu:mem=512MiB:slow=3 or cuda:0,cuda:0:mem=6GiB:slow=3");
   app.add_option("--model", model_name, "model preset");
   app.add_option("--seq", seq, "sequence length (default: the model's context)");
   app.add_option("--vocab", vocab, "vocabulary size (default: the preset's)");
@@ -33,8 +34,8 @@ int cmd_profile(int argc, char** argv) {
   app.add_option("--cache", cache_dir, "cache folder ('-': none; default $GPUMIX_CACHE or ~/.cache/gpumix)");
   app.add_option("--out", out_path, "profile file to write");
   app.add_option("--dtype", dtype_text,
-                 "compute dtype to measure in: bf16 or fp32 (f32); default: bf16 where this CPU computes it "
-                 "natively (avx512_bf16, AMX), fp32 elsewhere, as `gpumix train` chooses");
+                 "compute dtype to measure in: bf16 or fp32 (f32); default: bf16 on GPUs and where this CPU "
+                 "computes it natively (avx512_bf16, AMX), fp32 elsewhere, as `gpumix train` chooses");
   CLI11_PARSE(app, argc, argv);
   // 0 means the default for --seq and --vocab; a negative value, or no repeat or
   // micro-batch to measure, is a mistake (--repeats 0 took the median of nothing).
@@ -44,12 +45,15 @@ int cmd_profile(int argc, char** argv) {
   if (max_m < 1) throw std::invalid_argument("--max-micro-batch must be at least 1, got " + std::to_string(max_m));
   if (repeats < 1) throw std::invalid_argument("--repeats must be at least 1, got " + std::to_string(repeats));
 
-  const DType dtype = tools::parse_dtype_flag(dtype_text).value_or(default_compute_dtype(Device::cpu()));
+  const std::vector<dist::ClusterDevice> devices = dist::parse_devices(devices_text);
+  // One kind of device per run (parse_devices): its default compute dtype, and one it computes.
+  const Device kind = devices[0].is_cuda() ? Device::cuda() : Device::cpu();
+  const DType dtype = tools::parse_dtype_flag(dtype_text).value_or(default_compute_dtype(kind));
+  check_backend_supports(kind, dtype, "--dtype");
   GPTConfig model = gpt_preset(model_name);
   if (vocab > 0) model.V = vocab;
   if (seq > 0) model.T = std::max(model.T, seq);
   const int T = seq > 0 ? seq : model.T;
-  const std::vector<dist::ClusterDevice> devices = dist::parse_devices(devices_text);
   dist::ProfilerOptions options;
   options.max_micro_batch = max_m;
   options.repeats = repeats;

@@ -15,6 +15,7 @@
 #include "dist/engine/launch.h"
 #include "dist/plan/plan.h"
 #include "nn/train.h"
+#include "core/precision.h"
 #include "tools/command.h"
 #include "tools/size_flag.h"
 
@@ -77,8 +78,9 @@ int cmd_train(int argc, char** argv) {
                "skip a step whose loss or gradient is NaN/Inf (default: stop with an error naming the unit and rank)");
   app.add_option("--ranks", ranks, "ranks as threads of this process (local backend)");
   app.add_option("--devices", devices_text,
-                 "one device per rank, e.g. cpu:mem=2GiB,cpu:mem=512MiB:slow=3 (emulated: memory "
-                 "capacity enforced by the allocator, every kernel slowed down by the factor)");
+                 "one device per rank, e.g. cpu:mem=2GiB,cpu:mem=512MiB:slow=3 or cuda:0,cuda:0:mem=6GiB:slow=3 "
+                 "(emulated: memory capacity enforced by the allocator, every kernel slowed down by the "
+                 "factor; cuda:N is GPU N, several ranks may share one; plain cuda: the node-local rank's)");
   app.add_option("--plan", plan.plan,
                  "auto (profile the devices, then plan: the default with --devices), even, "
                  "proportional, cephalo, given (the --batches/--micro-batches/--shares), or a "
@@ -113,6 +115,8 @@ int cmd_train(int argc, char** argv) {
       throw std::invalid_argument("--ranks " + std::to_string(ranks) + " but --devices lists " +
                                   std::to_string(devices.size()) + " devices; give one device per rank");
     ranks = (int)devices.size();
+    // One kind of device per run (parse_devices); the CUDA backend computes in bf16 only.
+    if (o.dtype && devices[0].is_cuda()) gpumix::check_backend_supports(gpumix::Device::cuda(), *o.dtype, "--dtype");
   }
   if (ranks == 0) ranks = 1;
   if (ranks < 1) throw std::invalid_argument("--ranks must be at least 1, got " + std::to_string(ranks));

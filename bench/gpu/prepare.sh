@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run HERE (the development machine, with apt and the network), before a GPU call:
 # downloads the Debian packages that the GPU machine lacks (GoogleTest, Google Benchmark,
-# oneDNN, nlohmann-json, CLI11, pkgconf), unpacks them with
+# oneDNN, nlohmann-json, CLI11, PCRE2, xxHash, pkgconf, and the fortunes corpus of the
+# heterogeneous run), unpacks them with
 # `dpkg -x` (never into /), trims what the build does not need, and packs the result as
 # .gpudeps/deps.tar.xz: the only thing that travels (name `.gpudeps` in the device tool's
 # `carry`). bench/gpu/check.sh unpacks it on the GPU machine.
@@ -9,7 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEPS=.gpudeps
 PKGS=(libgtest-dev libbenchmark-dev libbenchmark1debian libdnnl2 libdnnl-dev
-      nlohmann-json3-dev libcli11-dev pkgconf pkgconf-bin libpkgconf3)
+      nlohmann-json3-dev libcli11-dev libpcre2-dev libpcre2-8-0 libxxhash-dev libxxhash0
+      pkgconf pkgconf-bin libpkgconf3 fortunes)
 rm -rf "$DEPS"
 mkdir -p "$DEPS/debs" "$DEPS/root"
 (cd "$DEPS/debs" && apt-get download "${PKGS[@]}")

@@ -1,27 +1,48 @@
-"""The CUDA kernels of bench/cuda/bench_cuda.cpp, in PyTorch, timed the same way: CUDA
-events around each call, median of the repeats, the L2 flushed before each repeat of a
-memory-bound op, random data. Prints one table (us, GB/s or TFLOP/s, % of copy bandwidth).
-Shapes: gpt2 124M (B 8, T 1024, C 768, NH 12, V 50304 padded), bf16 activations."""
+"""PyTorch beside GPUMix on the same GPU, for bench/gpu/check.sh.
+
+Without arguments: the CUDA kernels of bench/cuda/bench_cuda.cpp, in PyTorch, timed the
+same way: CUDA events around each call, median of the repeats, the L2 flushed before each
+repeat of a memory-bound op, random data. Prints one table (us, GB/s or TFLOP/s, % of copy
+bandwidth). Shapes: gpt2 124M (B 8, T 1024, C 768, NH 12, V 50304 padded), bf16 activations.
+
+--e2e eager|compile: the end-to-end training step of bench/nn/bench_train.cpp in PyTorch,
+as PyTorch trains best on a GPU: the same model (bench/nn/torch_gpt_cpu.py's GPT, GPUMix's
+nn/gpt.cpp: pre-norm blocks, tanh GELU, tied head, GPT-2 initialisation) with causal
+scaled_dot_product_attention, forward and loss under bf16 autocast with fp32 master
+weights, backward, global-norm clip (foreach), fused AdamW (betas 0.9/0.95, eps 1e-8,
+weight decay on matrices and embeddings) on random tokens, the same batch every step.
+`compile` runs the model through torch.compile (default mode; the optimizer is one fused
+kernel already). Each step is timed on the host clock up to a torch.cuda.synchronize() at
+its end; the median of the timed steps after the warm-up (which includes the compilation)
+is printed as a RESULT line as bench_train prints it.
+
+  python3 bench/gpu/torch_compare.py --e2e eager --L 12 --NH 12 --C 768 --T 1024 --V 50257 --B 16
+"""
+import argparse
+import os
+import statistics
 import sys
 import time
 
-try:
-    import torch
-    import torch.nn.functional as F
-except Exception as e:  # noqa: BLE001
-    print(f"torch_compare: PyTorch unavailable ({e}); skipping")
-    sys.exit(0)
-
-if not torch.cuda.is_available():
-    print("torch_compare: no CUDA device; skipping")
-    sys.exit(0)
+if "-h" in sys.argv or "--help" in sys.argv:
+    torch = None
+else:
+    try:
+        import torch
+        import torch.nn.functional as F
+    except Exception as e:  # noqa: BLE001
+        print(f"torch_compare: PyTorch unavailable ({e}); skipping")
+        sys.exit(0)
+    if not torch.cuda.is_available():
+        print("torch_compare: no CUDA device; skipping")
+        sys.exit(0)
 
 dev = "cuda"
 B, T, C, NH, V = 8, 1024, 768, 12, 50304
 N = B * T
-bf = torch.bfloat16
-props = torch.cuda.get_device_properties(0)
-flush_buf = torch.empty(max(4 * props.L2_cache_size, 64 << 20), dtype=torch.uint8, device=dev)
+bf = torch.bfloat16 if torch else None
+props = torch.cuda.get_device_properties(0) if torch else None
+flush_buf = None  # several L2 sizes, zeroed before each memory-bound repeat (kernel table)
 rows = []
 
 
@@ -55,8 +76,9 @@ def report(name, us, nbytes=0.0, flops=0.0):
           (f" {pct:5.0f}% copy" if pct else "") + (f" {tf:8.1f} TFLOP/s" if tf else ""), flush=True)
 
 
-def main():
-    global copy_gbps
+def kernels():
+    global copy_gbps, flush_buf
+    flush_buf = torch.empty(max(4 * props.L2_cache_size, 64 << 20), dtype=torch.uint8, device=dev)
     t0 = time.time()
     print(f"torch {torch.__version__}, device {props.name}, {props.multi_processor_count} SMs")
     a = torch.randn(1 << 28, device=dev)  # 1 GiB
@@ -126,6 +148,96 @@ def main():
         torch.autograd.grad(o, (q, k, v), go)
     report("sdpa causal fwd+bwd T1024", timed(fwd_bwd, flush=False), 0, 3.5 * fl)
     print(f"torch_compare: done in {time.time() - t0:.1f} s")
+
+
+def sdpa_gpt(L, NH, C, T, V):
+    """torch_gpt_cpu.py's GPT (the same parameters and initialisation as GPUMix's), its
+    blocks' attention through causal scaled_dot_product_attention."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "nn"))
+    from torch_gpt_cpu import GPT, Block
+
+    class SdpaBlock(Block):
+        def attention(self, x, mask, mode):
+            Bx, Tx, C3 = x.shape
+            Cx = C3 // 3
+            q, k, v = (t.view(Bx, Tx, self.NH, Cx // self.NH).transpose(1, 2)  # (B, NH, T, HS)
+                       for t in x.split(Cx, dim=2))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return y.transpose(1, 2).contiguous().view(Bx, Tx, Cx)
+
+    model = GPT(L, NH, C, T, V)
+    for b in model.h:
+        b.__class__ = SdpaBlock  # same module, same parameters: only attention() differs
+    return model
+
+
+def e2e(a):
+    torch.manual_seed(a.seed)
+    torch.backends.cuda.matmul.allow_tf32 = True  # fp32 leftovers outside autocast
+    model = sdpa_gpt(a.L, a.NH, a.C, a.T, a.V).to(dev)
+    decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices, embeddings
+    no_decay = [p for p in model.parameters() if p.dim() < 2]  # biases, norms
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    run = torch.compile(model) if a.e2e == "compile" else model
+    g = torch.Generator().manual_seed(a.seed)
+    tokens = torch.randint(0, a.V, (a.B, a.T), generator=g).to(dev)
+    targets = torch.randint(0, a.V, (a.B, a.T), generator=g).to(dev)
+    nparams = sum(p.numel() for p in model.parameters())
+    print(f"torch {torch.__version__}, device {props.name}; torch-{a.e2e}: L={a.L} NH={a.NH} C={a.C} "
+          f"T={a.T} V={a.V} B={a.B}, {nparams / 1e6:.2f}M parameters, {a.warmup} warmup + {a.steps} "
+          f"timed steps, bf16 autocast, SDPA, fused AdamW", flush=True)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = run(tokens, targets)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip, foreach=True)
+        opt.step()
+        return loss, norm
+
+    ntok = a.B * a.T
+    ms, rates = [], []
+    t_start = time.perf_counter()
+    for s in range(1, a.warmup + a.steps + 1):
+        if s == a.warmup + 1:
+            torch.cuda.reset_peak_memory_stats()
+            print(f"warm-up (compilation included) took {time.perf_counter() - t_start:.1f} s", flush=True)
+        t0 = time.perf_counter()
+        loss, norm = step()
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        if s > a.warmup:
+            ms.append(dt * 1e3)
+            rates.append(ntok / dt)
+        print(f"step {s}{' (warmup)' if s <= a.warmup else ''} | loss {loss.item():.4f} | "
+              f"norm {norm.item():.3f} | {dt * 1e3:.1f} ms | {ntok / dt:.0f} tok/s", flush=True)
+    peak = torch.cuda.max_memory_allocated() / (1 << 20)
+    print(f"RESULT torch-{a.e2e} ms_per_step {statistics.median(ms):.2f} tokens_per_s "
+          f"{statistics.median(rates):.1f} peak_mib {peak:.1f}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--e2e", choices=("eager", "compile"),
+                    help="the end-to-end training step instead of the kernel table")
+    for name, default in (("L", 12), ("NH", 12), ("C", 768), ("T", 1024), ("V", 50257), ("B", 16)):
+        ap.add_argument("--" + name, type=int, default=default)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--wd", type=float, default=0.1)
+    ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=1337)
+    a = ap.parse_args()
+    if a.steps < 1 or a.warmup < 0:
+        sys.exit("torch_compare: --steps must be >= 1 and --warmup >= 0")
+    if a.e2e:
+        e2e(a)
+    else:
+        kernels()
 
 
 if __name__ == "__main__":

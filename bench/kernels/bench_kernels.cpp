@@ -246,56 +246,65 @@ void bm_gelu_bwd(benchmark::State& st) {
   set_bytes(st, 4.0 * sizeof(T) * n);
 }
 
-// ---- attention: B 4, T 256, C 256, NH 4 ---------------------------------------------
+// ---- attention: B 4, T 256, C 256, NH 4, and the gpt2 shape B 4, T 256, C 768, NH 12 ------
 
-constexpr int k_ab = 4, k_at = 256, k_ac = 256, k_anh = 4;
+struct AttnShape {
+  int B, T, C, NH;
+  const char* label;
+};
+constexpr AttnShape k_attn_shapes[] = {{4, 256, 256, 4, "B=4 T=256 C=256 NH=4"},
+                                       {4, 256, 768, 12, "B=4 T=256 C=768 NH=12 (gpt2)"}};
 // Causal flops of one forward: q k^T and p v over the T(T+1)/2 visible pairs, 2 per MAC.
-constexpr double k_attn_fwd_flops = 2.0 * 2.0 * k_ab * k_ac * (k_at * (k_at + 1) / 2.0);
+constexpr double attn_fwd_flops(const AttnShape& s) { return 2.0 * 2.0 * s.B * s.C * (s.T * (s.T + 1) / 2.0); }
 
 template <class T>
 struct AttnData {
-  std::vector<T> qkv = data<T>((size_t)k_ab * k_at * 3 * k_ac, 1);
-  std::vector<T> dout = data<T>((size_t)k_ab * k_at * k_ac, 2);
-  std::vector<T> out = std::vector<T>((size_t)k_ab * k_at * k_ac);
-  std::vector<float> lse = std::vector<float>((size_t)k_ab * k_anh * k_at);
-  std::vector<T> dqkv = std::vector<T>(qkv.size());
+  explicit AttnData(const AttnShape& s)
+      : qkv(data<T>((size_t)s.B * s.T * 3 * s.C, 1)), dout(data<T>((size_t)s.B * s.T * s.C, 2)),
+        out((size_t)s.B * s.T * s.C), lse((size_t)s.B * s.NH * s.T), dqkv(qkv.size()) {}
+  std::vector<T> qkv, dout, out;
+  std::vector<float> lse;
+  std::vector<T> dqkv;
 };
 
-template <bool Fast, class T>
+template <bool Fast, class T, int S = 0>
 void bm_attention_fwd(benchmark::State& st) {
-  AttnData<T> d;
+  const AttnShape& s = k_attn_shapes[S];
+  AttnData<T> d(s);
   for (auto _ : st) {
-    CALL(attention_forward, d.out.data(), d.lse.data(), d.qkv.data(), k_ab, k_at, k_ac, k_anh);
+    CALL(attention_forward, d.out.data(), d.lse.data(), d.qkv.data(), s.B, s.T, s.C, s.NH);
     benchmark::DoNotOptimize(d.out.data());
   }
-  set_flops(st, k_attn_fwd_flops);
-  st.SetLabel("B=4 T=256 C=256 NH=4");
+  set_flops(st, attn_fwd_flops(s));
+  st.SetLabel(s.label);
 }
 
-template <bool Fast, class T>
+template <bool Fast, class T, int S = 0>
 void bm_attention_bwd(benchmark::State& st) {
-  AttnData<T> d;
-  cpu::attention_forward(d.out.data(), d.lse.data(), d.qkv.data(), k_ab, k_at, k_ac, k_anh);
+  const AttnShape& s = k_attn_shapes[S];
+  AttnData<T> d(s);
+  cpu::attention_forward(d.out.data(), d.lse.data(), d.qkv.data(), s.B, s.T, s.C, s.NH);
   for (auto _ : st) {
     CALL(attention_backward, d.dqkv.data(), d.dout.data(), d.qkv.data(), d.out.data(), d.lse.data(),
-         k_ab, k_at, k_ac, k_anh);
+         s.B, s.T, s.C, s.NH);
     benchmark::DoNotOptimize(d.dqkv.data());
   }
-  set_flops(st, 2.0 * k_attn_fwd_flops);  // dv, dp, dq, dk: four products (recompute not counted)
-  st.SetLabel("B=4 T=256 C=256 NH=4");
+  set_flops(st, 2.0 * attn_fwd_flops(s));  // dv, dp, dq, dk: four products (recompute not counted)
+  st.SetLabel(s.label);
 }
 
 template <bool Fast, class T>
 void bm_attention_fwd_bwd(benchmark::State& st) {
-  AttnData<T> d;
+  const AttnShape& s = k_attn_shapes[0];
+  AttnData<T> d(s);
   for (auto _ : st) {
-    CALL(attention_forward, d.out.data(), d.lse.data(), d.qkv.data(), k_ab, k_at, k_ac, k_anh);
+    CALL(attention_forward, d.out.data(), d.lse.data(), d.qkv.data(), s.B, s.T, s.C, s.NH);
     CALL(attention_backward, d.dqkv.data(), d.dout.data(), d.qkv.data(), d.out.data(), d.lse.data(),
-         k_ab, k_at, k_ac, k_anh);
+         s.B, s.T, s.C, s.NH);
     benchmark::DoNotOptimize(d.dqkv.data());
   }
-  set_flops(st, 3.0 * k_attn_fwd_flops);
-  st.SetLabel("B=4 T=256 C=256 NH=4");
+  set_flops(st, 3.0 * attn_fwd_flops(s));
+  st.SetLabel(s.label);
 }
 
 // ---- cross-entropy, embedding -------------------------------------------------------
@@ -482,6 +491,10 @@ int main(int argc, char** argv) {
   PAIRS(attention_fwd);
   PAIRS(attention_bwd);
   PAIRS(attention_fwd_bwd);
+  add_pair("attention_fwd_gpt2", bm_attention_fwd<true, float, 1>, bm_attention_fwd<false, float, 1>);
+  add_pair("attention_fwd_gpt2_bf16", bm_attention_fwd<true, uint16_t, 1>, bm_attention_fwd<false, uint16_t, 1>);
+  add_pair("attention_bwd_gpt2", bm_attention_bwd<true, float, 1>, bm_attention_bwd<false, float, 1>);
+  add_pair("attention_bwd_gpt2_bf16", bm_attention_bwd<true, uint16_t, 1>, bm_attention_bwd<false, uint16_t, 1>);
   PAIRS(crossentropy_fwd);
   PAIRS(crossentropy_bwd);
   PAIRS(embedding_fwd);

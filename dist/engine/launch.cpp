@@ -4,11 +4,14 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
 
+#include "core/backend.h"
+#include "core/precision.h"
 #include "dist/plan/plan.h"
 
 namespace gpumix::dist {
@@ -96,26 +99,68 @@ std::vector<RankWork> work_from_plan_file(const std::string& path, int64_t globa
 
 }  // namespace
 
+// The GPUs this process can use, or an input error naming what is missing and the fix.
+int usable_gpus(const std::string& what) {
+  std::string why;
+  const int count = cuda_device_count(&why);
+  GPUMIX_CHECK_INPUT(count > 0, what, " names a CUDA GPU, but none can be used here: ", why, "; ",
+                     backend_supports(Device::cuda(), DType::bf16)
+                         ? "run on a machine with an NVIDIA GPU and its driver"
+                         : "rebuild GPUMix with CUDA (meson setup -Dcuda=enabled) and run where a GPU is",
+                     ", or use cpu devices (e.g. --devices cpu,cpu:slow=2)");
+  return count;
+}
+
+// The node-local rank that the launcher gives this process (mpirun, srun), else `fallback`.
+int node_local_rank(int fallback) {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"})
+    if (const char* v = std::getenv(name); v && *v) return std::atoi(v);
+  return fallback;
+}
+
 std::vector<ClusterDevice> parse_devices(const std::string& text) {
   std::vector<ClusterDevice> devices;
   std::stringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
     const ClusterDevice d = parse_device_spec(item, "--devices");
-    GPUMIX_CHECK_INPUT(d.kind == "cpu", "--devices: '", item, "' is not an emulated CPU device; this build "
-                       "runs cpu devices (e.g. cpu:mem=2GiB:slow=3)");
+    GPUMIX_CHECK_INPUT(d.kind == "cpu" || d.is_cuda(), "--devices: '", item, "' is a device type for plans and "
+                       "simulation; a run computes on cpu devices (e.g. cpu:mem=2GiB:slow=3) or on this "
+                       "machine's GPUs (cuda:0, cuda:0:mem=8GiB:slow=2)");
     for (int i = 0; i < d.count; ++i) devices.push_back(d);
   }
   GPUMIX_CHECK_INPUT(!devices.empty(), "--devices is empty; e.g. --devices cpu,cpu:slow=2");
+  const auto cuda = std::find_if(devices.begin(), devices.end(), [](const ClusterDevice& d) { return d.is_cuda(); });
+  if (cuda == devices.end()) return devices;
+  const auto cpu = std::find_if(devices.begin(), devices.end(), [](const ClusterDevice& d) { return !d.is_cuda(); });
+  // The ranks of a run exchange parameters and gradients on their devices' memory: one kind.
+  GPUMIX_CHECK_INPUT(cpu == devices.end(), "--devices mixes cpu and cuda devices ('", cpu->label(), "', '",
+                     cuda->label(), "'); the ranks of one run compute on one kind of device: list only cpu or "
+                     "only cuda devices");
+  usable_gpus("--devices " + cuda->label());
   return devices;
 }
 
 void configure_rank_device(EngineOptions& engine, Device device, const ClusterDevice& spec) {
-  DeviceProps props = device_props(device);
+  const bool emulated = spec.memory_bytes > 0 || spec.slowdown != 1.0;
+  DeviceProps props;
+  if (spec.is_cuda()) {
+    // Rank r's logical device cuda:r is its view of GPU `ordinal`, which it may share.
+    device = Device::cuda(device.index);
+    const int count = usable_gpus("--devices " + spec.label());
+    const int ordinal = spec.gpu >= 0 ? spec.gpu : node_local_rank(device.index);
+    GPUMIX_CHECK_INPUT(ordinal < count, "--devices ", spec.label(), ": rank ", device.index, " would use GPU ",
+                       ordinal, ", but this machine has ", count, " (cuda:0 to cuda:", count - 1,
+                       "); name one of them");
+    props = gpu_props(ordinal);
+    if (emulated) props.name += " (emulated " + spec.label().substr(spec.label().find(':') + 1) + ")";
+  } else {
+    props = device_props(device);
+    if (emulated) props.name = "cpu (emulated " + spec.label() + ")";
+  }
   if (spec.memory_bytes > 0) props.capacity = (int64_t)spec.memory_bytes;
   props.slowdown = spec.slowdown;
-  props.emulated = spec.memory_bytes > 0 || spec.slowdown != 1.0;
-  if (props.emulated) props.name = "cpu (emulated " + spec.label() + ")";
+  props.emulated = emulated;
   configure_device(device, props);
   engine.device = device;
   engine.device_set = true;

@@ -12,11 +12,17 @@
 
 namespace gpumix::dist {
 
-// "cpu:mem=2GiB:slow=3,cpu:mem=512MiB" -> one ClusterDevice per rank (":count=N" repeats).
-// Throws naming the bad entry; only cpu devices can be emulated by this build.
+// "cpu:mem=2GiB:slow=3,cpu:mem=512MiB" or "cuda:0,cuda:0:mem=6GiB:slow=3" -> one
+// ClusterDevice per rank (":count=N" repeats). Throws InputError naming the bad entry:
+// catalog types (plans and simulation only), cpu and cuda devices mixed, cuda devices
+// where no GPU can be used (the runtime's reason: no driver, no GPU, a build without CUDA).
 std::vector<ClusterDevice> parse_devices(const std::string& text);
 
-// Configures `device` as `spec` says (capacity, slowdown) and makes it this rank's device.
+// Configures rank `device.index`'s device as `spec` says (capacity, slowdown) and makes it
+// this rank's device: Device::cpu(i), or for a cuda spec Device::cuda(i) on the GPU it
+// names (cuda:N), else on the GPU of the node-local rank (OMPI_COMM_WORLD_LOCAL_RANK,
+// SLURM_LOCALID; without a launcher, GPU i). A GPU's capacity is its free memory unless
+// mem= caps it; several ranks may share one GPU.
 void configure_rank_device(EngineOptions& engine, Device device, const ClusterDevice& spec);
 
 // Where the thread ranks of one machine run, as indices into its usable CPUs: each rank

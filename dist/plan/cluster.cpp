@@ -24,6 +24,7 @@ static std::string size_text(double bytes) {
 
 std::string ClusterDevice::label() const {
   std::string s = type;
+  if (is_cuda() && gpu >= 0) s += ":" + std::to_string(gpu);
   if (memory_bytes > 0) s += ":mem=" + size_text(memory_bytes);
   if (slowdown != 1.0) {
     char buf[32];
@@ -35,14 +36,23 @@ std::string ClusterDevice::label() const {
 
 static constexpr int kMaxCount = 65536;
 
+static constexpr int kMaxGpu = 1023;  // CUDA device numbers on one node
+
 static void finish_device(ClusterDevice& d, const std::string& where) {
-  try {
+  if (d.type == "cuda" || d.type == "CUDA") {  // a real GPU: no catalog entry
+    d.type = "cuda";
+    d.kind = "gpu";
+  } else if (d.gpu >= 0) {
+    format_error(where + ".gpu", "a GPU index is for cuda devices (cuda:N), not '" + d.type + "'");
+  } else try {
     const DeviceSpec& spec = device_spec(d.type);
     d.type = spec.name;
     d.kind = spec.kind;
   } catch (const std::invalid_argument& e) {
-    format_error(where + ".type", e.what());
+    format_error(where + ".type", std::string(e.what()) + ", or cuda[:N] for a GPU of this machine");
   }
+  if (d.gpu < -1 || d.gpu > kMaxGpu)
+    format_error(where + ".gpu", "must lie in [0, " + std::to_string(kMaxGpu) + "]");
   if (!(d.slowdown >= 1.0) || !std::isfinite(d.slowdown))
     format_error(where + ".slowdown", "must be >= 1");
   // Far above any real cluster, and low enough that rank counts never overflow an int.
@@ -62,6 +72,10 @@ ClusterDevice parse_device_spec(const std::string& spec, const std::string& wher
       if (part.empty()) format_error(where, "device spec '" + spec + "' has no type");
       d.type = part;
       first = false;
+    } else if (start == d.type.size() + 1 && !part.empty() &&
+               part.find_first_not_of("0123456789") == std::string::npos) {
+      // cuda:N (the GPU index, right after the type); other types reject it in finish_device.
+      d.gpu = part.size() > 4 ? kMaxGpu + 1 : std::stoi(part);
     } else {
       const size_t eq = part.find('=');
       if (eq == std::string::npos) format_error(where, "'" + part + "' in '" + spec + "' is not key=value");
@@ -164,6 +178,7 @@ Cluster cluster_from_json(const json& j) {
       }
       ClusterDevice d;
       d.type = string_field(devs[k], "type", wd);
+      if (has_field(devs[k], "gpu")) d.gpu = (int)std::clamp<int64_t>(int_field_or(devs[k], "gpu", wd, -1), -2, kMaxGpu + 1);
       if (has_field(devs[k], "memory")) d.memory_bytes = bytes_field(devs[k], "memory", wd);
       d.slowdown = number_field_or(devs[k], "slowdown", wd, 1.0);
       const int64_t count = int_field_or(devs[k], "count", wd, 1);

@@ -8,9 +8,13 @@
 //    "nodes": [{"name": "n0", "devices": ["L4", "L4", "A6000", {"type": "P40", "count": 1}]},
 //              {"name": "n1", "devices": ["cpu:mem=2GiB:slow=3", "V100-32GB:count=8"]}]}
 //
-// A device is a catalog type or "cpu", optionally with mem= (usable memory, overriding the
-// catalog), slow= (slowdown factor, emulated devices) and count=. As a string:
-// TYPE[:mem=SIZE][:slow=F][:count=N]; as an object: {"type", "memory", "slowdown", "count"}.
+// A device is a catalog type, "cpu", or "cuda" (a real CUDA GPU of the machine that runs:
+// "cuda:N" names GPU N, plain "cuda" the GPU of the rank's node-local rank), optionally
+// with mem= (usable memory, overriding the catalog or the GPU's free memory), slow=
+// (slowdown factor, emulated devices) and count=. As a string:
+// TYPE[:N][:mem=SIZE][:slow=F][:count=N] (N only for cuda); as an object: {"type",
+// "gpu", "memory", "slowdown", "count"}. Several entries may name one GPU
+// (cuda:0,cuda:0:mem=6GiB:slow=3): each is a rank of its own with its own memory cap.
 #pragma once
 
 #include <string>
@@ -23,13 +27,16 @@
 namespace gpumix::dist {
 
 struct ClusterDevice {
-  std::string type;          // catalog name, or "cpu"
-  std::string kind = "gpu";  // "gpu" or "cpu" (from the catalog)
+  std::string type;          // catalog name, "cpu", or "cuda"
+  std::string kind = "gpu";  // "gpu" or "cpu" (from the catalog; "gpu" for cuda)
+  int gpu = -1;              // cuda: the GPU index (cuda:N); -1: the node-local rank's
   double memory_bytes = 0;   // usable memory; 0: the catalog's
   double slowdown = 1.0;     // times are multiplied by this (emulated devices)
   int count = 1;
-  // "A6000", "cpu:mem=2GiB:slow=3": the device type's name in profiles and plans.
+  // "A6000", "cpu:mem=2GiB:slow=3", "cuda:0:slow=2": the device type's name in profiles
+  // and plans.
   std::string label() const;
+  bool is_cuda() const { return type == "cuda"; }
 };
 
 struct ClusterNode {

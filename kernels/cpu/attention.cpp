@@ -10,9 +10,17 @@
 // - bf16 tiles (bf16 storage on the avx512_bf16 path, vdpbf16ps): q and dout as they are,
 //   k, v (and in backward q, dout) packed in pairs along the product's reduction; the
 //   probabilities and score gradients go into the products rounded to bf16 (2^-8
-//   relative each), their sums and all accumulation stay in fp32.
+//   relative each), their sums and all accumulation stay in fp32. Their softmax is
+//   written in AVX-512 (a vector exp, the roundings in the same pass), since it costs as
+//   much as the products when left to the compiler.
 //
-// bf16 results are rounded once, at the end.
+// Only the keys a query block sees are computed: blocks of 16 query rows (forward) and 32
+// (backward) cut the diagonal tiles short. Each thread runs a contiguous range of tasks and
+// prefetches the next one's rows while it computes. bf16 results are rounded once, at the
+// end.
+#include <immintrin.h>
+
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -28,8 +36,15 @@ namespace gpumix::kernels::cpu {
 
 namespace {
 
-constexpr int k_br = 64;  // query rows per tile
 constexpr int k_bc = 64;  // keys per tile
+// Query rows per tile. A block of rows computes only the keys up to its last row, so the
+// diagonal tiles are cut short: with the forward's blocks of 16, 1/8 of a diagonal tile's
+// products are masked ones instead of 1/2 (the products cost the same per row at 16 rows
+// as at 64: their register blocks are 4 rows, and k, v are packed once per head). The
+// backward's blocks of 32 leave 1/4: at 16, its dk and dv products (a reduction over the
+// block's rows) reload their accumulators too often (measured no faster).
+constexpr int k_fwd_br = 16;
+constexpr int k_br = 32;
 
 void check_shape(const char* what, int B, int T, int C, int NH) {
   if (B < 0 || T < 0 || C <= 0 || NH <= 0 || C % NH != 0)
@@ -53,30 +68,97 @@ GPUMIX_INLINE void load_transposed(float* dst, int64_t ldt, const T* src, int64_
     for (int d = 0; d < HS; d++) dst[d * ldt + r] = to_f32(src[r * ld + d]);
 }
 
+// Asks the cache for n rows of HS elements of src (leading dimension ld): the next task's
+// rows, fetched while this task computes. A head's rows lie ld apart, so a task that read
+// them at its start would wait on memory for each one (the hardware prefetchers do not
+// follow).
+template <class T>
+GPUMIX_INLINE void prefetch_rows(const T* src, int64_t ld, int n, int HS) {
+  for (int r = 0; r < n; r++) {
+    for (int d = 0; d < HS; d += 64 / (int)sizeof(T)) __builtin_prefetch(src + r * ld + d);
+    __builtin_prefetch(src + r * ld + HS - 1);
+  }
+}
+
+// Rows r0 .. r0+n-1 of task next's head (none if next < 0) in x, a (B, T, parts * C) tensor
+// (parts 3: qkv or dqkv, each part's head columns; 1: out or dout): prefetched.
+template <class T>
+GPUMIX_INLINE void prefetch_head(const T* x, int parts, int next, int r0, int n, int T_, int C, int NH) {
+  if (next < 0) return;
+  const int HS = C / NH;
+  const int64_t ld = (int64_t)parts * C;
+  const T* base = x + ((int64_t)(next / NH) * T_ + r0) * ld + (next % NH) * HS;
+  for (int part = 0; part < parts; part++) prefetch_rows(base + part * C, ld, n, HS);
+}
+
+// The row reductions of the online softmax, per path: max(init, scale x_c) and sum x_c over
+// c < n. The portable loops leave the compiler's reduction epilogue, a chain of one scalar
+// operation per lane and row; AVX-512 reduces the lanes in a tree.
+struct RowsPortable {
+  GPUMIX_INLINE static float max(const float* x, int n, float init, float scale) {
+    float mx = init;
+#pragma omp simd reduction(max : mx)
+    for (int c = 0; c < n; c++) mx = std::max(mx, x[c] * scale);
+    return mx;
+  }
+  GPUMIX_INLINE static float sum(const float* x, int n) {
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int c = 0; c < n; c++) acc += x[c];
+    return acc;
+  }
+};
+struct RowsAvx512 {
+  // The max or the sum of x's 16 lanes, in a tree. Only intrinsics that take no undefined
+  // operand (GCC 12's unmasked ones warn at -O3 that it may be used uninitialised).
+  template <bool Max>
+  GPUMIX_TARGET_AVX512 static float all_lanes(__m512 x) {
+    const __mmask16 all = 0xffff;
+    for (int step = 0; step < 4; step++) {
+      const __m512 z = step == 0   ? _mm512_maskz_shuffle_f32x4(all, x, x, _MM_SHUFFLE(1, 0, 3, 2))
+                       : step == 1 ? _mm512_maskz_shuffle_f32x4(all, x, x, _MM_SHUFFLE(2, 3, 0, 1))
+                       : step == 2 ? _mm512_maskz_permute_ps(all, x, _MM_SHUFFLE(1, 0, 3, 2))
+                                   : _mm512_maskz_permute_ps(all, x, _MM_SHUFFLE(2, 3, 0, 1));
+      x = Max ? _mm512_maskz_max_ps(all, x, z) : x + z;
+    }
+    return x[0];
+  }
+  GPUMIX_TARGET_AVX512 static __mmask16 lanes(int n, int c) {
+    return n - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - c)) - 1);
+  }
+  GPUMIX_TARGET_AVX512 static float max(const float* x, int n, float init, float scale) {
+    __m512 acc = _mm512_set1_ps(init);
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int c = 0; c < n; c += 16)
+      acc = _mm512_mask_max_ps(acc, lanes(n, c), acc, _mm512_maskz_loadu_ps(lanes(n, c), x + c) * sc);
+    return all_lanes<true>(acc);
+  }
+  GPUMIX_TARGET_AVX512 static float sum(const float* x, int n) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int c = 0; c < n; c += 16) acc += _mm512_maskz_loadu_ps(lanes(n, c), x + c);
+    return all_lanes<false>(acc);
+  }
+};
+
 // Online softmax of one tile: s (nr, ld BC) holds the scores q.k of queries i0.. against
 // keys j0..j0+nc-1 (unscaled); they become exp(scale s - m) (zero where causally masked),
 // and the running max m, sum l and output rows o (nr, HS) are rescaled to the new max.
+// The masked scores are set to -inf first, so that every loop runs over the whole tile
+// width (no scalar remainders at the diagonal; exp(-inf) = 0).
+template <class Rows>
 GPUMIX_INLINE void online_softmax(float* s, float* o, float* m, float* l, int nr, int nc,
                                   int i0, int j0, int HS, float scale) {
   for (int r = 0; r < nr; r++) {
     float* sr = s + (int64_t)r * k_bc;
     const int ncr = std::min(nc, i0 + r - j0 + 1);  // keys <= this query
-    if (ncr <= 0) {
-      std::fill(sr, sr + nc, 0.0f);
-      continue;
-    }
-    float mx = m[r];
-#pragma omp simd reduction(max : mx)
-    for (int c = 0; c < ncr; c++) mx = std::max(mx, sr[c] * scale);
-    const float corr = exp_vec(m[r] - mx);  // rescales what was summed so far
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int c = 0; c < ncr; c++) {
-      sr[c] = exp_vec(sr[c] * scale - mx);
-      sum += sr[c];
-    }
-    std::fill(sr + ncr, sr + nc, 0.0f);
-    l[r] = l[r] * corr + sum;
+    std::fill(sr + std::max(ncr, 0), sr + nc, -INFINITY);
+    const float mx = Rows::max(sr, nc, m[r], scale);
+    // A row with no key yet (mx still -inf) keeps m, l and o as they are (all zero).
+    const float mref = mx == -INFINITY ? 0.0f : mx;
+    const float corr = exp_vec(m[r] - mref);  // rescales what was summed so far
+#pragma omp simd
+    for (int c = 0; c < nc; c++) sr[c] = exp_vec(sr[c] * scale - mref);
+    l[r] = l[r] * corr + Rows::sum(sr, nc);
     m[r] = mx;
     float* orow = o + (int64_t)r * HS;
 #pragma omp simd
@@ -130,41 +212,43 @@ GPUMIX_INLINE void add_head_grads(T* dbase, int64_t C3, int C, const float* dq, 
 
 // Workspace of one forward and one backward task: fp32 elements, and bf16 ones (for the
 // bf16 tiles; HSp and Tp are HS and T rounded up to even).
-int64_t forward_floats(int T, int HS) { return 2 * (int64_t)k_br * HS + 2 * (int64_t)HS * T + (int64_t)k_br * k_bc + 2 * k_br; }
+int64_t forward_floats(int T, int HS) { return 2 * (int64_t)k_fwd_br * HS + 2 * (int64_t)HS * T + (int64_t)k_fwd_br * k_bc + 2 * k_fwd_br; }
 int64_t backward_floats(int T, int HS) { return 8 * (int64_t)T * HS + 2 * (int64_t)k_br * k_bc + T; }
 int even(int n) { return n + (n & 1); }
-int64_t forward_halfs(int T, int HS) { return (int64_t)even(HS) * (k_br + T) + (int64_t)even(T) * HS + k_br * k_bc; }
+int64_t forward_halfs(int T, int HS) { return (int64_t)even(HS) * (k_fwd_br + T) + (int64_t)even(T) * HS + k_fwd_br * k_bc; }
 int64_t backward_halfs(int T, int HS) { return 4 * (int64_t)T * even(HS) + 3 * (int64_t)even(T) * HS + 3 * k_br * k_bc; }
 
 // Head h of batch b, one block of query rows after the other (k and v are copied once).
 // ws: forward_floats(T, HS).
-template <class Tile, class T>
-GPUMIX_INLINE void forward_task(T* out, float* lse, const T* qkv, int T_, int C, int NH, int b,
-                                int h, float* ws, uint16_t*) {
-  const int HS = C / NH;
+template <class Tile, class Rows, class T>
+GPUMIX_INLINE void forward_task(T* out, float* lse, const T* qkv, int T_, int C, int NH, int t,
+                                int next, float* ws, uint16_t*) {
+  const int HS = C / NH, b = t / NH, h = t % NH;
   const int64_t C3 = 3 * (int64_t)C;
   const float scale = 1.0f / std::sqrt((float)HS);
   float* q = ws;                  // (BR, HS)
-  float* o = q + k_br * HS;       // (BR, HS) unnormalised output
-  float* kt = o + k_br * HS;      // (HS, T) keys, transposed
+  float* o = q + k_fwd_br * HS;       // (BR, HS) unnormalised output
+  float* kt = o + k_fwd_br * HS;      // (HS, T) keys, transposed
   float* v = kt + HS * T_;        // (T, HS)
   float* s = v + T_ * HS;         // (BR, BC) scores, then probabilities
-  float* m = s + k_br * k_bc;     // (BR) running max
-  float* l = m + k_br;            // (BR) running sum
+  float* m = s + k_fwd_br * k_bc;     // (BR) running max
+  float* l = m + k_fwd_br;            // (BR) running sum
   const T* base = qkv + (int64_t)b * T_ * C3 + h * HS;  // q of row 0; k at +C, v at +2C
   load_transposed(kt, T_, base + C, C3, T_, HS);
   load_rows(v, base + 2 * C, C3, T_, HS);
-  for (int i0 = 0; i0 < T_; i0 += k_br) {
-    const int nr = std::min(k_br, T_ - i0);
+  for (int i0 = 0; i0 < T_; i0 += k_fwd_br) {
+    const int nr = std::min(k_fwd_br, T_ - i0);
+    prefetch_head(qkv, 3, next, i0, nr, T_, C, NH);
+    prefetch_head(out, 1, next, i0, nr, T_, C, NH);
     load_rows(q, base + i0 * C3, C3, nr, HS);
-    std::fill(o, o + k_br * HS, 0.0f);
-    std::fill(m, m + k_br, -INFINITY);
-    std::fill(l, l + k_br, 0.0f);
+    std::fill(o, o + k_fwd_br * HS, 0.0f);
+    std::fill(m, m + k_fwd_br, -INFINITY);
+    std::fill(l, l + k_fwd_br, 0.0f);
     const int kend = i0 + nr;  // causal: keys 0 .. kend-1 are visible to this block
     for (int j0 = 0; j0 < kend; j0 += k_bc) {
       const int nc = std::min(k_bc, kend - j0);
       Tile::gemm(nr, nc, HS, q, HS, 1, kt + j0, T_, s, k_bc, false);  // s = q k^T
-      online_softmax(s, o, m, l, nr, nc, i0, j0, HS, scale);
+      online_softmax<Rows>(s, o, m, l, nr, nc, i0, j0, HS, scale);
       Tile::gemm(nr, HS, nc, s, k_bc, 1, v + j0 * HS, HS, o, HS, true);  // o += p v
     }
     for (int r = 0; r < nr; r++) {
@@ -182,8 +266,8 @@ GPUMIX_INLINE void forward_task(T* out, float* lse, const T* qkv, int T_, int C,
 // ws: backward_floats(T, HS).
 template <class Tile, class T>
 GPUMIX_INLINE void backward_task(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
-                                 int T_, int C, int NH, int b, int h, float* ws, uint16_t*) {
-  const int HS = C / NH;
+                                 int T_, int C, int NH, int t, int next, float* ws, uint16_t*) {
+  const int HS = C / NH, b = t / NH, h = t % NH;
   const int64_t C3 = 3 * (int64_t)C, THS = (int64_t)T_ * HS;
   const float scale = 1.0f / std::sqrt((float)HS);
   const int64_t row0 = (int64_t)b * T_;
@@ -208,17 +292,25 @@ GPUMIX_INLINE void backward_task(T* dqkv, const T* dout, const T* qkv, const T* 
   const float* lse_bh = lse + ((int64_t)b * NH + h) * T_;  // (T)
   // dS = P * (dP - D): softmax backward, D_i = sum_j P_ij dP_ij = dout_i . out_i.
   row_dots(dd, dout + row0 * C + h * HS, out + row0 * C + h * HS, C, T_, HS);
+  const auto prefetch_next = [&](int r0, int n) {  // the next task's rows r0 .. r0+n-1
+    prefetch_head(qkv, 3, next, r0, n, T_, C, NH);
+    prefetch_head(dqkv, 3, next, r0, n, T_, C, NH);
+    prefetch_head(dout, 1, next, r0, n, T_, C, NH);
+    prefetch_head(out, 1, next, r0, n, T_, C, NH);
+  };
   for (int j0 = 0; j0 < T_; j0 += k_bc) {
     const int nc = std::min(k_bc, T_ - j0);
+    prefetch_next(j0, nc);
     // Query blocks that see any key of this block: rows >= j0.
     for (int i0 = j0 / k_br * k_br; i0 < T_; i0 += k_br) {
       const int nr = std::min(k_br, T_ - i0);
-      Tile::gemm(nr, nc, HS, q + i0 * HS, HS, 1, kt + j0, T_, p, k_bc, false);    // s = q k^T
-      Tile::gemm(nr, nc, HS, dy + i0 * HS, HS, 1, vt + j0, T_, dp, k_bc, false);  // dP = dout v^T
-      softmax_backward(p, dp, lse_bh + i0, dd + i0, nr, nc, i0, j0, scale);
-      Tile::gemm(nc, HS, nr, p, 1, k_bc, dy + i0 * HS, HS, dv + j0 * HS, HS, true);  // dv_j += p^T dout_i
-      Tile::gemm(nr, HS, nc, dp, k_bc, 1, k + j0 * HS, HS, dq + i0 * HS, HS, true);  // dq_i += dS k_j
-      Tile::gemm(nc, HS, nr, dp, 1, k_bc, q + i0 * HS, HS, dk + j0 * HS, HS, true);  // dk_j += dS^T q_i
+      const int ncv = std::min(nc, i0 + nr - j0);  // the keys this block sees (the rest are masked)
+      Tile::gemm(nr, ncv, HS, q + i0 * HS, HS, 1, kt + j0, T_, p, k_bc, false);    // s = q k^T
+      Tile::gemm(nr, ncv, HS, dy + i0 * HS, HS, 1, vt + j0, T_, dp, k_bc, false);  // dP = dout v^T
+      softmax_backward(p, dp, lse_bh + i0, dd + i0, nr, ncv, i0, j0, scale);
+      Tile::gemm(ncv, HS, nr, p, 1, k_bc, dy + i0 * HS, HS, dv + j0 * HS, HS, true);  // dv_j += p^T dout_i
+      Tile::gemm(nr, HS, ncv, dp, k_bc, 1, k + j0 * HS, HS, dq + i0 * HS, HS, true);  // dq_i += dS k_j
+      Tile::gemm(ncv, HS, nr, dp, 1, k_bc, q + i0 * HS, HS, dk + j0 * HS, HS, true);  // dk_j += dS^T q_i
     }
   }
   add_head_grads(dqkv + row0 * C3 + h * HS, C3, C, dq, T_, HS);
@@ -236,11 +328,20 @@ GPUMIX_INLINE void copy_rows(uint16_t* dst, int64_t ldd, const uint16_t* src, in
 
 // The product operand b (HS, n) = the transpose of src's n rows, packed in pairs along HS
 // (tile_gemm_bf16): b(d, r) = src[r][d] at dst[(d / 2) ldd + 2 r + d % 2]; an odd HS's
-// padding row zero.
-GPUMIX_INLINE void pack_transposed(uint16_t* dst, int64_t ldd, const uint16_t* src, int64_t ld, int n, int HS) {
-  if (HS % 2 == 0) {  // whole pairs: a transpose of 32-bit words, written in order (the
-    for (int p = 0; p < HS / 2; p++)  // n source rows stay in L1 from one p to the next)
-      for (int r = 0; r < n; r++) std::memcpy(dst + p * ldd + 2 * r, src + r * ld + 2 * p, 4);
+// padding row zero. An even HS is a transpose of 32-bit words: one gather of 16 rows' pair
+// p at a time (measured faster than copying the words one by one).
+GPUMIX_TARGET_AVX512 GPUMIX_INLINE void pack_transposed(uint16_t* dst, int64_t ldd, const uint16_t* src,
+                                                        int64_t ld, int n, int HS) {
+  if (HS % 2 == 0 && ld % 2 == 0 && 16 * ld < INT_MAX) {  // word offsets in the gather's int32
+    const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)(ld / 2)));
+    for (int r0 = 0; r0 < n; r0 += 16) {
+      const __mmask16 k = n - r0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - r0)) - 1);
+      for (int p = 0; p < HS / 2; p++) {
+        const __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, rows, src + r0 * ld + 2 * p, 4);
+        _mm512_mask_storeu_epi32(dst + p * ldd + 2 * r0, k, w);
+      }
+    }
     return;
   }
   for (int r = 0; r < n; r++)
@@ -262,69 +363,107 @@ GPUMIX_INLINE void pack_rows(uint16_t* dst, int64_t ldd, const uint16_t* src, in
   }
 }
 
-// The product operand a from an fp32 tile src (rows, cols; ld k_bc), rounded to bf16:
-// dst (rows, ldd); an odd cols' padding column zero.
-GPUMIX_INLINE void round_tile(uint16_t* dst, int64_t ldd, const float* src, int rows, int cols) {
-  for (int r = 0; r < rows; r++) {
-#pragma omp simd
-    for (int c = 0; c < cols; c++) dst[r * ldd + c] = f32_to_bf16_bits(src[(int64_t)r * k_bc + c]);
-    if (cols & 1) dst[r * ldd + cols] = 0;
-  }
+// ---- the softmax of the bf16 tiles in AVX-512 ---------------------------------------------
+// exp_vec's (vec_math.h) range reduction and polynomial on 16 lanes, in fused multiply-adds,
+// with 2^n by vscalefps: half of exp_vec's instructions, the same accuracy (a few ulp).
+// Below exp_vec's range (x < -87.3, -inf included) it gives 0 as exp_vec does; NaN propagates.
+GPUMIX_TARGET_AVX512 GPUMIX_INLINE __m512 exp16(__m512 x) {
+  const __mmask16 all = 0xffff;
+  const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_LT_OQ);
+  x = _mm512_maskz_min_ps(all, _mm512_set1_ps(88.72283f), _mm512_maskz_max_ps(all, _mm512_set1_ps(-87.33654f), x));
+  const __m512 n = _mm512_maskz_roundscale_ps(all, x * _mm512_set1_ps(1.44269504088896341f),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x));
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, r * r, r + _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps((__mmask16)~under, p, n);
 }
 
-// The product operand b (rows, cols) from an fp32 tile src (ld k_bc), rounded to bf16 and
-// packed in pairs along the rows (as pack_rows; ldd >= 2 cols); an odd rows' padding row zero.
-GPUMIX_INLINE void round_tile_pairs(uint16_t* dst, int64_t ldd, const float* src, int rows, int cols) {
-  for (int r = 0; r < rows; r += 2) {
-    const float* r0 = src + (int64_t)r * k_bc;
-    const float* r1 = r + 1 < rows ? r0 + k_bc : nullptr;
-    uint16_t* out = dst + (r / 2) * ldd;
-#pragma omp simd
-    for (int c = 0; c < cols; c++) {
-      out[2 * c] = f32_to_bf16_bits(r0[c]);
-      out[2 * c + 1] = r1 ? f32_to_bf16_bits(r1[c]) : 0;
+// The lanes c0 .. c0+15 that are below count.
+GPUMIX_TARGET_AVX512 GPUMIX_INLINE __mmask16 lanes_below(int count, int c0) {
+  const int k = count - c0;
+  return k >= 16 ? (__mmask16)0xffff : k <= 0 ? (__mmask16)0 : (__mmask16)((1u << k) - 1);
+}
+
+// bf16 of a's and b's 16 lanes, interleaved: a0 b0 a1 b1 ... (a pair of rows packed in pairs).
+// Rounded to nearest even by vcvtne2ps2bf16, which flushes fp32 denormals (below 2^-126) to
+// zero: far below the 2^-8 rounding of every product operand.
+GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE __m512i bf16_pairs(__m512 a, __m512 b) {
+  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                         23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_maskz_permutexvar_epi16(0xffffffffu, order, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+
+// online_softmax for the bf16 tiles: the same steps, on whole vectors of the row (the masked
+// scores loaded as -inf), writing only the rounded probabilities pb (ld BC; the columns up
+// to nc rounded up to 32 written, zero past nc).
+GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void online_softmax_bf16(const float* s, float* o, float* m, float* l,
+                                                                 uint16_t* pb, int nr, int nc, int i0, int j0,
+                                                                 int HS, float scale) {
+  const int nv = (nc + 31) / 32 * 2;  // vectors of 16, in pairs (one store of 32 bf16)
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int r = 0; r < nr; r++) {
+    const float* sr = s + (int64_t)r * k_bc;
+    const int ncr = std::min(nc, i0 + r - j0 + 1);  // keys <= this query
+    __m512 x[k_bc / 16];
+    __m512 mxv = _mm512_set1_ps(m[r]);
+    for (int v = 0; v < nv; v++) {
+      x[v] = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), lanes_below(ncr, 16 * v), sr + 16 * v) * sc;
+      mxv = _mm512_maskz_max_ps(0xffff, mxv, x[v]);
     }
-  }
-}
-
-// dst (HS, ldd) = the transpose of src's n rows of HS; columns n..ldd-1 zero.
-GPUMIX_INLINE void copy_transposed(uint16_t* dst, int64_t ldd, const uint16_t* src, int64_t ld, int n, int HS) {
-  for (int d = 0; d < HS; d++) {
-    for (int r = 0; r < n; r++) dst[d * ldd + r] = src[r * ld + d];
-    std::fill(dst + d * ldd + n, dst + (d + 1) * ldd, (uint16_t)0);
+    const float mx = RowsAvx512::all_lanes<true>(mxv);
+    const float mref = mx == -INFINITY ? 0.0f : mx;  // as online_softmax
+    const float corr = exp_vec(m[r] - mref);
+    __m512 sum = _mm512_setzero_ps();
+    for (int v = 0; v < nv; v += 2) {
+      const __m512 e0 = exp16(x[v] - _mm512_set1_ps(mref)), e1 = exp16(x[v + 1] - _mm512_set1_ps(mref));
+      sum += e0 + e1;
+      _mm512_storeu_si512(pb + (int64_t)r * k_bc + 16 * v, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+    }
+    l[r] = l[r] * corr + RowsAvx512::all_lanes<false>(sum);
+    m[r] = mx;
+    float* orow = o + (int64_t)r * HS;
+#pragma omp simd
+    for (int d = 0; d < HS; d++) orow[d] *= corr;
   }
 }
 
 // As forward_task; hs: forward_halfs(T, HS).
-GPUMIX_INLINE void forward_task_bf16(uint16_t* out, float* lse, const uint16_t* qkv, int T_, int C,
-                                     int NH, int b, int h, float* ws, uint16_t* hs) {
-  const int HS = C / NH, HSp = even(HS);
+GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void forward_task_bf16(uint16_t* out, float* lse, const uint16_t* qkv, int T_, int C,
+                                     int NH, int t, int next, float* ws, uint16_t* hs) {
+  const int HS = C / NH, HSp = even(HS), b = t / NH, h = t % NH;
   const int64_t C3 = 3 * (int64_t)C;
   const float scale = 1.0f / std::sqrt((float)HS);
   float* o = ws;                  // (BR, HS) unnormalised output
-  float* s = o + k_br * HS;       // (BR, BC) scores, then probabilities
-  float* m = s + k_br * k_bc;     // (BR) running max
-  float* l = m + k_br;            // (BR) running sum
+  float* s = o + k_fwd_br * HS;       // (BR, BC) scores, then probabilities
+  float* m = s + k_fwd_br * k_bc;     // (BR) running max
+  float* l = m + k_fwd_br;            // (BR) running sum
   uint16_t* q = hs;               // (BR, HSp)
-  uint16_t* kt = q + k_br * HSp;  // (HSp, T) keys transposed, pairs along HS
+  uint16_t* kt = q + k_fwd_br * HSp;  // (HSp, T) keys transposed, pairs along HS
   uint16_t* v = kt + (int64_t)HSp * T_;  // (Tp, HS) pairs along keys
   uint16_t* pb = v + (int64_t)even(T_) * HS;  // (BR, BC) probabilities in bf16
   const uint16_t* base = qkv + (int64_t)b * T_ * C3 + h * HS;
   pack_transposed(kt, 2 * (int64_t)T_, base + C, C3, T_, HS);
   pack_rows(v, 2 * HS, base + 2 * C, C3, T_, HS);
-  for (int i0 = 0; i0 < T_; i0 += k_br) {
-    const int nr = std::min(k_br, T_ - i0);
+  for (int i0 = 0; i0 < T_; i0 += k_fwd_br) {
+    const int nr = std::min(k_fwd_br, T_ - i0);
+    prefetch_head(qkv, 3, next, i0, nr, T_, C, NH);
+    prefetch_head(out, 1, next, i0, nr, T_, C, NH);
     copy_rows(q, HSp, base + i0 * C3, C3, nr, HS);
-    std::fill(o, o + k_br * HS, 0.0f);
-    std::fill(m, m + k_br, -INFINITY);
-    std::fill(l, l + k_br, 0.0f);
+    std::fill(o, o + k_fwd_br * HS, 0.0f);
+    std::fill(m, m + k_fwd_br, -INFINITY);
+    std::fill(l, l + k_fwd_br, 0.0f);
     const int kend = i0 + nr;
     for (int j0 = 0; j0 < kend; j0 += k_bc) {
       const int nc = std::min(k_bc, kend - j0);
-      tile_gemm_bf16(nr, nc, HSp, q, HSp, kt + 2 * j0, 2 * T_, s, k_bc, false);  // s = q k^T
-      online_softmax(s, o, m, l, nr, nc, i0, j0, HS, scale);
-      round_tile(pb, k_bc, s, nr, nc);
-      tile_gemm_bf16(nr, HS, even(nc), pb, k_bc, v + j0 * HS, 2 * HS, o, HS, true);  // o += p v
+      tile_gemm_bf16(nr, nc, HSp, q, HSp, 2, kt + 2 * j0, 2 * T_, s, k_bc, false);  // s = q k^T
+      online_softmax_bf16(s, o, m, l, pb, nr, nc, i0, j0, HS, scale);
+      tile_gemm_bf16(nr, HS, even(nc), pb, k_bc, 2, v + j0 * HS, 2 * HS, o, HS, true);  // o += p v
     }
     for (int r = 0; r < nr; r++) {
       uint16_t* y = out + ((int64_t)b * T_ + i0 + r) * C + h * HS;
@@ -336,20 +475,54 @@ GPUMIX_INLINE void forward_task_bf16(uint16_t* out, float* lse, const uint16_t* 
   }
 }
 
-// As backward_task; hs: backward_halfs(T, HS). dk and dv are accumulated transposed
-// (dk^T += q^T dS, dv^T += dout^T p), so that every operand a tile product takes is a plain
-// copy or a pack of rows, never a transposed tile.
-GPUMIX_INLINE void backward_task_bf16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv,
+// softmax_backward for the bf16 tiles, two query rows at a time, writing only the product
+// operands: dS rounded as rows (ds, ld BC) and p and dS rounded in pairs along the queries
+// (pp, dsp, ld 2 BC). The columns up to nc rounded up to 16 and an odd nr's padding row come
+// out zero: masked loads, so the tile's unwritten cells are never read.
+GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void softmax_backward_bf16(const float* p, const float* dp,
+                                                                   const float* lse, const float* dd,
+                                                                   uint16_t* ds, uint16_t* pp, uint16_t* dsp,
+                                                                   int nr, int nc, int i0, int j0, float scale) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int r = 0; r < nr; r += 2) {
+    const bool two = r + 1 < nr;
+    // The keys each row sees, within the tile.
+    const int n0 = std::min(nc, i0 + r - j0 + 1), n1 = two ? std::min(nc, i0 + r + 2 - j0) : 0;
+    const __m512 l0 = _mm512_set1_ps(lse[r]), d0 = _mm512_set1_ps(dd[r]);
+    const __m512 l1 = _mm512_set1_ps(two ? lse[r + 1] : 0.0f), d1 = _mm512_set1_ps(two ? dd[r + 1] : 0.0f);
+    const float *s0 = p + (int64_t)r * k_bc, *s1 = s0 + k_bc;
+    const float *dp0 = dp + (int64_t)r * k_bc, *dp1 = dp0 + k_bc;
+    for (int c = 0; c < nc; c += 16) {
+      const __mmask16 k0 = lanes_below(n0, c), k1 = lanes_below(n1, c);
+      const __m512 p0 = _mm512_maskz_mov_ps(k0, exp16(_mm512_maskz_loadu_ps(k0, s0 + c) * sc - l0));
+      const __m512 p1 = _mm512_maskz_mov_ps(k1, exp16(_mm512_maskz_loadu_ps(k1, s1 + c) * sc - l1));
+      const __m512 g0 = p0 * (_mm512_maskz_loadu_ps(k0, dp0 + c) - d0) * sc;  // 0 where masked
+      const __m512 g1 = p1 * (_mm512_maskz_loadu_ps(k1, dp1 + c) - d1) * sc;
+      const __m512i g01 = (__m512i)_mm512_cvtne2ps_pbh(g1, g0);  // row r's 16, then row r + 1's
+      _mm512_mask_storeu_epi16(ds + (int64_t)r * k_bc + c, 0x0000ffffu, g01);
+      _mm512_mask_storeu_epi16(ds + (int64_t)(r + 1) * k_bc + c - 16, 0xffff0000u, g01);
+      _mm512_storeu_si512(pp + (int64_t)r * k_bc + 2 * c, bf16_pairs(p0, p1));
+      _mm512_storeu_si512(dsp + (int64_t)r * k_bc + 2 * c, bf16_pairs(g0, g1));
+    }
+  }
+}
+
+// As backward_task; hs: backward_halfs(T, HS). Every operand is laid out once per head
+// (q, dout, k rows as they are; k, v transposed; q, dout, k packed in pairs along T) or
+// once per tile (p and dS rounded, as rows and in pairs along the queries), so that each
+// product reads its a in pairs along its reduction (p^T and dS^T are the query-pair packs
+// read transposed) and dq, dk, dv all come out as rows.
+GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void backward_task_bf16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv,
                                       const uint16_t* out, const float* lse, int T_, int C, int NH,
-                                      int b, int h, float* ws, uint16_t* hs) {
-  const int HS = C / NH, HSp = even(HS), Tp = even(T_);
+                                      int t, int next, float* ws, uint16_t* hs) {
+  const int HS = C / NH, HSp = even(HS), Tp = even(T_), b = t / NH, h = t % NH;
   const int64_t C3 = 3 * (int64_t)C, THS = (int64_t)T_ * HS, TH = (int64_t)T_ * HSp;
   const float scale = 1.0f / std::sqrt((float)HS);
   const int64_t row0 = (int64_t)b * T_;
   float* dq = ws;                    // (T, HS) gradients, fp32
-  float* dkt = dq + THS;             // (HS, T) dk^T
-  float* dvt = dkt + THS;            // (HS, T) dv^T
-  float* p = dvt + THS;              // (BR, BC) scores, then probabilities
+  float* dk = dq + THS;              // (T, HS)
+  float* dv = dk + THS;              // (T, HS)
+  float* p = dv + THS;               // (BR, BC) scores, then probabilities
   float* dp = p + k_br * k_bc;       // (BR, BC) dP, then dS
   float* dd = dp + k_br * k_bc;      // (T) D_i = dout_i . out_i
   uint16_t* q = hs;                  // (T, HSp) rows
@@ -357,9 +530,9 @@ GPUMIX_INLINE void backward_task_bf16(uint16_t* dqkv, const uint16_t* dout, cons
   uint16_t* kt = dy + TH;            // (HSp, T) k transposed, pairs along HS
   uint16_t* vt = kt + TH;            // (HSp, T) v transposed, pairs along HS
   uint16_t* kv = vt + TH;            // (Tp, HS) k, pairs along T
-  uint16_t* qt = kv + (int64_t)Tp * HS;   // (HS, Tp) q transposed
-  uint16_t* dyt = qt + (int64_t)Tp * HS;  // (HS, Tp) dout transposed
-  uint16_t* ds = dyt + (int64_t)Tp * HS;  // (BR, BC) dS in bf16
+  uint16_t* qp = kv + (int64_t)Tp * HS;   // (Tp, HS) q, pairs along T
+  uint16_t* dyp = qp + (int64_t)Tp * HS;  // (Tp, HS) dout, pairs along T
+  uint16_t* ds = dyp + (int64_t)Tp * HS;  // (BR, BC) dS in bf16
   uint16_t* pp = ds + k_br * k_bc;   // (BR, BC) p, pairs along queries
   uint16_t* dsp = pp + k_br * k_bc;  // (BR, BC) dS, pairs along queries
   const uint16_t* base = qkv + row0 * C3 + h * HS;
@@ -369,50 +542,46 @@ GPUMIX_INLINE void backward_task_bf16(uint16_t* dqkv, const uint16_t* dout, cons
   pack_transposed(kt, 2 * (int64_t)T_, base + C, C3, T_, HS);
   pack_transposed(vt, 2 * (int64_t)T_, base + 2 * C, C3, T_, HS);
   pack_rows(kv, 2 * HS, base + C, C3, T_, HS);
-  copy_transposed(qt, Tp, base, C3, T_, HS);
-  copy_transposed(dyt, Tp, dybase, C, T_, HS);
+  pack_rows(qp, 2 * HS, base, C3, T_, HS);
+  pack_rows(dyp, 2 * HS, dybase, C, T_, HS);
   std::fill(dq, dq + 3 * THS, 0.0f);
   const float* lse_bh = lse + ((int64_t)b * NH + h) * T_;
   row_dots(dd, dybase, out + row0 * C + h * HS, C, T_, HS);
+  const auto prefetch_next = [&](int r0, int n) {  // the next task's rows r0 .. r0+n-1
+    prefetch_head(qkv, 3, next, r0, n, T_, C, NH);
+    prefetch_head(dqkv, 3, next, r0, n, T_, C, NH);
+    prefetch_head(dout, 1, next, r0, n, T_, C, NH);
+    prefetch_head(out, 1, next, r0, n, T_, C, NH);
+  };
   for (int j0 = 0; j0 < T_; j0 += k_bc) {
     const int nc = std::min(k_bc, T_ - j0);
+    prefetch_next(j0, nc);
     for (int i0 = j0 / k_br * k_br; i0 < T_; i0 += k_br) {
-      const int nr = std::min(k_br, T_ - i0);
-      tile_gemm_bf16(nr, nc, HSp, q + i0 * HSp, HSp, kt + 2 * j0, 2 * T_, p, k_bc, false);    // s = q k^T
-      tile_gemm_bf16(nr, nc, HSp, dy + i0 * HSp, HSp, vt + 2 * j0, 2 * T_, dp, k_bc, false);  // dP = dout v^T
-      softmax_backward(p, dp, lse_bh + i0, dd + i0, nr, nc, i0, j0, scale);
-      round_tile(ds, k_bc, dp, nr, nc);
-      round_tile_pairs(pp, 2 * k_bc, p, nr, nc);
-      round_tile_pairs(dsp, 2 * k_bc, dp, nr, nc);
-      tile_gemm_bf16(HS, nc, even(nr), dyt + i0, Tp, pp, 2 * k_bc, dvt + j0, T_, true);   // dv_j^T += dout_i^T p
-      tile_gemm_bf16(nr, HS, even(nc), ds, k_bc, kv + j0 * HS, 2 * HS, dq + i0 * HS, HS, true);  // dq_i += dS k_j
-      tile_gemm_bf16(HS, nc, even(nr), qt + i0, Tp, dsp, 2 * k_bc, dkt + j0, T_, true);   // dk_j^T += q_i^T dS
+      const int nr = std::min(k_br, T_ - i0), nrp = even(nr);
+      const int ncv = std::min(nc, i0 + nr - j0);  // the keys this block sees (the rest are masked)
+      tile_gemm_bf16(nr, ncv, HSp, q + i0 * HSp, HSp, 2, kt + 2 * j0, 2 * T_, p, k_bc, false);    // s = q k^T
+      tile_gemm_bf16(nr, ncv, HSp, dy + i0 * HSp, HSp, 2, vt + 2 * j0, 2 * T_, dp, k_bc, false);  // dP = dout v^T
+      softmax_backward_bf16(p, dp, lse_bh + i0, dd + i0, ds, pp, dsp, nr, ncv, i0, j0, scale);
+      tile_gemm_bf16(ncv, HS, nrp, pp, 2, 2 * k_bc, dyp + i0 * HS, 2 * HS, dv + j0 * HS, HS, true);  // dv_j += p^T dout_i
+      tile_gemm_bf16(nr, HS, even(ncv), ds, k_bc, 2, kv + j0 * HS, 2 * HS, dq + i0 * HS, HS, true);  // dq_i += dS k_j
+      tile_gemm_bf16(ncv, HS, nrp, dsp, 2, 2 * k_bc, qp + i0 * HS, 2 * HS, dk + j0 * HS, HS, true);  // dk_j += dS^T q_i
     }
   }
-  uint16_t* dbase = dqkv + row0 * C3 + h * HS;
-  for (int i = 0; i < T_; i++) {
-    uint16_t* g = dbase + i * C3;
-#pragma omp simd
-    for (int d = 0; d < HS; d++) g[d] = f32_to_bf16_bits(bf16_bits_to_f32(g[d]) + dq[(int64_t)i * HS + d]);
-    for (int d = 0; d < HS; d++) {
-      g[C + d] = f32_to_bf16_bits(bf16_bits_to_f32(g[C + d]) + dkt[(int64_t)d * T_ + i]);
-      g[2 * C + d] = f32_to_bf16_bits(bf16_bits_to_f32(g[2 * C + d]) + dvt[(int64_t)d * T_ + i]);
-    }
-  }
+  add_head_grads(dqkv + row0 * C3 + h * HS, C3, C, dq, T_, HS);
 }
 
 #define FWD_PARAMS(T) \
-  (T * out, float* lse, const T* qkv, int T_, int C, int NH, int b, int h, float* ws, uint16_t* hs)
-#define FWD_ARGS (out, lse, qkv, T_, C, NH, b, h, ws, hs)
+  (T * out, float* lse, const T* qkv, int T_, int C, int NH, int t, int next, float* ws, uint16_t* hs)
+#define FWD_ARGS (out, lse, qkv, T_, C, NH, t, next, ws, hs)
 #define BWD_PARAMS(T)                                                                           \
   (T * dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int T_, int C, int NH, \
-   int b, int h, float* ws, uint16_t* hs)
-#define BWD_ARGS (dqkv, dout, qkv, out, lse, T_, C, NH, b, h, ws, hs)
+   int t, int next, float* ws, uint16_t* hs)
+#define BWD_ARGS (dqkv, dout, qkv, out, lse, T_, C, NH, t, next, ws, hs)
 // The task bodies compiled for each path, with that path's tile GEMM.
-static void fwd_f32_portable FWD_PARAMS(float) { forward_task<TilePortable> FWD_ARGS; }
-static void fwd_bf16_portable FWD_PARAMS(uint16_t) { forward_task<TilePortable> FWD_ARGS; }
-GPUMIX_TARGET_AVX512 static void fwd_f32_avx512 FWD_PARAMS(float) { forward_task<TileAvx512> FWD_ARGS; }
-GPUMIX_TARGET_AVX512 static void fwd_bf16_avx512 FWD_PARAMS(uint16_t) { forward_task<TileAvx512> FWD_ARGS; }
+static void fwd_f32_portable FWD_PARAMS(float) { forward_task<TilePortable, RowsPortable> FWD_ARGS; }
+static void fwd_bf16_portable FWD_PARAMS(uint16_t) { forward_task<TilePortable, RowsPortable> FWD_ARGS; }
+GPUMIX_TARGET_AVX512 static void fwd_f32_avx512 FWD_PARAMS(float) { forward_task<TileAvx512, RowsAvx512> FWD_ARGS; }
+GPUMIX_TARGET_AVX512 static void fwd_bf16_avx512 FWD_PARAMS(uint16_t) { forward_task<TileAvx512, RowsAvx512> FWD_ARGS; }
 static void bwd_f32_portable BWD_PARAMS(float) { backward_task<TilePortable> BWD_ARGS; }
 static void bwd_bf16_portable BWD_PARAMS(uint16_t) { backward_task<TilePortable> BWD_ARGS; }
 GPUMIX_TARGET_AVX512 static void bwd_f32_avx512 BWD_PARAMS(float) { backward_task<TileAvx512> BWD_ARGS; }
@@ -431,29 +600,28 @@ Task pick(Task portable, Task avx512, Task avx512_bf16) {
   return isa >= Isa::avx512_bf16 ? avx512_bf16 : isa >= Isa::avx512 ? avx512 : portable;
 }
 
-// One task per (batch, head): each owns its rows of out and lse.
+// One task per (batch, head): each owns its rows of out and lse (backward: its head's
+// columns of dqkv). Each thread runs a contiguous range of tasks, so that a task knows
+// which one comes next on its thread and prefetches that one's rows.
 template <class T, class Task>
 void forward(Task task, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
-#pragma omp parallel if (B * NH > 1)
-  {
+  parallel_ranges(B * NH, 1, B * NH > 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> ws(forward_floats(T_, C / NH));
     std::vector<uint16_t> hs(sizeof(T) == 2 ? forward_halfs(T_, C / NH) : 0);
-#pragma omp for schedule(dynamic, 1)
-    for (int t = 0; t < B * NH; t++) task(out, lse, qkv, T_, C, NH, t / NH, t % NH, ws.data(), hs.data());
-  }
+    for (int t = (int)t0; t < t1; t++)
+      task(out, lse, qkv, T_, C, NH, t, t + 1 < t1 ? t + 1 : -1, ws.data(), hs.data());
+  });
 }
 
 template <class T, class Task>
 void backward(Task task, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
               int B, int T_, int C, int NH) {
-#pragma omp parallel if (B * NH > 1)
-  {
+  parallel_ranges(B * NH, 1, B * NH > 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> ws(backward_floats(T_, C / NH));
     std::vector<uint16_t> hs(sizeof(T) == 2 ? backward_halfs(T_, C / NH) : 0);
-#pragma omp for schedule(dynamic, 1)
-    for (int t = 0; t < B * NH; t++)
-      task(dqkv, dout, qkv, out, lse, T_, C, NH, t / NH, t % NH, ws.data(), hs.data());
-  }
+    for (int t = (int)t0; t < t1; t++)
+      task(dqkv, dout, qkv, out, lse, T_, C, NH, t, t + 1 < t1 ? t + 1 : -1, ws.data(), hs.data());
+  });
 }
 
 }  // namespace

@@ -94,7 +94,7 @@ namespace {
 // As block above, over pairs of k: per pair, NV loads of 16 column pairs of b, MR
 // broadcasts of a's pair, MR * NV vdpbf16ps.
 template <int MR, int NV>
-GPUMIX_TARGET_AVX512_BF16 inline void block_bf16(int kp, const uint16_t* a, int64_t lda,
+GPUMIX_TARGET_AVX512_BF16 inline void block_bf16(int kp, const uint16_t* a, int64_t a_rs, int64_t a_ps,
                                                  const uint16_t* b, int64_t ldb, float* c,
                                                  int64_t ldc, bool accumulate, __mmask16 last) {
   // The pairs of the last vector's columns: two bf16 lanes per column.
@@ -116,7 +116,7 @@ GPUMIX_TARGET_AVX512_BF16 inline void block_bf16(int kp, const uint16_t* a, int6
 #pragma GCC unroll 4
     for (int i = 0; i < MR; i++) {
       int32_t pair;
-      std::memcpy(&pair, a + i * lda + 2 * p, 4);
+      std::memcpy(&pair, a + i * a_rs + p * a_ps, 4);
       const __m512i ai = _mm512_set1_epi32(pair);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; v++) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], (__m512bh)ai, (__m512bh)bv[v]);
@@ -130,21 +130,21 @@ GPUMIX_TARGET_AVX512_BF16 inline void block_bf16(int kp, const uint16_t* a, int6
 }
 
 template <int MR>
-GPUMIX_TARGET_AVX512_BF16 inline void block_row_bf16(int nv, int kp, const uint16_t* a, int64_t lda,
-                                                     const uint16_t* b, int64_t ldb, float* c,
+GPUMIX_TARGET_AVX512_BF16 inline void block_row_bf16(int nv, int kp, const uint16_t* a, int64_t a_rs,
+                                                     int64_t a_ps, const uint16_t* b, int64_t ldb, float* c,
                                                      int64_t ldc, bool accumulate, __mmask16 last) {
   switch (nv) {
-    case 1: block_bf16<MR, 1>(kp, a, lda, b, ldb, c, ldc, accumulate, last); break;
-    case 2: block_bf16<MR, 2>(kp, a, lda, b, ldb, c, ldc, accumulate, last); break;
-    case 3: block_bf16<MR, 3>(kp, a, lda, b, ldb, c, ldc, accumulate, last); break;
-    default: block_bf16<MR, 4>(kp, a, lda, b, ldb, c, ldc, accumulate, last); break;
+    case 1: block_bf16<MR, 1>(kp, a, a_rs, a_ps, b, ldb, c, ldc, accumulate, last); break;
+    case 2: block_bf16<MR, 2>(kp, a, a_rs, a_ps, b, ldb, c, ldc, accumulate, last); break;
+    case 3: block_bf16<MR, 3>(kp, a, a_rs, a_ps, b, ldb, c, ldc, accumulate, last); break;
+    default: block_bf16<MR, 4>(kp, a, a_rs, a_ps, b, ldb, c, ldc, accumulate, last); break;
   }
 }
 
 }  // namespace
 
-GPUMIX_TARGET_AVX512_BF16 void tile_gemm_bf16(int m, int n, int k, const uint16_t* a, int64_t lda,
-                                              const uint16_t* b, int64_t ldb, float* c,
+GPUMIX_TARGET_AVX512_BF16 void tile_gemm_bf16(int m, int n, int k, const uint16_t* a, int64_t a_rs,
+                                              int64_t a_ps, const uint16_t* b, int64_t ldb, float* c,
                                               int64_t ldc, bool accumulate) {
   const int kp = (k + 1) / 2;
   for (int j0 = 0; j0 < n; j0 += 64) {
@@ -153,13 +153,13 @@ GPUMIX_TARGET_AVX512_BF16 void tile_gemm_bf16(int m, int n, int k, const uint16_
     const __mmask16 last = (__mmask16)(tail == 16 ? 0xffff : (1u << tail) - 1);
     const uint16_t* bj = b + 2 * j0;
     for (int i0 = 0; i0 < m; i0 += 4) {
-      const uint16_t* ai = a + i0 * lda;
+      const uint16_t* ai = a + i0 * a_rs;
       float* ci = c + i0 * ldc + j0;
       switch (std::min(4, m - i0)) {
-        case 1: block_row_bf16<1>(nv, kp, ai, lda, bj, ldb, ci, ldc, accumulate, last); break;
-        case 2: block_row_bf16<2>(nv, kp, ai, lda, bj, ldb, ci, ldc, accumulate, last); break;
-        case 3: block_row_bf16<3>(nv, kp, ai, lda, bj, ldb, ci, ldc, accumulate, last); break;
-        default: block_row_bf16<4>(nv, kp, ai, lda, bj, ldb, ci, ldc, accumulate, last); break;
+        case 1: block_row_bf16<1>(nv, kp, ai, a_rs, a_ps, bj, ldb, ci, ldc, accumulate, last); break;
+        case 2: block_row_bf16<2>(nv, kp, ai, a_rs, a_ps, bj, ldb, ci, ldc, accumulate, last); break;
+        case 3: block_row_bf16<3>(nv, kp, ai, a_rs, a_ps, bj, ldb, ci, ldc, accumulate, last); break;
+        default: block_row_bf16<4>(nv, kp, ai, a_rs, a_ps, bj, ldb, ci, ldc, accumulate, last); break;
       }
     }
   }

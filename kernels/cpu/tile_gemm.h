@@ -23,11 +23,13 @@ GPUMIX_TARGET_AVX512 void tile_gemm_avx512(int m, int n, int k, const float* a, 
                                            int64_t ldc, bool accumulate);
 
 // bf16 operands, fp32 products and accumulation (AVX-512 BF16 vdpbf16ps: 32 products a
-// step). a is row-major bf16 with leading dimension lda and k even (its padding column, if
-// any, zero); b is packed in pairs along k: element (l, j) at b[(l / 2) * ldb + 2 j + l % 2]
-// (ldb >= 2 n; a padding row of an odd k zero).
-GPUMIX_TARGET_AVX512_BF16 void tile_gemm_bf16(int m, int n, int k, const uint16_t* a, int64_t lda,
-                                              const uint16_t* b, int64_t ldb, float* c,
+// step). a is read in pairs along k (k even; a padding element of an odd k zero): the pair
+// (i, l / 2) is the two bf16 at a[i * a_rs + (l / 2) * a_ps], so a row-major a has
+// a_rs = lda, a_ps = 2, and the transpose of a tile packed in pairs along its rows (as b
+// below) has a_rs = 2, a_ps = its ldb; b is packed in pairs along k: element (l, j) at
+// b[(l / 2) * ldb + 2 j + l % 2] (ldb >= 2 n; a padding row of an odd k zero).
+GPUMIX_TARGET_AVX512_BF16 void tile_gemm_bf16(int m, int n, int k, const uint16_t* a, int64_t a_rs,
+                                              int64_t a_ps, const uint16_t* b, int64_t ldb, float* c,
                                               int64_t ldc, bool accumulate);
 
 // The two fp32 ones as policies, for kernel bodies written once over the path.

@@ -133,6 +133,14 @@ void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const 
 void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens,
                         int B, int T, int C, cudaStream_t stream = nullptr);
 
+// out (n) = tokens where 0 <= token < V, else 0, so that the embedding kernels above never
+// index outside their tables; the lowest position i whose token lies outside [0, V) is
+// reported as *first_bad = min(*first_bad, (i << 32) | (uint32_t)token), a word in device
+// or mapped host memory that the caller set to UINT64_MAX and reads after a later
+// synchronisation (no host wait here). n < 2^31.
+void check_tokens(int32_t* out, const int32_t* tokens, int64_t n, int V,
+                  unsigned long long* first_bad, cudaStream_t stream = nullptr);
+
 // ---- adamw.cu ----------------------------------------------------------------------------------
 // AdamW with decoupled weight decay and bias correction (step counts from 1) on fp32
 // master weights `param` with fp32 grad, m, v; writes the bf16 copy param_bf16 (may be
@@ -155,6 +163,27 @@ void f32_to_bf16(bf16* out, const float* in, int64_t n, cudaStream_t stream = nu
 void bf16_to_f32(float* out, const bf16* in, int64_t n, cudaStream_t stream = nullptr);
 void fill(float* out, float value, int64_t n, cudaStream_t stream = nullptr);
 void fill(bf16* out, float value, int64_t n, cudaStream_t stream = nullptr);
+void fill(int32_t* out, int32_t value, int64_t n, cudaStream_t stream = nullptr);
+
+// ---- random.cu: counter-based random numbers (kernels/philox.h) -------------------------------
+// out[i] = element offset + i of the stream `key`, exactly as the CPU computes it: uniform
+// in [low, high) as low + (high - low) * u (bit for bit: no contraction into an FMA);
+// normal as mean + std * z, z by Box-Muller with the device's logf / cosf / sqrtf (a few
+// ulps from the host's libm). bf16 outputs round the fp32 value once.
+void uniform(float* out, int64_t n, uint64_t key, uint64_t offset, float low, float high,
+             cudaStream_t stream = nullptr);
+void uniform(bf16* out, int64_t n, uint64_t key, uint64_t offset, float low, float high,
+             cudaStream_t stream = nullptr);
+void normal(float* out, int64_t n, uint64_t key, uint64_t offset, float mean, float std,
+            cudaStream_t stream = nullptr);
+void normal(bf16* out, int64_t n, uint64_t key, uint64_t offset, float mean, float std,
+            cudaStream_t stream = nullptr);
+
+// ---- spin.cu: emulated slowdown ------------------------------------------------------------------
+// Occupies `stream` (one thread, sleeping in __nanosleep steps) for `ns` nanoseconds of the
+// GPU's global timer, so that work enqueued after it on that stream starts that much later
+// while the host and other streams go on.
+void spin_ns(int64_t ns, cudaStream_t stream = nullptr);
 
 // ---- reduce.cu: double accumulation, deterministic (fixed grid, fixed-order final sum) -------
 // *out (one double in device memory) = sum / sum of squares of a.

@@ -65,4 +65,18 @@ void fill(bf16* out, float value, int64_t n, cudaStream_t stream) {
   detail::launch_map(out, kNoBf16, kNoBf16, FillOp{value}, n, stream);
 }
 
+namespace {
+__global__ void fill_i32_kernel(int32_t* out, int32_t value, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = value;
+}
+}  // namespace
+
+void fill(int32_t* out, int32_t value, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  fill_i32_kernel<<<detail::grid_for(n, 256), 256, 0, stream>>>(out, value, n);
+  CUDA_CHECK_LAST();
+}
+
 }  // namespace gpumix::kernels::cuda

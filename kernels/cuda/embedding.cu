@@ -73,7 +73,25 @@ __global__ void dwte_kernel(float* __restrict__ dwte, const bf16* __restrict__ d
   }
 }
 
+__global__ void check_tokens_kernel(int32_t* __restrict__ out, const int32_t* __restrict__ tokens,
+                                    int64_t n, int V, unsigned long long* first_bad) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int32_t token = tokens[i];
+    const bool ok = token >= 0 && token < V;
+    out[i] = ok ? token : 0;
+    if (!ok) atomicMin(first_bad, ((unsigned long long)i << 32) | (uint32_t)token);
+  }
+}
+
 }  // namespace
+
+void check_tokens(int32_t* out, const int32_t* tokens, int64_t n, int V,
+                  unsigned long long* first_bad, cudaStream_t stream) {
+  if (n <= 0) return;
+  check_tokens_kernel<<<detail::grid_for(n, 256), 256, 0, stream>>>(out, tokens, n, V, first_bad);
+  CUDA_CHECK_LAST();
+}
 
 void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
                        int T, int C, cudaStream_t stream) {

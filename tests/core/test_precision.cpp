@@ -24,16 +24,9 @@ namespace gpumix {
 namespace {
 
 using test::bf16_rtol;
+using test::bf16_values;
 using test::close_to_scale;
 
-// Random values in [lo, hi) rounded to bf16, so that f32 and bf16 tensors hold the same.
-std::vector<float> bf16_values(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v((size_t)n);
-  for (float& x : v) x = (float)bf16(dist(gen));
-  return v;
-}
 
 // The same values as an f32 and as a bf16 tensor.
 struct Pair {

@@ -9,8 +9,11 @@
 #include <cmath>
 #include <cstring>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
+
+#include "kernels/bf16.h"
 
 namespace gpumix::test {
 
@@ -91,6 +94,16 @@ inline ::testing::AssertionResult model_close(const char* what, const std::vecto
   return ::testing::AssertionFailure() << what << ": normalised mean squared error " << nmse
                                        << " = " << nmse / bound << " x the allowance " << bound
                                        << " (R " << R << ", k " << k << ")";
+}
+
+// Random values in [lo, hi) rounded to bf16, so that f32 and bf16 tensors (and the CPU and
+// a GPU) hold the same numbers.
+inline std::vector<float> bf16_values(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v((size_t)n);
+  for (float& x : v) x = bf16_bits_to_f32(f32_to_bf16_bits(dist(gen)));
+  return v;
 }
 
 // Bitwise equality of two fp32 vectors, reporting the first difference.

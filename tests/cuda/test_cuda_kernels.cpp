@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "kernels/cpu/ref.h"
+#include "kernels/philox.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace gpumix::test {
@@ -511,6 +512,89 @@ TEST_F(CudaTest, AdamW) {
       EXPECT_TRUE(close("adamw bf16 copy", download(dh), rp, tol_bf16(rp))) << what;
     }
   }
+}
+
+// ---- tokens, fill i32, random numbers, spin ---------------------------------------------------
+
+TEST_F(CudaTest, CheckTokensReplacesAndReportsTheFirstBadOne) {
+  const int V = 50;
+  std::vector<int32_t> tok(1001);
+  for (size_t i = 0; i < tok.size(); ++i) tok[i] = (int32_t)(i * 7 % V);
+  tok[700] = V;   // one past the end
+  tok[333] = -2;  // negative: the first bad position
+  DevBuf<int32_t> din(tok.size()), dout(tok.size());
+  upload(din, tok);
+  DevBuf<unsigned long long> report(1);
+  const unsigned long long none = ~0ull;
+  CUDA_CHECK(cudaMemcpy(report.p, &none, 8, cudaMemcpyHostToDevice));
+  cu::check_tokens(dout.p, din.p, (int64_t)tok.size(), V, report.p);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<int32_t> got(tok.size());
+  CUDA_CHECK(cudaMemcpy(got.data(), dout.p, 4 * got.size(), cudaMemcpyDeviceToHost));
+  unsigned long long word = 0;
+  CUDA_CHECK(cudaMemcpy(&word, report.p, 8, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(word >> 32, 333u);
+  EXPECT_EQ((int32_t)(uint32_t)word, -2);
+  for (size_t i = 0; i < tok.size(); ++i)
+    ASSERT_EQ(got[i], (i == 333 || i == 700) ? 0 : tok[i]) << i;
+}
+
+TEST_F(CudaTest, FillI32) {
+  for (int64_t n : {(int64_t)1, (int64_t)1000003}) {
+    DevBuf<int32_t> d(n);
+    cu::fill(d.p, -7, n);
+    std::vector<int32_t> got(n);
+    CUDA_CHECK(cudaMemcpy(got.data(), d.p, 4 * n, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got, std::vector<int32_t>(n, -7));
+  }
+}
+
+TEST_F(CudaTest, RandomStreamsAreTheHosts) {
+  const int64_t n = 4099;
+  const uint64_t key = 0x1234, offset = 77;
+  std::vector<float> uref(n), nref(n);
+  for (int64_t i = 0; i < n; ++i) {
+    uref[i] = -0.5f + (2.0f - -0.5f) * philox_uniform_at(key, offset + i);
+    nref[i] = 0.25f + 3.0f * philox_normal_at(key, offset + i);
+  }
+  DevBuf<float> u(n), z(n);
+  DevBuf<uint16_t> uh(n);
+  u.poison();
+  z.poison();
+  uh.poison();
+  cu::uniform(u.p, n, key, offset, -0.5f, 2.0f);
+  cu::uniform(uh.p, n, key, offset, -0.5f, 2.0f);
+  cu::normal(z.p, n, key, offset, 0.25f, 3.0f);
+  const std::vector<float> ug = download(u), uhg = download(uh), zg = download(z);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(ug[i], uref[i]) << "uniform, bit for bit, i " << i;
+    ASSERT_EQ(uhg[i], round_bf16(uref[i])) << "uniform bf16 i " << i;
+  }
+  // Box-Muller with the device's logf / cosf / sqrtf, each within a few ulps of the host's
+  // libm: rtol 16 ulps (2^-23 each); atol for cos near its zeros, whose error is absolute
+  // (4 ulps of 1), times the radius (sqrt(-2 ln 2^-24) < 6) and std 3.
+  EXPECT_TRUE(close("normal", zg, nref, Tol{3.0 * 6 * 4 * std::ldexp(1.0, -24), 16 * std::ldexp(1.0, -23)}));
+}
+
+TEST_F(CudaTest, SpinHoldsTheStreamNotTheHost) {
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  CUDA_CHECK(cudaEventRecord(a, s));
+  cu::spin_ns(30 * 1000 * 1000, s);  // 30 ms
+  CUDA_CHECK(cudaEventRecord(b, s));
+  EXPECT_EQ(cudaEventQuery(b), cudaErrorNotReady);  // the host went on
+  (void)cudaGetLastError();
+  CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  EXPECT_GE(ms, 29.0f);
+  EXPECT_LT(ms, 60.0f);  // __nanosleep steps of ~1 us; a loose bound
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 }  // namespace

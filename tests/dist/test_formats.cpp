@@ -146,6 +146,31 @@ TEST(ClusterFile, ErrorsNameTheField) {
       "nodes[0].devices[0].count");
 }
 
+TEST(ClusterFile, CudaDevicesNameTheirGpu) {
+  const ClusterDevice d = parse_device_spec("cuda:1:mem=8GiB:slow=2", "--devices");
+  EXPECT_TRUE(d.is_cuda());
+  EXPECT_EQ(d.kind, "gpu");
+  EXPECT_EQ(d.gpu, 1);
+  EXPECT_DOUBLE_EQ(d.memory_bytes, 8.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(d.slowdown, 2.0);
+  EXPECT_EQ(d.label(), "cuda:1:mem=8GiB:slow=2");
+  EXPECT_EQ(parse_device_spec(d.label(), "label").gpu, 1);
+  const ClusterDevice local = parse_device_spec("cuda", "--devices");  // the node-local rank's GPU
+  EXPECT_EQ(local.gpu, -1);
+  EXPECT_EQ(local.label(), "cuda");
+  // Several ranks on one GPU, in a cluster file too (string and object forms).
+  const Cluster c = cluster_from_json(json::parse(R"({"intra_node": {"bandwidth_GBps": 100},
+    "nodes": [{"devices": ["cuda:0", "cuda:0:mem=6GiB:slow=3", {"type": "cuda", "gpu": 0, "count": 2}]}]})"));
+  ASSERT_EQ(c.num_ranks(), 4);
+  for (const auto& r : c.ranks()) EXPECT_EQ(r.device.gpu, 0);
+  EXPECT_EQ(c.ranks()[1].device.label(), "cuda:0:mem=6GiB:slow=3");
+  EXPECT_EQ(cluster_to_json(cluster_from_json(cluster_to_json(c))).dump(), cluster_to_json(c).dump());
+  // A GPU index belongs to cuda only, and stays in range.
+  expect_field_error([] { parse_device_spec("cpu:0", "--devices"); }, "--devices.gpu");
+  expect_field_error([] { parse_device_spec("cuda:99999", "--devices"); }, "--devices.gpu");
+  expect_field_error([] { parse_device_spec("cuda:0:1", "--devices"); }, "--devices");
+}
+
 TEST(PlanFile, RoundTripAndValidation) {
   const Profile p = sample_profile();
   const Plan plan = plan_gpumix(p, 7);

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/backend.h"
 #include "nn/checkpoint.h"
 
 namespace {
@@ -684,6 +685,39 @@ TEST_F(Tools, ProfileAndDevicesRejectBadInput) {
   expect_rejected(gpumix(train_args(run, {"--devices", "cpu,cpu", "--ranks", "3"}), dir_), {"--ranks 3", "2 devices"});
   expect_rejected(gpumix(train_args(run, {"--devices", "cpu,cpu", "--plan", "even", "--batches", "4,4"}), dir_),
                   {"contradicts"});
+  EXPECT_FALSE(std::filesystem::exists(run + "/log.jsonl"));
+}
+
+TEST_F(Tools, SelfcheckListsTheDevicesAndChecksEachInItsComputeDtype) {
+  const Result r = gpumix({"selfcheck"}, dir_);
+  EXPECT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("cpu:0"), std::string::npos) << show(r);
+  EXPECT_NE(r.out.find("self-check passed"), std::string::npos) << show(r);
+  std::string why;
+  const int gpus = gpumix::cuda_device_count(&why);
+  if (gpus == 0) {
+    EXPECT_NE(r.out.find("(no CUDA GPU: " + why + ")"), std::string::npos) << show(r);
+  }
+  for (int i = 0; i < gpus; ++i)  // each GPU listed and checked in bf16
+    EXPECT_NE(r.out.find("cuda:" + std::to_string(i) + "   gradient check in bf16 passed"), std::string::npos)
+        << show(r);
+}
+
+TEST_F(Tools, CudaDevicesAreRefusedClearlyWhereTheyCannotRun) {
+  const std::string run = path("never_cuda_run"), out = path("never_cuda_profile.json");
+  expect_rejected(gpumix(train_args(run, {"--devices", "H200"}), dir_), {"'H200'", "plans and simulation", "cuda:0"});
+  expect_rejected(gpumix(train_args(run, {"--devices", "cpu,cuda:0"}), dir_), {"mixes cpu and cuda", "'cpu'", "'cuda:0'"});
+  expect_rejected(gpumix(train_args(run, {"--devices", "cuda:0:colour=red"}), dir_), {"colour"});
+  std::string why;
+  if (gpumix::cuda_device_count(&why) > 0) {  // a GPU is here: cuda:0 runs, in bf16 only
+    expect_rejected(gpumix(train_args(run, {"--devices", "cuda:0", "--dtype", "fp32"}), dir_),
+                    {"--dtype f32 on cuda:0", "the CUDA backend computes in bf16", "use --dtype bf16"});
+    return;
+  }
+  // No GPU can be used here (no driver, or a build without CUDA): the runtime's reason and the fix.
+  expect_rejected(gpumix(train_args(run, {"--devices", "cuda:0,cuda:0:mem=6GiB:slow=3"}), dir_),
+                  {"--devices cuda:0", "names a CUDA GPU, but none can be used here", why, "or use cpu devices"});
+  expect_rejected(gpumix({"profile", "--devices", "cuda:0", "--out", out}, dir_), {"none can be used here", why}, out);
   EXPECT_FALSE(std::filesystem::exists(run + "/log.jsonl"));
 }
 

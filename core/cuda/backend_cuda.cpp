@@ -1,0 +1,527 @@
+// The CUDA backend: every op through kernels/cuda on the logical device's compute stream,
+// with its GPU (DeviceProps::ordinal) current. The kernels compute in bf16 (fp32
+// accumulation) with the per-argument dtypes of core/backend.h, so a run computes in bf16
+// here; fp32 tensors appear where the contract makes them fp32 (master weights, parameter
+// gradients, moments, losses, lse, mean, rstd) and in the elementwise ops, reductions and
+// conversions that handle them. Tensors arrive validated by ops.cpp.
+//
+// Per logical device (Device::cuda(i), one rank's view of a GPU): three non-blocking
+// streams (compute, comm, offload), two pinned staging buffers for host copies, a pinned
+// buffer for the results that come back to the host, and a word of device memory where
+// the kernels report a token outside the vocabulary, copied back beside every result
+// that comes to the host (no synchronisation of its own).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "core/backend.h"
+#include "core/precision.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda.h"
+
+namespace gpumix {
+
+namespace {
+
+namespace cu = kernels::cuda;
+
+constexpr int64_t kStagingBytes = 4 << 20;  // per buffer; two per logical device
+constexpr unsigned long long kNoBadToken = ULLONG_MAX;
+
+// The state of one logical device, created at its first use and kept for the process.
+struct Logical {
+  Device device;
+  int ordinal = 0;
+  cudaStream_t streams[3] = {};
+  unsigned long long* bad_token = nullptr;  // device memory (cu::check_tokens)
+  int bad_token_vocab = 0;                  // V of the latest check
+
+  std::mutex host_mutex;                    // guards the pinned buffers below
+  void* staging[2] = {};
+  cudaEvent_t staging_free[2] = {};         // the last copy through staging[i] is done
+  void* results = nullptr;                  // pinned, results_bytes
+  int64_t results_bytes = 0;
+  unsigned long long* bad_token_host = nullptr;  // pinned: bad_token as last copied back
+
+  cudaStream_t stream(Stream s) const { return streams[(int)s]; }
+  cudaStream_t compute() const { return streams[(int)Stream::compute]; }
+  // Makes this device's GPU current for the calling thread; returns the compute stream.
+  cudaStream_t use() const {
+    CUDA_CHECK(cudaSetDevice(ordinal));
+    return compute();
+  }
+  void ensure_staging() {
+    if (staging[0]) return;
+    for (int i = 0; i < 2; ++i) {
+      CUDA_CHECK(cudaHostAlloc(&staging[i], kStagingBytes, cudaHostAllocPortable));
+      CUDA_CHECK(cudaEventCreateWithFlags(&staging_free[i], cudaEventDisableTiming));
+    }
+  }
+  // The pinned results buffer, at least `bytes` long (host_mutex held).
+  void* results_of(int64_t bytes) {
+    if (bytes > results_bytes) {
+      if (results) CUDA_CHECK(cudaFreeHost(results));
+      results_bytes = std::max<int64_t>(bytes, 4096);
+      CUDA_CHECK(cudaHostAlloc(&results, (size_t)results_bytes, cudaHostAllocPortable));
+    }
+    return results;
+  }
+  // Enqueued on the compute stream beside a result's copy to the host (host_mutex held);
+  // raise_bad_token reads it once the stream was synchronised: a token outside the
+  // vocabulary, reported by the embedding kernels since the last check, is the caller's
+  // error (reported once: the word is reset).
+  void fetch_bad_token() {
+    CUDA_CHECK(cudaMemcpyAsync(bad_token_host, bad_token, sizeof *bad_token, cudaMemcpyDeviceToHost,
+                               compute()));
+  }
+  void raise_bad_token() {
+    const unsigned long long word = *bad_token_host;
+    if (word == kNoBadToken) return;
+    *bad_token_host = kNoBadToken;
+    CUDA_CHECK(cudaMemsetAsync(bad_token, 0xff, sizeof *bad_token, compute()));  // kNoBadToken
+    GPUMIX_CHECK(false, "embedding on ", device.str(), ": token ", (int32_t)(uint32_t)word,
+                 " at position ", (int64_t)(word >> 32), " is outside the vocabulary of ",
+                 bad_token_vocab, "; the data does not match this model");
+  }
+};
+
+std::mutex logical_mutex;
+
+Logical& logical(Device device) {
+  static auto* devices = new std::map<int, std::unique_ptr<Logical>>();  // never destroyed
+  std::lock_guard<std::mutex> lock(logical_mutex);
+  auto it = devices->find(device.index);
+  if (it != devices->end()) return *it->second;
+  const DeviceProps props = device_props(device);
+  std::string why;
+  const int count = cu::cuda_device_count(&why);
+  GPUMIX_CHECK_INPUT(props.ordinal >= 0 && props.ordinal < count, device.str(), " is GPU ",
+                     props.ordinal, " but this machine has ", count, " CUDA device(s)",
+                     count ? "" : " (" + why + ")", "; name a GPU from 0 to ", count - 1,
+                     " or run without cuda devices");
+  auto d = std::make_unique<Logical>();
+  d->device = device;
+  d->ordinal = props.ordinal;
+  CUDA_CHECK(cudaSetDevice(d->ordinal));
+  for (cudaStream_t& s : d->streams) CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaMalloc((void**)&d->bad_token, sizeof(unsigned long long)));  // outside the
+  CUDA_CHECK(cudaMemsetAsync(d->bad_token, 0xff, sizeof(unsigned long long), d->compute()));  // allocator
+  CUDA_CHECK(cudaHostAlloc((void**)&d->bad_token_host, sizeof(unsigned long long), cudaHostAllocPortable));
+  *d->bad_token_host = kNoBadToken;
+  return *devices->emplace(device.index, std::move(d)).first->second;
+}
+
+float* f32(const Tensor& t) { return t.data<float>(); }
+float* opt(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+uint16_t* bf(const Tensor& t) { return reinterpret_cast<uint16_t*>(t.data<bf16>()); }
+uint16_t* opt_bf(const Tensor& t) { return t.defined() ? bf(t) : nullptr; }
+int32_t* i32(const Tensor& t) { return t.data<int32_t>(); }
+
+// The ops whose kernels exist in bf16 only refuse another compute dtype, with the fix.
+void need_bf16(const char* op, const Tensor& anchor) {
+  GPUMIX_CHECK_INPUT(anchor.dtype() == DType::bf16, op, " on ", anchor.device().str(), " in ",
+                     dtype_name(anchor.dtype()), ": the CUDA backend computes in bf16: use "
+                     "--dtype bf16");
+}
+
+class CudaBackend final : public Backend {
+ public:
+  DeviceProps default_props(Device device) const override {
+    DeviceProps p;
+    p.ordinal = device.index;
+    std::string why;
+    const int count = cu::cuda_device_count(&why);
+    if (device.index >= count) {  // usable once configure_device names a GPU that exists
+      p.name = str("no GPU ", device.index, " (", count, " found", count ? "" : ": " + why, ")");
+      return p;
+    }
+    p.name = cu::cuda_device_info(device.index).name;
+    size_t free_bytes = 0, total = 0;
+    CUDA_CHECK(cudaSetDevice(device.index));
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    p.capacity = (int64_t)free_bytes;
+    return p;
+  }
+  bool computes(DType dtype) const override { return dtype == DType::bf16; }
+  void* alloc(Device device, int64_t bytes) const override {
+    logical(device).use();
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, (size_t)bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return nullptr;  // the allocator throws OutOfMemory with the numbers
+    }
+    CUDA_CHECK(e);
+    return p;
+  }
+  void free(Device device, void* ptr) const override {
+    logical(device).use();
+    CUDA_CHECK(cudaFree(ptr));
+  }
+
+  void* stream_handle(Device device, Stream stream) const override {
+    return logical(device).stream(stream);
+  }
+  void synchronize(Device device) const override {
+    const Logical& d = logical(device);
+    d.use();
+    for (cudaStream_t s : d.streams) CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  void* event_create(Device device) const override {
+    logical(device).use();
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreate(&e));  // with timing: elapsed_ms
+    return e;
+  }
+  // Called from ~Event, also at exit after the runtime may have unloaded: never throws.
+  void event_destroy(void* event) const override {
+    if (cudaEventDestroy((cudaEvent_t)event) != cudaSuccess) (void)cudaGetLastError();
+  }
+  void event_record(void* event, Device device, Stream stream) const override {
+    const Logical& d = logical(device);
+    d.use();
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, d.stream(stream)));
+  }
+  void event_wait(void* event, Device device, Stream stream) const override {
+    const Logical& d = logical(device);
+    d.use();
+    CUDA_CHECK(cudaStreamWaitEvent(d.stream(stream), (cudaEvent_t)event, 0));
+  }
+  void event_synchronize(void* event) const override {
+    CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)event));
+  }
+  bool event_query(void* event) const override {
+    const cudaError_t e = cudaEventQuery((cudaEvent_t)event);
+    if (e == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    CUDA_CHECK(e);
+    return true;
+  }
+  double event_elapsed_ms(void* start, void* end) const override {
+    CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)start));
+    CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)end));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)end));
+    return ms;
+  }
+  void spin(Device device, double ms) const override {
+    cu::spin_ns((int64_t)(ms * 1e6), logical(device).use());
+  }
+
+  void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                      const Tensor& bias) const override {
+    need_bf16("matmul_forward", inp);
+    const int OC = (int)weight.size(0), C = (int)weight.size(1);
+    cu::matmul_forward(bf(out), bf(inp), bf(weight), opt_bf(bias), (int)(inp.numel() / C), C, OC,
+                       on(inp));
+  }
+  void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                       const Tensor& inp, const Tensor& weight) const override {
+    need_bf16("matmul_backward", inp);
+    const int OC = (int)weight.size(0), C = (int)weight.size(1);
+    cu::matmul_backward(opt_bf(dinp), opt(dweight), opt(dbias), bf(dout), bf(inp), bf(weight),
+                        (int)(inp.numel() / C), C, OC, on(inp));
+  }
+  void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha,
+            float beta) const override {
+    need_bf16("gemm", a);
+    const int m = (int)c.size(-2), n = (int)c.size(-1);
+    const int k = (int)(trans_a ? a.size(-2) : a.size(-1));
+    const int batch = (int)(c.numel() / ((int64_t)m * n));
+    const int lda = (int)a.size(-1), ldb = (int)b.size(-1);
+    const int64_t sa = (int64_t)m * k, sb = (int64_t)k * n, sc = (int64_t)m * n;
+    if (c.dtype() == DType::f32)  // an fp32 result of bf16 operands
+      cu::gemm(trans_a, trans_b, m, n, k, alpha, bf(a), lda, bf(b), ldb, beta, f32(c), n, batch,
+               sa, sb, sc, on(a));
+    else
+      cu::gemm(trans_a, trans_b, m, n, k, alpha, bf(a), lda, bf(b), ldb, beta, bf(c), n, batch,
+               sa, sb, sc, on(a));
+  }
+  void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                         const Tensor& weight, const Tensor& bias) const override {
+    need_bf16("layernorm_forward", inp);
+    const int C = (int)inp.size(-1);
+    cu::layernorm_forward(bf(out), f32(mean), f32(rstd), bf(inp), bf(weight), bf(bias),
+                          (int)(inp.numel() / C), C, on(inp));
+  }
+  void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                          const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                          const Tensor& rstd) const override {
+    need_bf16("layernorm_backward", inp);
+    const int C = (int)inp.size(-1);
+    cu::layernorm_backward(opt_bf(dinp), opt(dweight), opt(dbias), bf(dout), bf(inp), bf(weight),
+                           f32(mean), f32(rstd), (int)(inp.numel() / C), C, on(inp));
+  }
+  void gelu_forward(Tensor& out, const Tensor& inp) const override {
+    need_bf16("gelu_forward", inp);
+    cu::gelu_forward(bf(out), bf(inp), inp.numel(), on(inp));
+  }
+  void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) const override {
+    need_bf16("gelu_backward", inp);
+    cu::gelu_backward(bf(dinp), bf(inp), bf(dout), inp.numel(), on(inp));
+  }
+  void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int NH) const override {
+    need_bf16("attention_forward", qkv);
+    const int B = (int)qkv.size(0), T = (int)qkv.size(1), C = (int)(qkv.size(2) / 3);
+    // The flash kernels take head sizes 16..128 (powers of two); the reference any other.
+    const auto run = cu::attention_flash_supported(C / NH) ? cu::attention_forward
+                                                           : cu::attention_forward_ref;
+    run(bf(out), f32(lse), bf(qkv), B, T, C, NH, on(qkv));
+  }
+  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& lse, int NH) const override {
+    need_bf16("attention_backward", qkv);
+    const int B = (int)qkv.size(0), T = (int)qkv.size(1), C = (int)(qkv.size(2) / 3);
+    const auto run = cu::attention_flash_supported(C / NH) ? cu::attention_backward
+                                                           : cu::attention_backward_ref;
+    run(bf(dqkv), bf(dout), bf(qkv), bf(out), f32(lse), B, T, C, NH, on(qkv));
+  }
+  void crossentropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits,
+                            const Tensor& targets, int32_t ignore_index) const override {
+    need_bf16("crossentropy_forward", logits);
+    const int V = (int)logits.size(-1);
+    cu::crossentropy_forward(f32(losses), f32(lse), bf(logits), i32(targets),
+                             (int)(logits.numel() / V), V, ignore_index, on(logits));
+  }
+  void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
+                             const Tensor& targets, float dloss,
+                             int32_t ignore_index) const override {
+    need_bf16("crossentropy_backward", logits);
+    const int V = (int)logits.size(-1);
+    cu::crossentropy_backward(bf(dlogits), bf(logits), f32(lse), i32(targets), dloss,
+                              (int)(logits.numel() / V), V, ignore_index, /*accumulate=*/true,
+                              on(logits));
+  }
+  void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                         const Tensor& wpe) const override {
+    need_bf16("embedding_forward", wte);
+    const Tensor checked = checked_tokens(tokens, (int)wte.size(0));
+    cu::embedding_forward(bf(out), i32(checked), bf(wte), bf(wpe), (int)tokens.size(0),
+                          (int)tokens.size(1), (int)wte.size(1), on(wte));
+  }
+  void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout,
+                          const Tensor& tokens) const override {
+    need_bf16("embedding_backward", dout);
+    // dwte's rows bound the tokens (a scatter outside it would write past the buffer).
+    const int V = dwte.defined() ? (int)dwte.size(0) : INT_MAX;
+    const Tensor checked = checked_tokens(tokens, V);
+    cu::embedding_backward(opt(dwte), opt(dwpe), bf(dout), i32(checked), (int)tokens.size(0),
+                           (int)tokens.size(1), (int)dout.size(2), on(dout));
+  }
+  void adamw_step(Tensor& param, Tensor& param_copy, const Tensor& grad, Tensor& m, Tensor& v,
+                  const AdamWConfig& cfg, int step) const override {
+    cu::adamw_step(f32(param), opt_bf(param_copy), f32(grad), f32(m), f32(v), param.numel(), cfg.lr,
+                   cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step, on(param));
+  }
+  void add(Tensor& out, const Tensor& a, const Tensor& b) const override {
+    if (a.dtype() == DType::f32)
+      cu::add(f32(out), f32(a), f32(b), a.numel(), on(a));
+    else
+      cu::add(bf(out), bf(a), bf(b), a.numel(), on(a));
+  }
+  void scale(Tensor& out, const Tensor& a, float s) const override {
+    if (a.dtype() == DType::f32)
+      cu::scale(f32(out), f32(a), s, a.numel(), on(a));
+    else
+      cu::scale(bf(out), bf(a), s, a.numel(), on(a));
+  }
+  void axpy(Tensor& out, const Tensor& a, float s) const override {
+    if (a.dtype() == DType::f32)
+      cu::axpy(f32(out), f32(a), s, a.numel(), on(a));
+    else if (out.dtype() == DType::f32)  // fp32 accumulation of bf16 values
+      cu::axpy(f32(out), bf(a), s, a.numel(), on(a));
+    else
+      cu::axpy(bf(out), bf(a), s, a.numel(), on(a));
+  }
+  double sum(const Tensor& a) const override { return reduce({a}, false)[0]; }
+  double sum_squares(const Tensor& a) const override { return reduce({a}, true)[0]; }
+  std::vector<double> sum_squares_many(const std::vector<Tensor>& ts) const override {
+    return reduce(ts, true);
+  }
+  std::vector<float> read_scalars(const std::vector<Tensor>& ts) const override {
+    Logical& d = logical(ts[0].device());
+    const cudaStream_t s = d.use();
+    std::lock_guard<std::mutex> lock(d.host_mutex);
+    char* host = (char*)d.results_of(4 * (int64_t)ts.size());
+    for (size_t i = 0; i < ts.size(); ++i)
+      CUDA_CHECK(cudaMemcpyAsync(host + 4 * i, ts[i].raw_data(), dtype_size(ts[i].dtype()),
+                                 cudaMemcpyDeviceToHost, s));
+    d.fetch_bad_token();
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    d.raise_bad_token();
+    std::vector<float> out(ts.size());
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (ts[i].dtype() == DType::f32) {
+        std::memcpy(&out[i], host + 4 * i, 4);
+      } else {
+        uint16_t bits;
+        std::memcpy(&bits, host + 4 * i, 2);
+        out[i] = bf16_bits_to_f32(bits);
+      }
+    }
+    return out;
+  }
+
+  void fill(Tensor& t, float value) const override {
+    if (t.dtype() == DType::f32)
+      cu::fill(f32(t), value, t.numel(), on(t));
+    else if (t.dtype() == DType::bf16)
+      cu::fill(bf(t), value, t.numel(), on(t));
+    else
+      cu::fill(i32(t), (int32_t)value, t.numel(), on(t));
+  }
+  void copy(Tensor& dst, const Tensor& src) const override {
+    const int64_t bytes = dst.nbytes();
+    if (bytes == 0 || (dst.device() == src.device() && dst.raw_data() == src.raw_data())) return;
+    if (src.device().is_cpu()) return upload(dst.raw_data(), logical(dst.device()), src.raw_data(), bytes);
+    if (dst.device().is_cpu()) return download(dst.raw_data(), logical(src.device()), src.raw_data(), bytes);
+    if (dst.device() == src.device()) {
+      CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), (size_t)bytes,
+                                 cudaMemcpyDeviceToDevice, on(dst)));
+      return;
+    }
+    copy_between(dst, src, bytes);
+  }
+  void convert(Tensor& out, const Tensor& in) const override {
+    if (out.dtype() == in.dtype()) return copy(out, in);
+    if (in.dtype() == DType::f32)
+      cu::f32_to_bf16(bf(out), f32(in), in.numel(), on(in));
+    else
+      cu::bf16_to_f32(f32(out), bf(in), in.numel(), on(in));
+  }
+  void uniform_(Tensor& t, uint64_t key, uint64_t offset, float low, float high) const override {
+    if (t.dtype() == DType::f32)
+      cu::uniform(f32(t), t.numel(), key, offset, low, high, on(t));
+    else
+      cu::uniform(bf(t), t.numel(), key, offset, low, high, on(t));
+  }
+  void normal_(Tensor& t, uint64_t key, uint64_t offset, float mean, float std) const override {
+    if (t.dtype() == DType::f32)
+      cu::normal(f32(t), t.numel(), key, offset, mean, std, on(t));
+    else
+      cu::normal(bf(t), t.numel(), key, offset, mean, std, on(t));
+  }
+
+ private:
+  // The compute stream of a tensor's device, its GPU made current.
+  static cudaStream_t on(const Tensor& t) { return logical(t.device()).use(); }
+
+  // Tokens with those outside [0, V) replaced by 0 (reported to the host, see Logical).
+  // The copy comes from the device's allocator and is used on its compute stream only.
+  static Tensor checked_tokens(const Tensor& tokens, int V) {
+    Logical& d = logical(tokens.device());
+    Tensor checked = Tensor::empty(tokens.shape(), DType::i32, tokens.device());
+    d.bad_token_vocab = V;
+    cu::check_tokens(i32(checked), i32(tokens), tokens.numel(), V, d.bad_token, d.use());
+    return checked;
+  }
+
+  // Each tensor's sum (of squares) into one device array, one copy back, one synchronisation.
+  static std::vector<double> reduce(const std::vector<Tensor>& ts, bool squares) {
+    Logical& d = logical(ts[0].device());
+    const cudaStream_t s = d.use();
+    const int64_t n = (int64_t)ts.size();
+    Tensor sums = Tensor::empty({2 * n}, DType::f32, d.device);  // (n) doubles
+    double* out = (double*)sums.raw_data();
+    for (int64_t i = 0; i < n; ++i) {
+      const Tensor& t = ts[i];
+      if (t.dtype() == DType::f32)
+        squares ? cu::sum_squares(out + i, f32(t), t.numel(), s) : cu::sum(out + i, f32(t), t.numel(), s);
+      else
+        squares ? cu::sum_squares(out + i, bf(t), t.numel(), s) : cu::sum(out + i, bf(t), t.numel(), s);
+    }
+    std::lock_guard<std::mutex> lock(d.host_mutex);
+    void* host = d.results_of(8 * n);
+    CUDA_CHECK(cudaMemcpyAsync(host, out, (size_t)(8 * n), cudaMemcpyDeviceToHost, s));
+    d.fetch_bad_token();
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    d.raise_bad_token();
+    std::vector<double> result((size_t)n);
+    std::memcpy(result.data(), host, (size_t)(8 * n));
+    return result;
+  }
+
+  // Host -> device through the two staging buffers, chunk by chunk on the compute stream:
+  // each chunk waits for the copy that last used its buffer. On return the host memory may
+  // be reused; the data is in place for all later work on the compute stream.
+  static void upload(void* dst, Logical& d, const void* src, int64_t bytes) {
+    const cudaStream_t s = d.use();
+    std::lock_guard<std::mutex> lock(d.host_mutex);
+    d.ensure_staging();
+    for (int64_t off = 0, k = 0; off < bytes; off += kStagingBytes, ++k) {
+      const int b = (int)(k & 1);
+      const size_t n = (size_t)std::min(kStagingBytes, bytes - off);
+      CUDA_CHECK(cudaEventSynchronize(d.staging_free[b]));
+      std::memcpy(d.staging[b], (const char*)src + off, n);
+      CUDA_CHECK(cudaMemcpyAsync((char*)dst + off, d.staging[b], n, cudaMemcpyHostToDevice, s));
+      CUDA_CHECK(cudaEventRecord(d.staging_free[b], s));
+    }
+  }
+
+  // Device -> host, after all earlier work on the compute stream: chunk k + 1 is copied
+  // into one staging buffer while the host copies chunk k out of the other. Complete on
+  // return.
+  static void download(void* dst, Logical& d, const void* src, int64_t bytes) {
+    const cudaStream_t s = d.use();
+    std::lock_guard<std::mutex> lock(d.host_mutex);
+    d.ensure_staging();
+    const int64_t chunks = (bytes + kStagingBytes - 1) / kStagingBytes;
+    auto size_of = [&](int64_t k) { return (size_t)std::min(kStagingBytes, bytes - k * kStagingBytes); };
+    auto enqueue = [&](int64_t k) {
+      const int b = (int)(k & 1);
+      CUDA_CHECK(cudaMemcpyAsync(d.staging[b], (const char*)src + k * kStagingBytes, size_of(k),
+                                 cudaMemcpyDeviceToHost, s));
+      CUDA_CHECK(cudaEventRecord(d.staging_free[b], s));
+    };
+    d.fetch_bad_token();  // before the first chunk: done when any chunk's event is
+    enqueue(0);
+    for (int64_t k = 0; k < chunks; ++k) {
+      if (k + 1 < chunks) enqueue(k + 1);
+      const int b = (int)(k & 1);
+      CUDA_CHECK(cudaEventSynchronize(d.staging_free[b]));
+      std::memcpy((char*)dst + k * kStagingBytes, d.staging[b], size_of(k));
+    }
+    d.raise_bad_token();
+  }
+
+  // Between two logical devices (one GPU or two): the copy runs on dst's compute stream
+  // after src's earlier work, and src's compute stream waits for it before reusing src's
+  // memory. No host wait.
+  static void copy_between(Tensor& dst, const Tensor& src, int64_t bytes) {
+    Logical& from = logical(src.device());
+    Logical& to = logical(dst.device());
+    cudaEvent_t produced, consumed;
+    from.use();
+    CUDA_CHECK(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(produced, from.compute()));
+    const cudaStream_t s = to.use();
+    CUDA_CHECK(cudaEventCreateWithFlags(&consumed, cudaEventDisableTiming));
+    CUDA_CHECK(cudaStreamWaitEvent(s, produced, 0));
+    CUDA_CHECK(cudaMemcpyPeerAsync(dst.raw_data(), to.ordinal, src.raw_data(), from.ordinal,
+                                   (size_t)bytes, s));
+    CUDA_CHECK(cudaEventRecord(consumed, s));
+    from.use();
+    CUDA_CHECK(cudaStreamWaitEvent(from.compute(), consumed, 0));
+    CUDA_CHECK(cudaEventDestroy(produced));  // the waits above hold what they need
+    CUDA_CHECK(cudaEventDestroy(consumed));
+  }
+};
+
+}  // namespace
+
+const Backend& cuda_backend() {
+  static const CudaBackend backend;
+  return backend;
+}
+
+int cuda_device_count(std::string* why_not) { return cu::cuda_device_count(why_not); }
+
+}  // namespace gpumix
