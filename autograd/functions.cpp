@@ -111,12 +111,13 @@ Var cross_entropy(const Var& logits, const Tensor& targets, float scale, int32_t
   Tensor losses = Tensor::empty({N}, DType::f32, lv.device());
   Tensor lse = Tensor::empty({N}, DType::f32, lv.device());
   ops::crossentropy_forward(losses, lse, lv, targets, ignore_index);
-  Tensor loss = Tensor::full({1}, (float)(scale * ops::sum(losses)), DType::f32, lv.device());
+  Tensor loss = Tensor::empty({1}, DType::f32, lv.device());
+  ops::sum_to(loss, losses, scale);  // no host read: a step reads its losses once, together
   auto li = logits.impl();
   return finish(loss, {&logits}, [li, targets, lse, scale, ignore_index](const Tensor& dloss) {
     Tensor dl = grad_if(li);
     if (dl.defined())
-      ops::crossentropy_backward(dl, li->value, lse, targets, scale * dloss.item(), ignore_index);
+      ops::crossentropy_backward(dl, li->value, lse, targets, dloss, scale, ignore_index);
   });
 }
 

@@ -76,9 +76,11 @@ class Backend {
   // losses [f32], lse [f32], logits [c], targets i32.
   virtual void crossentropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits,
                                     const Tensor& targets, int32_t ignore_index) const = 0;
-  // dlogits [c], logits [c], lse [f32], targets i32.
+  // dlogits [c], logits [c], lse [f32], targets i32; the gradient factor is scale x dloss's
+  // one element (f32, on the device: read there, never by the host) or, with dloss
+  // undefined, scale itself.
   virtual void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
-                                     const Tensor& targets, float dloss,
+                                     const Tensor& targets, const Tensor& dloss, float scale,
                                      int32_t ignore_index) const = 0;
   // out [c], tokens i32, wte [c], wpe [c].
   virtual void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
@@ -95,6 +97,9 @@ class Backend {
   virtual void scale(Tensor& out, const Tensor& a, float s) const = 0;
   virtual void axpy(Tensor& out, const Tensor& a, float s) const = 0;
   // a f32 or bf16; accumulated in double.
+  // out [f32] one element = (float)(scale * sum(a)), the sum as sum() gives it, left on the
+  // device (a loss without a host read).
+  virtual void sum_to(Tensor& out, const Tensor& a, double scale) const = 0;
   virtual double sum(const Tensor& a) const = 0;
   virtual double sum_squares(const Tensor& a) const = 0;
   // Each tensor's sum_squares (f32 or bf16, all on one device of this backend) / value (one

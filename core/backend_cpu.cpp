@@ -150,11 +150,12 @@ class CpuBackend final : public Backend {
     });
   }
   void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
-                             const Tensor& targets, float dloss,
+                             const Tensor& targets, const Tensor& dloss, float scale,
                              int32_t ignore_index) const override {
     const int V = (int)logits.size(-1);
+    const float factor = dloss.defined() ? scale * f32(dloss)[0] : scale;
     in_compute_dtype(logits, [&](auto c) {
-      k::crossentropy_backward(c(dlogits), c(logits), f32(lse), i32(targets), dloss,
+      k::crossentropy_backward(c(dlogits), c(logits), f32(lse), i32(targets), factor,
                                (int)(logits.numel() / V), V, ignore_index);
     });
   }
@@ -199,6 +200,9 @@ class CpuBackend final : public Backend {
       else
         k::axpy(c(out), c(a), s, a.numel());
     });
+  }
+  void sum_to(Tensor& out, const Tensor& a, double scale) const override {
+    f32(out)[0] = (float)(scale * sum(a));
   }
   double sum(const Tensor& a) const override {
     double total = 0;

@@ -392,15 +392,22 @@ void crossentropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, con
 }
 
 void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
-                           const Tensor& targets, float dloss, int32_t ignore_index) {
+                           const Tensor& targets, const Tensor& dloss, float scale,
+                           int32_t ignore_index) {
   const char* op = "crossentropy_backward";
   const Args args(op, "logits", logits);
   const int64_t N = crossentropy_rows(op, args, logits, targets);
   args.need("dlogits", dlogits, Role::compute, logits.shape());
   args.need("lse", lse, Role::fp32, Shape{N});
+  args.maybe("dloss", dloss, Role::fp32, Shape{1});
   dispatch(args.device(), [&](const Backend& b) {
-    b.crossentropy_backward(dlogits, logits, lse, targets, dloss, ignore_index);
+    b.crossentropy_backward(dlogits, logits, lse, targets, dloss, scale, ignore_index);
   });
+}
+
+void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
+                           const Tensor& targets, float dloss, int32_t ignore_index) {
+  crossentropy_backward(dlogits, logits, lse, targets, Tensor(), dloss, ignore_index);
 }
 
 void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
@@ -496,6 +503,12 @@ double sum(const Tensor& a) {
 double sum_squares(const Tensor& a) {
   check_float("sum_squares", "a", a);
   return dispatch(a.device(), [&](const Backend& b) { return b.sum_squares(a); });
+}
+
+void sum_to(Tensor& out, const Tensor& a, double scale) {
+  const Args args("sum_to", "a", a);
+  args.need("out", out, Role::fp32, Shape{1});
+  dispatch(args.device(), [&](const Backend& b) { b.sum_to(out, a, scale); });
 }
 
 namespace {

@@ -60,6 +60,11 @@ void crossentropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, con
                           int32_t ignore_index = -1);
 void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
                            const Tensor& targets, float dloss, int32_t ignore_index = -1);
+// The same with the factor scale x dloss, dloss a one-element f32 tensor on the op's device
+// (the loss's gradient in autograd): on a GPU it is read by the kernel, not the host.
+void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
+                           const Tensor& targets, const Tensor& dloss, float scale,
+                           int32_t ignore_index = -1);
 
 // tokens i32 (B,T); wte (V,C); wpe (Tmax,C), T <= Tmax -> out (B,T,C).
 void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
@@ -82,6 +87,9 @@ void axpy(Tensor& out, const Tensor& a, float s);
 // Reductions over all elements (f32 or bf16), accumulated in double.
 double sum(const Tensor& a);
 double sum_squares(const Tensor& a);
+// out (one f32 element on a's device) = (float)(scale * sum(a)), bit for bit, without a
+// host read (a loss from its per-row losses).
+void sum_to(Tensor& out, const Tensor& a, double scale);
 
 // For one host synchronisation per step: each tensor's sum_squares (exactly the values
 // that sum_squares gives, bit for bit), and each one-element tensor's value (f32 or bf16).

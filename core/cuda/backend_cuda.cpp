@@ -292,11 +292,12 @@ class CudaBackend final : public Backend {
                              (int)(logits.numel() / V), V, ignore_index, on(logits));
   }
   void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
-                             const Tensor& targets, float dloss,
+                             const Tensor& targets, const Tensor& dloss, float scale,
                              int32_t ignore_index) const override {
     need_bf16("crossentropy_backward", logits);
     const int V = (int)logits.size(-1);
-    cu::crossentropy_backward(bf(dlogits), bf(logits), f32(lse), i32(targets), dloss,
+    cu::crossentropy_backward(bf(dlogits), bf(logits), f32(lse), i32(targets),
+                              dloss.defined() ? f32(dloss) : nullptr, scale,
                               (int)(logits.numel() / V), V, ignore_index, /*accumulate=*/true,
                               on(logits));
   }
@@ -342,6 +343,13 @@ class CudaBackend final : public Backend {
       cu::axpy(bf(out), bf(a), s, a.numel(), on(a));
   }
   double sum(const Tensor& a) const override { return reduce({a}, false)[0]; }
+  void sum_to(Tensor& out, const Tensor& a, double scale) const override {
+    const cudaStream_t s = logical(a.device()).use();
+    Tensor total = Tensor::empty({2}, DType::f32, a.device());  // one double
+    double* d = (double*)total.raw_data();
+    a.dtype() == DType::f32 ? cu::sum(d, f32(a), a.numel(), s) : cu::sum(d, bf(a), a.numel(), s);
+    cu::scale_to_f32(f32(out), d, scale, s);
+  }
   double sum_squares(const Tensor& a) const override { return reduce({a}, true)[0]; }
   std::vector<double> sum_squares_many(const std::vector<Tensor>& ts) const override {
     return reduce(ts, true);

@@ -74,14 +74,14 @@ __global__ void __launch_bounds__(kThreads) crossentropy_forward_kernel(
 template <bool VEC>
 __global__ void __launch_bounds__(kThreads) crossentropy_backward_kernel(
     bf16* dlogits, const bf16* logits, const float* __restrict__ lse,
-    const int32_t* __restrict__ targets, float dloss, int V, int32_t ignore_index,
-    bool accumulate) {
+    const int32_t* __restrict__ targets, const float* __restrict__ dloss, float factor, int V,
+    int32_t ignore_index, bool accumulate) {
   const int row = blockIdx.x;
   const int32_t target = targets[row];
   const bool ignored = target == ignore_index;
   if (ignored && accumulate) return;  // adds nothing
   const float l = lse[row];
-  const float scale = ignored ? 0.0f : dloss;
+  const float scale = ignored ? 0.0f : dloss ? factor * *dloss : factor;
   const bf16* x = logits + (int64_t)row * V;
   bf16* d = dlogits + (int64_t)row * V;
   if (VEC) {
@@ -119,16 +119,23 @@ void crossentropy_forward(float* losses, float* lse, const bf16* logits, const i
 }
 
 void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
-                           const int32_t* targets, float dloss, int N, int V,
+                           const int32_t* targets, const float* dloss, float scale, int N, int V,
                            int32_t ignore_index, bool accumulate, cudaStream_t stream) {
   if (N <= 0) return;
   if (V % 8 == 0 && detail::aligned16(logits) && detail::aligned16(dlogits))
     crossentropy_backward_kernel<true><<<N, kThreads, 0, stream>>>(
-        dlogits, logits, lse, targets, dloss, V, ignore_index, accumulate);
+        dlogits, logits, lse, targets, dloss, scale, V, ignore_index, accumulate);
   else
     crossentropy_backward_kernel<false><<<N, kThreads, 0, stream>>>(
-        dlogits, logits, lse, targets, dloss, V, ignore_index, accumulate);
+        dlogits, logits, lse, targets, dloss, scale, V, ignore_index, accumulate);
   CUDA_CHECK_LAST();
+}
+
+void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
+                           const int32_t* targets, float dloss, int N, int V,
+                           int32_t ignore_index, bool accumulate, cudaStream_t stream) {
+  crossentropy_backward(dlogits, logits, lse, targets, nullptr, dloss, N, V, ignore_index,
+                        accumulate, stream);
 }
 
 }  // namespace gpumix::kernels::cuda

@@ -122,6 +122,12 @@ void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
                            const int32_t* targets, float dloss, int N, int V,
                            int32_t ignore_index, bool accumulate = true,
                            cudaStream_t stream = nullptr);
+// The same with the factor scale * *dloss read on the device (dloss: one fp32 in device
+// memory, e.g. autograd's loss gradient), so that no host read precedes the backward.
+void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
+                           const int32_t* targets, const float* dloss, float scale, int N, int V,
+                           int32_t ignore_index, bool accumulate = true,
+                           cudaStream_t stream = nullptr);
 
 // ---- embedding.cu ------------------------------------------------------------------------------
 // out (B,T,C) = wte[tokens[b,t]] (V,C) + wpe[t] (T,C); tokens must lie in [0, V).
@@ -191,6 +197,8 @@ void sum(double* out, const float* a, int64_t n, cudaStream_t stream = nullptr);
 void sum(double* out, const bf16* a, int64_t n, cudaStream_t stream = nullptr);
 void sum_squares(double* out, const float* a, int64_t n, cudaStream_t stream = nullptr);
 void sum_squares(double* out, const bf16* a, int64_t n, cudaStream_t stream = nullptr);
+// *out = (float)(scale * *in) on the device: a reduction's double as an fp32 scalar.
+void scale_to_f32(float* out, const double* in, double scale, cudaStream_t stream = nullptr);
 // The same, returned to the host (synchronises the stream).
 double sum_sync(const float* a, int64_t n, cudaStream_t stream = nullptr);
 double sum_squares_sync(const float* a, int64_t n, cudaStream_t stream = nullptr);

@@ -72,7 +72,16 @@ double reduce_sync(const float* a, int64_t n, cudaStream_t stream) {
   return h;
 }
 
+__global__ void scale_to_f32_kernel(float* out, const double* in, double scale) {
+  *out = (float)(scale * *in);
+}
+
 }  // namespace
+
+void scale_to_f32(float* out, const double* in, double scale, cudaStream_t stream) {
+  scale_to_f32_kernel<<<1, 1, 0, stream>>>(out, in, scale);
+  CUDA_CHECK_LAST();
+}
 
 void sum(double* out, const float* a, int64_t n, cudaStream_t stream) {
   reduce<false>(out, a, n, stream);

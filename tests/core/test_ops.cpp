@@ -309,6 +309,42 @@ TEST(OpsValues, SumSquaresManyIsSumSquaresBitForBit) {
   EXPECT_TRUE(ops::sum_squares_many({}).empty());
 }
 
+TEST(OpsValues, SumToIsTheScaledSumBitForBit) {
+  // A loss without a host read: exactly (float)(scale * ops::sum(a)), for f32 and bf16.
+  for (int64_t n : {1, 37, 100003}) {
+    const Tensor a = Tensor::from_vector(random_floats((size_t)n, (uint32_t)(n + 5)), {n});
+    for (const Tensor& t : {a, a.to(DType::bf16)}) {
+      const float scale = 1.0f / 3.0f;
+      Tensor out = Tensor::full({1}, NAN);
+      ops::sum_to(out, t, scale);
+      const float expected = (float)(scale * ops::sum(t));
+      EXPECT_EQ(std::memcmp(out.data<float>(), &expected, sizeof expected), 0) << n;
+    }
+  }
+  Tensor wrong = Tensor::zeros({2});
+  EXPECT_THROW_WITH(ops::sum_to(wrong, Tensor::zeros({3}), 1.0), Error, "out has shape (2,), expected (1,)");
+}
+
+TEST(OpsValues, CrossEntropyBackwardTakesItsFactorFromATensor) {
+  // autograd's form (factor scale x dloss, dloss a one-element tensor) is bit for bit the
+  // float form with scale * dloss.
+  const int N = 6, V = 37;
+  const Tensor logits = Tensor::from_vector(random_floats(N * V, 3), {N, V});
+  std::vector<int32_t> t(N);
+  for (int i = 0; i < N; ++i) t[i] = (i * 7) % V;
+  t[2] = -1;
+  const Tensor targets = Tensor::from_vector(t, {N});
+  Tensor losses = Tensor::zeros({N}), lse = Tensor::zeros({N});
+  ops::crossentropy_forward(losses, lse, logits, targets);
+  const float scale = 0.125f, dloss = 0.7f;
+  Tensor a = Tensor::from_vector(random_floats(N * V, 4), {N, V}), b = a.clone();
+  ops::crossentropy_backward(a, logits, lse, targets, scale * dloss);
+  ops::crossentropy_backward(b, logits, lse, targets, Tensor::full({1}, dloss), scale);
+  EXPECT_EQ(a.to_vector(), b.to_vector());
+  EXPECT_THROW_WITH(ops::crossentropy_backward(b, logits, lse, targets, Tensor::zeros({2}), scale),
+                    Error, "dloss has shape (2,), expected (1,)");
+}
+
 TEST(OpsValues, ReadScalars) {
   Tensor f = Tensor::full({1}, 3.25f), h = Tensor::full({1, 1}, -0.1f, DType::bf16);
   Tensor row = fvec({1.0f, 2.0f, 7.5f}, {3}).flat_slice(2, 1);

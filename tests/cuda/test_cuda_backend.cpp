@@ -179,6 +179,29 @@ TEST_F(CudaBackend, CrossEntropy) {
   EXPECT_EQ(dlogits.g.flat_slice(3 * V, V).to_vector(), dlogits0.c.flat_slice(3 * V, V).to_vector());
 }
 
+TEST_F(CudaBackend, LossAndItsGradientWithoutHostReads) {
+  // autograd's cross-entropy: the loss summed on the device (sum_to) and the backward's
+  // factor read there (scale x dloss); against the CPU (sums in double: an fp32 rounding).
+  const int N = 9, V = 515;
+  const Pair logits = pair({N, V}, 80, DType::bf16, -3.0f, 3.0f);
+  std::vector<int32_t> t(N);
+  for (int i = 0; i < N; ++i) t[i] = (i * 31) % V;
+  const Tensor targets = Tensor::from_vector(t, {N}), targets_g = targets.to(kGpu);
+  Pair losses = poisoned({N}, DType::f32), lse = poisoned({N}, DType::f32);
+  ops::crossentropy_forward(losses.c, lse.c, logits.c, targets);
+  ops::crossentropy_forward(losses.g, lse.g, logits.g, targets_g);
+  Pair loss = poisoned({1}, DType::f32);
+  ops::sum_to(loss.c, losses.c, 1.0 / N);
+  ops::sum_to(loss.g, losses.g, 1.0 / N);
+  EXPECT_TRUE(agrees("loss (fp32)", loss, 0, N));
+  const Pair dloss = pair({1}, 81, DType::f32, 0.5f, 1.5f);
+  const Pair dlogits0 = pair({N, V}, 82);
+  Pair dlogits = clone(dlogits0);
+  ops::crossentropy_backward(dlogits.c, logits.c, lse.c, targets, dloss.c, 0.25f);
+  ops::crossentropy_backward(dlogits.g, logits.g, lse.g, targets_g, dloss.g, 0.25f);
+  EXPECT_TRUE(agrees("dlogits (factor on the device)", dlogits, 2, 8));
+}
+
 TEST_F(CudaBackend, EmbeddingAndABadToken) {
   const int B = 2, T = 9, V = 23, C = 13, Tmax = 11;
   std::vector<int32_t> tok(B * T);
