@@ -61,7 +61,7 @@ struct Gemm {
 TEST(Emulation, SlowdownMakesOpsSlower) {
   // On one OpenMP thread an op's own time is its CPU time (core/ops.cpp), so what the
   // design promises holds at any load of the machine: a slow=3 device's block lasts at
-  // least 3 x its own CPU time - 2 ms of credit (and 50 us left unslept at its end). A
+  // least 3 x its ops' own CPU time - 2 ms of credit (and 50 us left unslept at its end). A
   // comparison with the fast device's wall time would not: on a machine where every op
   // waits for a core longer than twice its run, the waits absorb the whole slowdown by
   // design (issue 15: it failed so at load ~5 on two cores).
@@ -74,7 +74,9 @@ TEST(Emulation, SlowdownMakesOpsSlower) {
   on_fast.run();  // warm-up: pools, primitives
   for (int r = 0; r < 5; ++r) {
     const Gemm::Times f = on_fast.run(), s = on_slow.run();
-    EXPECT_GE(s.wall, 3 * s.cpu - 2.05e-3) << "round " << r << ": slow block " << s.wall * 1e3
+    // s.cpu also holds the waits' own CPU time (sleep calls, clock reads: measured ~0.3 ms
+    // of 12 ms at load 5), which the guard does not multiply: a tenth of it is allowed.
+    EXPECT_GE(s.wall, 3 * 0.9 * s.cpu - 2.05e-3) << "round " << r << ": slow block " << s.wall * 1e3
                                            << " ms wall for " << s.cpu * 1e3 << " ms CPU";
     EXPECT_GT(s.cpu, 1e-3) << "the block is too short to measure a slowdown";
     // A real device (slowdown 1) never waits; not asserted in time (a loaded machine
