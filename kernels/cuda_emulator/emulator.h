@@ -1,0 +1,44 @@
+// The emulated CUDA device's internal contract between its parts (the device language and
+// launcher, the runtime, cuBLASLt, NCCL). Not included by GPUMix's own sources: they include
+// <cuda_runtime.h>, <cuda_bf16.h>, <cublasLt.h> and <nccl.h>, which this folder provides in
+// the emulated build.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*, as in the real runtime
+
+namespace cuda_emulator {
+
+// The emulator refuses what it does not model, loudly: the message names the call, the
+// attribute or flag and its value ("cuda_emulator: cublasLtMatmulDescSetAttribute:
+// CUBLASLT_MATMUL_DESC_EPILOGUE = 5 (CUBLASLT_EPILOGUE_RELU) is not emulated"), is printed
+// to stderr and the process aborts: an unmodelled path must never pass as a modelled one.
+[[noreturn]] void refuse(const std::string& what);
+
+// Runs `work` on the stream's worker thread, after everything enqueued on that stream
+// before it (stream 0 / nullptr: the legacy default stream of the current device). `what`
+// names the work in error messages ("kernel layernorm_forward_kernel", "ncclAllGather").
+// Errors raised inside `work` become the stream's sticky error, reported by the next
+// synchronising call, as on a GPU.
+void enqueue(CUstream_st* stream, const char* what, std::function<void()> work);
+
+// Where p lies: inside a live device allocation (returns its device ordinal), inside a
+// pinned host allocation (cudaHostAlloc / cudaMallocHost), or neither (pageable host
+// memory, or freed device memory).
+enum class Memory { device, pinned_host, pageable_host };
+Memory classify(const void* p, int* device_ordinal = nullptr);
+
+// Refuses unless [p, p + bytes) lies within one live device allocation; `what` names the
+// caller and the argument ("ncclAllGather sendbuff").
+void require_device(const void* p, size_t bytes, const char* what);
+
+// The number of host-synchronising operations so far in this process (cudaStreamSynchronize,
+// cudaEventSynchronize, cudaDeviceSynchronize, blocking cudaMemcpy, cudaMemcpyAsync to
+// pageable host memory): a test reads it before and after a training step.
+int64_t host_sync_count();
+
+}  // namespace cuda_emulator
