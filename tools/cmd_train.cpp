@@ -129,7 +129,9 @@ int cmd_train(int argc, char** argv) {
   const int cores = o.threads > 0 ? o.threads : (int)std::max(1u, std::thread::hardware_concurrency());
 
   if (gpumix::dist::launched_by_mpi()) {
-    if (ranks != 1) throw std::invalid_argument("--ranks is for the local backend; under mpirun use -np");
+    // Only a --ranks the user gave is wrong here: --devices alone sets `ranks` above.
+    if (app.count("--ranks") > 0)
+      throw std::invalid_argument("--ranks is for the local backend; under mpirun use -np");
     gpumix::dist::MpiSession mpi(nullptr, nullptr);
     auto comm = gpumix::dist::make_mpi_comm();
     if (!devices.empty()) {
