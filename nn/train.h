@@ -69,6 +69,7 @@ struct TrainResult {
   double unigram_loss = 0;      // the unigram baseline on the same validation tokens
   double tokens_per_s = 0;      // median over the run's steps
   std::string checkpoint;       // the last checkpoint written
+  int stop_signal = 0;          // SIGTERM / SIGINT when it stopped there (dist/engine/stop.h), else 0
 };
 
 // The tokens of a run, either owned (encoded from text) or mapped from a token file.

@@ -32,6 +32,10 @@ std::pair<int, int> parse_trace_steps(const std::string& text) {
   return {first, last};
 }
 
+// A run stopped by SIGTERM / SIGINT (after its checkpoint) exits as a killed program
+// would, 128 + the signal's number, so that job scripts and schedulers see why it ended.
+int exit_code(const gpumix::TrainResult& result) { return result.stop_signal ? 128 + result.stop_signal : 0; }
+
 int cmd_train(int argc, char** argv) {
   gpumix::TrainOptions o;
   std::string device_memory, devices_text, dtype;
@@ -147,17 +151,17 @@ int cmd_train(int argc, char** argv) {
     omp_set_num_threads(o.threads > 0 ? o.threads : std::max(1, cores / per_node));
     // One run per folder: rank 0 holds the lock for the job (every rank fails alike).
     const gpumix::RunLock lock = gpumix::dist::lock_run_folder(o.out, *comm);
+    gpumix::TrainResult result;
     try {
-      gpumix::dist::train(o, work, *comm, engine);
+      result = gpumix::dist::train(o, work, *comm, engine);
     } catch (const std::exception& e) {
       comm->abort(std::string("rank ") + std::to_string(comm->rank()) + ": " + e.what());
     }
-    return 0;
+    return exit_code(result);
   }
   const auto work = make_work(ranks);
   const gpumix::RunLock lock(o.out);  // one run per folder, for the whole run
-  gpumix::dist::train_local(o, ranks, devices, work, engine, cores);
-  return 0;
+  return exit_code(gpumix::dist::train_local(o, ranks, devices, work, engine, cores));
 }
 
 }  // namespace

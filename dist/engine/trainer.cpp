@@ -18,6 +18,7 @@
 #include "core/ops.h"
 #include "core/precision.h"
 #include "dist/engine/checkpoint.h"
+#include "dist/engine/stop.h"
 #include "dist/engine/engine.h"
 #include "dist/engine/fault.h"
 #include "dist/engine/replan.h"
@@ -211,6 +212,8 @@ class Training {
   void print_step(int step, const StepOutcome& s, const StepTime& t, const std::string& busy_text,
                   const std::string& val_text, const std::string& replan_text) const;
   void save_if_due(int step);
+  void save_checkpoint_now(int step);
+  bool stop_if_requested(int step);
 
   double evaluate(int64_t total);
   void take_rows();
@@ -253,6 +256,7 @@ class Training {
   std::unique_ptr<Replanner> planner_;  // null: `work` as given
   std::unique_ptr<Engine> engine_;
   int start_ = 0;  // the step the run starts after (the checkpoint's when resuming)
+  int saved_step_ = -1;  // the step of the checkpoint written last by this call
   std::ofstream log_;
   Tracer tracer_;  // off unless --trace
 
@@ -475,7 +479,23 @@ void Training::start_trace() {
 void Training::run_steps() {
   take_rows();
   memory().reset_peak();  // the profiler's measurements are not the training's
-  for (int step = start_ + 1; step <= last_; ++step) run_step(step);
+  for (int step = start_ + 1; step <= last_; ++step) {
+    run_step(step);
+    if (stop_if_requested(step)) break;
+  }
+}
+
+// SIGTERM / SIGINT (dist/engine/stop.h): every rank stops after the same step, the one at
+// whose end any rank had seen the request, with a checkpoint of it.
+bool Training::stop_if_requested(int step) {
+  const int signo = ranks_ > 1 ? (int)comm_.all_reduce_max((double)stop_requested()) : stop_requested();
+  if (signo == 0) return false;
+  if (saved_step_ != step) save_checkpoint_now(step);
+  result_.stop_signal = signo;
+  if (lead_)
+    std::printf("step %d: %s: stopped after this step, checkpoint %s; continue with --resume %s\n", step,
+                signal_name(signo), result_.checkpoint.c_str(), o_.out.c_str());
+  return true;
 }
 
 void Training::run_step(int step) {
@@ -660,11 +680,13 @@ void Training::print_step(int step, const StepOutcome& s, const StepTime& t, con
 }
 
 void Training::save_if_due(int step) {
-  if ((o_.ckpt_interval > 0 && step % o_.ckpt_interval == 0) || step == last_) {
-    TraceSpan span(&tracer_, "checkpoint", "phase");
-    result_.checkpoint =
-        save_checkpoint(o_, config_, dtype_.dtype, work_, *engine_, comm_, step, run_.tokenizer_hash);
-  }
+  if ((o_.ckpt_interval > 0 && step % o_.ckpt_interval == 0) || step == last_) save_checkpoint_now(step);
+}
+
+void Training::save_checkpoint_now(int step) {
+  TraceSpan span(&tracer_, "checkpoint", "phase");
+  result_.checkpoint = save_checkpoint(o_, config_, dtype_.dtype, work_, *engine_, comm_, step, run_.tokenizer_hash);
+  saved_step_ = step;
 }
 
 TrainResult Training::finish() {
@@ -677,12 +699,17 @@ TrainResult Training::finish() {
   const std::vector<double> peak = gather_ranks((double)memory().stats().peak);
   final_line["peak_bytes"] = peak;
   if (planner_) final_line["predicted_bytes"] = planner_->predicted_bytes();
+  if (result_.stop_signal) {
+    final_line["stopped"] = signal_name(result_.stop_signal);
+    if (result_.step != last_) final_line.erase("val_loss");  // not validated at its end
+  }
   log_line(final_line);
   if (lead_) {
     if (planner_ && !busy_history_.empty())
       std::printf("%s", prediction_table(planner_->plan(), busy_history_, peak).c_str());
-    std::printf("validation loss %.4f nats/token vs unigram baseline %.4f (%.2f below)\n", result_.val_loss,
-                result_.unigram_loss, result_.unigram_loss - result_.val_loss);
+    if (!result_.stop_signal || result_.step == last_)  // a stopped run was not validated at its end
+      std::printf("validation loss %.4f nats/token vs unigram baseline %.4f (%.2f below)\n", result_.val_loss,
+                  result_.unigram_loss, result_.unigram_loss - result_.val_loss);
     if (!result_.checkpoint.empty()) std::printf("checkpoint: %s\n", result_.checkpoint.c_str());
   }
   return result_;
@@ -842,6 +869,7 @@ std::vector<RankWork> even_work(int64_t global_batch, int ranks) {
 
 TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work, Comm& comm,
                   const EngineOptions& engine_options) {
+  const StopOnSignals stop_on_signals(comm.rank() == 0);
   check_options(o, given_work, comm.size(), engine_options);
   Training run(o, comm, engine_options);
   run.prepare_run_folder();
@@ -856,7 +884,9 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
   run.print_settings();
   run.open_log();
   run.run_steps();
-  return run.finish();
+  TrainResult result = run.finish();
+  if (result.stop_signal) clear_stop_request();  // acted on: the next training runs
+  return result;
 }
 
 }  // namespace gpumix::dist

@@ -6,13 +6,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "capi_test_util.h"
@@ -171,6 +174,46 @@ TEST_F(CApi, OneSessionPerRunFolder) {
   gpumix_session_destroy(s);
   EXPECT_EQ(gpumix_session_create(&used.c), nullptr);
   EXPECT_NE(error().find("already holds a run"), std::string::npos) << error();
+}
+
+// SIGTERM during gpumix_train (a job's time limit) and gpumix_request_stop (a host that
+// handles SIGTERM itself): GPUMIX_STOPPED after the step in flight, that step checkpointed,
+// and the next gpumix_train continues from it.
+void expect_stopped_and_continued(const std::string& out, const std::function<void()>& stop,
+                                  const std::vector<int32_t>& tokens) {
+  TinyConfig cfg(out);
+  cfg.c.total_steps = 1000000;
+  gpumix_session* s = gpumix_session_create(&cfg.c);
+  ASSERT_NE(s, nullptr) << error();
+  std::thread stopper([&] {
+    // The signal handler exists only inside gpumix_train: wait for its first steps.
+    for (int i = 0; i < 60000 && !fs::exists(out + "/log.jsonl"); ++i) usleep(1000);
+    usleep(200000);
+    stop();
+  });
+  const int rc = gpumix_train(s, tokens.data(), (int64_t)tokens.size(), 1000000);
+  stopper.join();
+  ASSERT_EQ(rc, GPUMIX_STOPPED) << error();
+  EXPECT_NE(error().find("stopped by "), std::string::npos) << error();
+  gpumix_metrics m{};
+  ASSERT_EQ(gpumix_get_metrics(s, &m), 0);
+  ASSERT_GT(m.step, 0);
+  ASSERT_LT(m.step, 1000000);
+  ASSERT_NE(gpumix_checkpoint(s), nullptr);
+  EXPECT_NE(std::string(gpumix_checkpoint(s)).find(std::to_string(m.step)), std::string::npos) << gpumix_checkpoint(s);
+  const int before = m.step;
+  ASSERT_EQ(gpumix_train(s, tokens.data(), (int64_t)tokens.size(), 2), 0) << error();
+  ASSERT_EQ(gpumix_get_metrics(s, &m), 0);
+  EXPECT_EQ(m.step, before + 2);
+  gpumix_session_destroy(s);
+}
+
+TEST_F(CApi, SigtermStopsTrainingWithACheckpoint) {
+  expect_stopped_and_continued(dir_ + "/sigterm", [] { kill(getpid(), SIGTERM); }, tokens_);
+}
+
+TEST_F(CApi, RequestStopStopsTrainingWithACheckpoint) {
+  expect_stopped_and_continued(dir_ + "/request_stop", [] { gpumix_request_stop(); }, tokens_);
 }
 
 TEST_F(CApi, BadCallsSayWhatIsWrong) {

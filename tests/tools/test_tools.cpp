@@ -77,10 +77,9 @@ std::string show(const Result& r) {
          (r.out.size() > 2000 ? r.out.substr(r.out.size() - 2000) : r.out);
 }
 
-// `gpumix <args>` started in the background (one OpenMP thread, output to files).
-pid_t start_gpumix(const std::vector<std::string>& args, const std::string& scratch) {
-  std::vector<std::string> argv_text = {kGpumix};
-  argv_text.insert(argv_text.end(), args.begin(), args.end());
+// A program (found on the PATH) started in the background with one OpenMP thread, its
+// output to scratch/background.out.
+pid_t start_program(std::vector<std::string> argv_text, const std::string& scratch) {
   const std::string out = scratch + "/background.out";
   const pid_t pid = fork();
   if (pid == 0) {
@@ -89,10 +88,17 @@ pid_t start_gpumix(const std::vector<std::string>& args, const std::string& scra
     std::vector<char*> argv;
     for (std::string& a : argv_text) argv.push_back(a.data());
     argv.push_back(nullptr);
-    execv(argv[0], argv.data());
+    execvp(argv[0], argv.data());
     _exit(127);
   }
   return pid;
+}
+
+// `gpumix <args>` started in the background.
+pid_t start_gpumix(const std::vector<std::string>& args, const std::string& scratch) {
+  std::vector<std::string> argv_text = {kGpumix};
+  argv_text.insert(argv_text.end(), args.begin(), args.end());
+  return start_program(argv_text, scratch);
 }
 
 // Waits until `pred` holds (polling every 2 ms), at most `seconds`.
@@ -625,6 +631,101 @@ TEST_F(Tools, AKilledRunLeavesNoStaleLock) {
   const Result next = gpumix(train_args(run, {"--resume", run, "--steps", std::to_string(last + 2)}), dir_);
   ASSERT_EQ(next.code, 0) << show(next);
   EXPECT_EQ(log_steps(run).back(), last + 2);
+}
+
+// ---- SIGTERM / SIGINT: stop after the step in flight, with a checkpoint (dist/engine/stop.h) ----
+
+// Signals a background run once it has logged a few steps past its first checkpoint, then
+// checks that it stopped as a stopped run must: exit 128 + signo, a checkpoint of the last
+// logged step (no step lost), the final log line naming the signal; and that --resume goes
+// on from the step after it.
+void expect_stops_cleanly(const std::string& run, pid_t pid, pid_t signalled, int signo, int exit_code,
+                          const std::function<Result(std::vector<std::string>)>& resume) {
+  ASSERT_TRUE(wait_for([&] { return fs::exists(run + "/latest") && log_steps(run).size() >= 8; }, 120))
+      << "the run never got going";
+  ASSERT_EQ(kill(signalled, signo), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const std::string out = read_file(fs::path(run).parent_path().string() + "/background.out");
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << "\n" << out;
+  EXPECT_EQ(WEXITSTATUS(status), exit_code) << out;
+  const std::vector<int> steps = log_steps(run);
+  ASSERT_FALSE(steps.empty());
+  const gpumix::CheckpointScan scan = gpumix::scan_checkpoints(run);
+  ASSERT_FALSE(scan.steps.empty());
+  EXPECT_EQ(scan.steps.back(), steps.back()) << "the steps after the last checkpoint were lost";
+  std::ifstream in(run + "/log.jsonl");
+  std::string line, last;
+  while (std::getline(in, line)) last = line;
+  const nlohmann::json final_line = nlohmann::json::parse(last);
+  EXPECT_EQ(final_line.value("stopped", ""), signo == SIGINT ? "SIGINT" : "SIGTERM") << last;
+  EXPECT_NE(out.find("stopped after this step"), std::string::npos) << out;
+  const int next = steps.back() + 2;
+  const Result r = resume({"--resume", run, "--steps", std::to_string(next)});
+  ASSERT_EQ(r.code, 0) << show(r);
+  const std::vector<int> after = log_steps(run);
+  ASSERT_GE(after.size(), 2u);
+  EXPECT_EQ(after[after.size() - 2], steps.back() + 1);
+  EXPECT_EQ(after.back(), next);
+}
+
+TEST_F(Tools, SigtermOnThreadRanksStopsAfterTheStepWithACheckpoint) {
+  const std::string run = path("sigterm_threads");
+  const auto args = train_args(run, {"--steps", "1000000", "--ckpt-interval", "4", "--ranks", "3", "--batch", "6"});
+  const pid_t pid = start_gpumix(args, dir_);
+  expect_stops_cleanly(run, pid, pid, SIGTERM, 128 + SIGTERM, [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--ranks", "3", "--batch", "6", "--ckpt-interval", "4"});
+    return gpumix(train_args(run, extra), dir_);
+  });
+}
+
+TEST_F(Tools, SigintStopsOneRankAfterTheStepWithACheckpoint) {
+  const std::string run = path("sigint_one");
+  const pid_t pid = start_gpumix(train_args(run, {"--steps", "1000000", "--ckpt-interval", "4"}), dir_);
+  expect_stops_cleanly(run, pid, pid, SIGINT, 128 + SIGINT, [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--ckpt-interval", "4"});
+    return gpumix(train_args(run, extra), dir_);
+  });
+}
+
+#if defined(GPUMIX_HAVE_MPI)
+// mpirun forwards SIGTERM to its ranks and kills them odls_base_sigkill_timeout seconds
+// later (1 s by default, 10 here; the README says to raise it for a large model's checkpoint).
+TEST_F(Tools, SigtermToMpirunStopsEveryRankAfterTheSameStep) {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun on the PATH";
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  setenv("OMPI_MCA_odls_base_sigkill_timeout", "10", 1);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+  const std::string run = path("sigterm_mpi");
+  std::vector<std::string> argv = {"mpirun", "-np", "3", kGpumix};
+  const auto args = train_args(run, {"--steps", "1000000", "--ckpt-interval", "4", "--batch", "6"});
+  argv.insert(argv.end(), args.begin(), args.end());
+  const pid_t pid = start_program(argv, dir_);
+  // mpirun's own exit status is its own (1 when it was signalled), not the ranks' 143.
+  expect_stops_cleanly(run, pid, pid, SIGTERM, 1, [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--batch", "6", "--ckpt-interval", "4"});
+    return gpumix(train_args(run, extra, ""), dir_);  // resumed on one rank: checkpoints are layout-free
+  });
+}
+#endif
+
+TEST_F(Tools, ASecondSignalStopsAtOnce) {
+  const std::string run = path("sigterm_twice");
+  // Steps long enough (~0.1 s) that the second signal lands inside the step in flight.
+  const pid_t pid = start_gpumix(train_args(run, {"--steps", "1000000", "--ckpt-interval", "1000", "--channels", "192",
+                                                  "--layers", "4", "--seq", "64", "--batch", "16"}),
+                                 dir_);
+  ASSERT_TRUE(wait_for([&] { return log_steps(run).size() >= 2; }, 120)) << "the run never got going";
+  const std::string out = dir_ + "/background.out";
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  ASSERT_TRUE(wait_for([&] { return read_file(out).find("stopping after the step in flight") != std::string::npos; }, 10))
+      << read_file(out);
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << read_file(out);
+  EXPECT_TRUE(gpumix::scan_checkpoints(run).steps.empty()) << "a checkpoint was written after the second signal";
 }
 
 TEST_F(Tools, GenerateFromAnUnknownCheckpoint) {

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -15,6 +16,7 @@
 #include <thread>
 
 #include "core/precision.h"
+#include "dist/engine/stop.h"
 #include "nn/infer.h"
 #include "tools/capi/session.h"
 
@@ -140,7 +142,7 @@ std::string broadcast_string(Comm& comm, const std::string& text) {
   return out;
 }
 
-void train_session(gpumix_session& s, const int32_t* tokens, int64_t n_tokens, int32_t steps) {
+void train_session(gpumix_session& s, const int32_t* tokens, int64_t n_tokens, int32_t steps, std::string& stopped) {
   TrainOptions o = s.options;
   GPUMIX_CHECK(!o.out.empty(), "gpumix_train: the session has no run folder (out_dir was NULL); create a "
                "session with an out_dir to train");
@@ -185,6 +187,9 @@ void train_session(gpumix_session& s, const int32_t* tokens, int64_t n_tokens, i
   s.metrics.val_loss = r.val_loss;
   s.metrics.unigram_loss = r.unigram_loss;
   s.metrics.tokens_per_s = r.tokens_per_s;
+  if (r.stop_signal)
+    stopped = str("gpumix_train: stopped by ", dist::signal_name(r.stop_signal), " after step ", r.step,
+                  ", checkpointed in ", r.checkpoint, "; gpumix_train again continues from there");
 }
 
 // The session's model for inference: its newest checkpoint's, read when that changed.
@@ -292,11 +297,20 @@ gpumix_session* gpumix_session_create(const gpumix_config* c) {
 void gpumix_session_destroy(gpumix_session* s) { delete s; }
 
 int gpumix_train(gpumix_session* s, const int32_t* tokens, int64_t n_tokens, int32_t steps) {
-  return guarded([&] {
+  std::string stopped;  // why SIGTERM / SIGINT ended it early
+  const int rc = guarded([&] {
     GPUMIX_CHECK(s, "gpumix_train: session is NULL");
-    gpumix::capi::on_every_rank(*s, "gpumix_train", [&] { gpumix::capi::train_session(*s, tokens, n_tokens, steps); });
+    gpumix::capi::on_every_rank(*s, "gpumix_train",
+                                [&] { gpumix::capi::train_session(*s, tokens, n_tokens, steps, stopped); });
   });
+  if (rc == 0 && !stopped.empty()) {
+    gpumix::capi::last_error = stopped;
+    return GPUMIX_STOPPED;
+  }
+  return rc;
 }
+
+void gpumix_request_stop(void) { gpumix::dist::request_stop(SIGTERM); }
 
 int gpumix_get_metrics(const gpumix_session* s, gpumix_metrics* out) {
   return guarded([&] {

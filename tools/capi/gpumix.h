@@ -74,6 +74,17 @@ void gpumix_session_destroy(gpumix_session* session);
  * checkpoint after each call, and the next call continues from it exactly. */
 int gpumix_train(gpumix_session* session, const int32_t* tokens, int64_t n_tokens, int32_t steps);
 
+/* gpumix_train's return when SIGTERM or SIGINT (or gpumix_request_stop) ended it early: every
+ * rank stopped after the same step and checkpointed it (gpumix_get_metrics: its step);
+ * gpumix_last_error says which signal and where. The next gpumix_train continues from
+ * there. gpumix_train catches SIGTERM and SIGINT only while it runs and only where the host
+ * has no handler of its own; a second signal then stops the process at once. */
+#define GPUMIX_STOPPED (-2)
+
+/* Asks a gpumix_train in progress (on any thread) to stop after its step in flight, as
+ * SIGTERM does; async-signal-safe, for a host that handles SIGTERM itself. */
+void gpumix_request_stop(void);
+
 int gpumix_get_metrics(const gpumix_session* session, gpumix_metrics* out);
 
 /* The newest checkpoint folder of the run (NULL before the first gpumix_train or gpumix_load). */

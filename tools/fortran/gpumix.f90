@@ -23,6 +23,8 @@ module gpumix
   private
 
   integer, parameter, public :: GPUMIX_OK = 0, GPUMIX_ERROR = -1
+  ! gpumix_train stopped early by SIGTERM / SIGINT, its steps checkpointed (gpumix.h)
+  integer, parameter, public :: GPUMIX_STOPPED = -2
 
   ! What the C API calls gpumix_config; strings left unallocated are NULL there.
   type, public :: gpumix_config
