@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The main job's model on three ranks sharing one GPU (a real one, or the emulated CUDA
+# device of a -Demulated_cuda=true build), against the same plan on three CPU ranks in bf16:
+#   train_gpu_vs_cpu.sh GPUMIX CORPUS
+# First `gpumix selfcheck` must list cuda:0 and pass its bf16 gradient check. Then gpt-nano
+# (batch 16 x 128, lr 2e-3, the main job's) trains 20 steps under one given plan (rank
+# batches 8/4/4 as micro-batches of 4/2/2, shares .5/.25/.25) on
+#   cuda:0:mem=2GiB, cuda:0:mem=1GiB:slow=2, cuda:0:mem=512MiB:slow=1.5   and
+#   cpu:mem=2GiB,    cpu:mem=1GiB:slow=2,    cpu:mem=512MiB:slow=1.5.
+# Allowance, per step: |loss_gpu - loss_cpu| <= 2 x 2^-8 x loss_cpu. Both backends compute
+# in bf16 with fp32 accumulation and round at the same points (core/precision.h's contract);
+# they differ only in the order of their fp32 sums (cuBLASLt's k-loop against oneDNN's, the
+# attention and reduction kernels'), so an activation lands at most one bf16 ulp (2^-8
+# relative) away where the two sums straddle a rounding boundary. A bf16 run against an fp32
+# one is held to 2^-8 (tests/dist_engine); two bf16 backends, each that far from fp32, to
+# twice that (tests/dist_engine/test_engine_cuda.cpp uses the same). It is meaningful: the
+# loss falls by ~20x the allowance over the 20 steps (8.34 -> 6.92 on the CPU), and a wrong kernel moves it by more.
+set -euo pipefail
+gpumix=$1 corpus=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+"$gpumix" selfcheck > "$dir/selfcheck.txt" 2>&1 || { cat "$dir/selfcheck.txt"; echo "FAIL: gpumix selfcheck"; exit 1; }
+# A CUDA build on a machine without a GPU: skipped (meson's 77), with the runtime's reason.
+if grep -q "(no CUDA GPU:" "$dir/selfcheck.txt"; then grep "(no CUDA GPU:" "$dir/selfcheck.txt"; exit 77; fi
+grep -q "cuda:0 .*gradient check in bf16 passed" "$dir/selfcheck.txt" ||
+  { cat "$dir/selfcheck.txt"; echo "FAIL: selfcheck did not check cuda:0 in bf16"; exit 1; }
+"$gpumix" tokenizer train --data "$corpus" --vocab 4096 --out "$dir/tok.bpe" > "$dir/tok.txt" 2>&1 ||
+  { cat "$dir/tok.txt"; exit 1; }
+common=(--data "$corpus" --tokenizer "$dir/tok.bpe" --model gpt-nano --steps 20 --batch 16 --seq 128 --lr 2e-3
+        --eval-interval 0 --eval-windows 2 --ckpt-interval 0 --dtype bf16 --quiet
+        --batches 8,4,4 --micro-batches 4,2,2 --shares 0.5,0.25,0.25)
+for kind in cuda:0 cpu; do
+  name=${kind%%:*}
+  devices="$kind:mem=2GiB,$kind:mem=1GiB:slow=2,$kind:mem=512MiB:slow=1.5"
+  "$gpumix" train "${common[@]}" --devices "$devices" --out "$dir/$name" > "$dir/$name.txt" 2>&1 ||
+    { tail -n 30 "$dir/$name.txt"; echo "FAIL: gpumix train --devices $devices"; exit 1; }
+done
+python3 - "$dir/cuda/log.jsonl" "$dir/cpu/log.jsonl" <<'PY'
+import json, sys
+def losses(path):
+    return {l["step"]: l["loss"] for l in map(json.loads, open(path)) if "loss" in l and not l.get("final")}
+gpu, cpu = losses(sys.argv[1]), losses(sys.argv[2])
+assert sorted(gpu) == sorted(cpu) == list(range(1, 21)), (sorted(gpu), sorted(cpu))
+allow = 2 * 2 ** -8
+worst = max(abs(gpu[s] - cpu[s]) / cpu[s] for s in cpu)
+for s in sorted(cpu):
+    print(f"step {s:2d}: cuda {gpu[s]:.5f} cpu {cpu[s]:.5f} rel {abs(gpu[s] - cpu[s]) / cpu[s]:.2e}")
+fall = cpu[1] - cpu[20]
+print(f"worst relative difference {worst:.2e} (allowance {allow:.2e}); loss fell {fall:.3f} = "
+      f"{fall / (allow * cpu[1]):.0f}x the allowance")
+sys.exit(0 if worst <= allow else 1)
+PY
