@@ -392,14 +392,14 @@ TEST_F(EmulatedDevice, HostPointerArgumentIsRefused) {
   CHECK_CUDA(cudaFreeHost(pinned));
 }
 
-__global__ void write_n_kernel(float* out, int n) {
-  for (int i = threadIdx.x; i <= n; i += blockDim.x) out[i] = 1.0f;  // the bug: <= n
-}
-
 // Device memory is one arena: an index past a buffer is caught under ASan only (the runtime
 // poisons what lies outside live allocations); without ASan it lands on poison or another
 // buffer, which the kernels' tests see as a wrong result.
 #if defined(TEST_ASAN)
+__global__ void write_n_kernel(float* out, int n) {
+  for (int i = threadIdx.x; i <= n; i += blockDim.x) out[i] = 1.0f;  // the bug: <= n
+}
+
 TEST_F(EmulatedDevice, DeviceOffByOneIsCaughtUnderASan) {
   Dev<float> out(256);
   EXPECT_DEATH(
