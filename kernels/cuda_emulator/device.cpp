@@ -55,7 +55,6 @@ thread_local const dim3* tl_grid_dim = nullptr;
 namespace {
 
 constexpr unsigned kMaxThreads = 1024;
-constexpr size_t kDefaultSmem = 48 * 1024;
 #if defined(GPUMIX_EMU_ASAN)
 constexpr size_t kStackBytes = 256 * 1024;
 constexpr size_t kRedzone = 64;  // poisoned for ASan between static shared arrays
