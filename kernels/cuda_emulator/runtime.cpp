@@ -45,6 +45,27 @@
 #include "cuda_runtime_api.h"
 #include "emulator.h"
 
+// Under ASan, device memory is ASan-poisoned outside live allocations: each allocation is
+// followed by a redzone of at least kRedzone bytes and a freed block stays poisoned until
+// it is handed out again, so a kernel's out-of-bounds index is an ASan report with its
+// line. (Arena pages never handed out stay addressable: poisoning the whole arena would
+// write shadow for all of its capacity.)
+#if defined(__SANITIZE_ADDRESS__)
+#define GPUMIX_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GPUMIX_EMU_ASAN 1
+#endif
+#endif
+#if defined(GPUMIX_EMU_ASAN)
+#include <sanitizer/asan_interface.h>
+#define EMU_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define EMU_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define EMU_POISON(p, n) ((void)(p), (void)(n))
+#define EMU_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace cuda_emulator {
 
 [[noreturn]] void refuse(const std::string& what) {
@@ -57,6 +78,7 @@ namespace {
 
 constexpr unsigned char kPoison = 0xFF;  // 0xFFFF.. is a NaN in fp32 and bf16
 constexpr size_t kAlign = 256;           // cudaMalloc's documented alignment
+constexpr size_t kRedzone = 256;         // after every allocation, never handed out
 
 std::string hex(const void* p) {
   char b[32];
@@ -357,44 +379,57 @@ Arena& arena(int device) {
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 // Nullptr when the arena has no free range that large (the capacity counts).
-char* arena_alloc(Arena& a, size_t bytes) {
-  bytes = round_up(bytes ? bytes : 1, kAlign);
+size_t block_bytes(size_t user_bytes) { return round_up(user_bytes ? user_bytes : 1, kAlign) + kRedzone; }
+
+// A block of block_bytes(user_bytes), filled with 0xFF; only [p, p + user_bytes) is
+// addressable under ASan.
+char* arena_alloc(Arena& a, size_t user_bytes) {
+  const size_t bytes = block_bytes(user_bytes);
   char* p = nullptr;
   {
     std::lock_guard<std::mutex> lock(a.mu);
     if (!a.base) {
       // Address space only (MAP_NORESERVE): pages exist once touched, so a 141 GB device
       // costs what the program allocates.
-      void* m = mmap(nullptr, round_up(a.capacity, 1 << 21), PROT_READ | PROT_WRITE,
+      // Room beyond the capacity for the redzones (not counted as used).
+      const size_t span = round_up(a.capacity + a.capacity / 4 + (64u << 20), 1 << 21);
+      void* m = mmap(nullptr, span, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (m == MAP_FAILED)
         refuse("cannot reserve " + std::to_string(a.capacity) + " bytes of address space for "
                "emulated device " + std::to_string(a.ordinal) + ": " + strerror(errno) +
                "; set GPUMIX_EMULATED_GPU_MEMORY lower");
       a.base = (char*)m;
-      a.free_ranges[0] = a.capacity / kAlign * kAlign;
+      a.free_ranges[0] = span;
     }
-    if (a.used + bytes > a.capacity) return nullptr;
+    const size_t counted = round_up(user_bytes ? user_bytes : 1, kAlign);  // redzone not counted
+    if (a.used + counted > a.capacity) return nullptr;
     for (auto it = a.free_ranges.begin(); it != a.free_ranges.end(); ++it) {
       if (it->second < bytes) continue;
       const size_t off = it->first, len = it->second;
       a.free_ranges.erase(it);
       if (len > bytes) a.free_ranges[off + bytes] = len - bytes;
-      a.used += bytes;
+      a.used += counted;
       p = a.base + off;
       break;
     }
   }
-  if (p) memset(p, kPoison, bytes);
+  if (p) {
+    EMU_UNPOISON(p, bytes);
+    memset(p, kPoison, bytes);
+    EMU_POISON(p + user_bytes, bytes - user_bytes);
+  }
   return p;
 }
 
-void arena_free(Arena& a, char* p, size_t bytes) {
-  bytes = round_up(bytes ? bytes : 1, kAlign);
+void arena_free(Arena& a, char* p, size_t user_bytes) {
+  size_t bytes = block_bytes(user_bytes);
+  EMU_UNPOISON(p, bytes);
   memset(p, kPoison, bytes);  // a read after free sees NaN
+  EMU_POISON(p, bytes);
   std::lock_guard<std::mutex> lock(a.mu);
   size_t off = (size_t)(p - a.base);
-  a.used -= bytes;
+  a.used -= round_up(user_bytes ? user_bytes : 1, kAlign);
   auto next = a.free_ranges.lower_bound(off);
   if (next != a.free_ranges.end() && next->first == off + bytes) {
     bytes += next->second;
@@ -1027,6 +1062,14 @@ cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t pool,
     p->used += got_size;
     p->used_high = std::max(p->used_high, p->used);
   }
+#if defined(GPUMIX_EMU_ASAN)
+  // Addressable exactly [got, got + size), in stream order (a reused block's free may not
+  // have run yet on this stream).
+  push(s, "cudaMallocFromPoolAsync", [got, size, got_size] {
+    EMU_UNPOISON(got, size ? size : 1);
+    EMU_POISON(got + (size ? size : 1), got_size - (size ? size : 1));
+  });
+#endif
   std::unique_lock<std::shared_mutex> lock(g_mem_mutex);
   g_live[(uintptr_t)got] = Live{size ? size : 1, p->device, p};
   *ptr = got;
@@ -1058,7 +1101,9 @@ cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
     pool->free_blocks.push_back(block);
   }
   push(s, "cudaFreeAsync", [pool, block] {
+    EMU_UNPOISON(block->p, block->size);
     memset(block->p, kPoison, block->size);  // work ordered after the free sees NaN
+    EMU_POISON(block->p, block->size);
     std::lock_guard<std::mutex> lock(pool->mu);
     block->done = true;
   });
