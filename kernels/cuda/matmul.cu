@@ -41,7 +41,10 @@ struct AlgoKeyHash {
 };
 
 std::mutex g_mutex;
-std::unordered_map<int, DeviceState> g_devices;
+// Never destroyed: a device's handle and workspaces live until release_resources or the
+// process's end (a destructor at exit would drop the handle unreleased, LeakSanitizer's
+// report under the emulated device, and could run after the CUDA runtime unloaded).
+std::unordered_map<int, DeviceState>& g_devices = *new std::unordered_map<int, DeviceState>;
 std::unordered_map<AlgoKey, cublasLtMatmulAlgo_t, AlgoKeyHash> g_algos;
 
 // Handle and workspace for the current device and this stream.

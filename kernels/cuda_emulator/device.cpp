@@ -457,10 +457,12 @@ class Pool {
     for (unsigned i = 0; i + 1 < n; ++i) threads_.emplace_back([this] { work(); });
   }
 
-  void run(Grid& g) {
+  // Workers hold a reference while they run blocks of a grid, so it outlives them.
+  void run(const std::shared_ptr<Grid>& gp) {
+    Grid& g = *gp;
     {
       std::lock_guard<std::mutex> lock(m_);
-      grids_.push_back(&g);
+      grids_.push_back(gp);
     }
     cv_.notify_all();
     run_blocks(g);
@@ -469,7 +471,7 @@ class Pool {
       g.cv.wait(lock, [&] { return g.done.load() == g.total; });
     }
     std::lock_guard<std::mutex> lock(m_);
-    grids_.erase(std::find(grids_.begin(), grids_.end(), &g));
+    grids_.erase(std::find(grids_.begin(), grids_.end(), gp));
   }
 
  private:
@@ -488,11 +490,11 @@ class Pool {
 
   void work() {
     for (;;) {
-      Grid* g = nullptr;
+      std::shared_ptr<Grid> g;
       {
         std::unique_lock<std::mutex> lock(m_);
         cv_.wait(lock, [&] {
-          for (Grid* x : grids_)
+          for (const std::shared_ptr<Grid>& x : grids_)
             if (x->next.load() < x->total) {
               g = x;
               return true;
@@ -506,7 +508,7 @@ class Pool {
 
   std::mutex m_;
   std::condition_variable cv_;
-  std::vector<Grid*> grids_;
+  std::vector<std::shared_ptr<Grid>> grids_;
   std::vector<std::thread> threads_;
 };
 
@@ -723,7 +725,7 @@ void enqueue_grid(const LaunchSite& site, dim3 grid_dim, dim3 block, size_t smem
     g->affine_b = rng() % g->total;
   }
   enqueue(stream, intern(std::string("kernel ") + site.name), [g] {
-    pool().run(*g);
+    pool().run(g);
     const long long st = g->static_bytes.load();
     if (st >= 0) {
       std::lock_guard<std::mutex> lock(g_kernels_mutex);
