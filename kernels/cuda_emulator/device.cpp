@@ -54,6 +54,76 @@ thread_local const dim3* tl_grid_dim = nullptr;
 
 namespace {
 
+// ---- context switch ---------------------------------------------------------------------
+// x86-64: a user-space switch of the callee-saved registers, the stack pointer, MXCSR and
+// the x87 control word (what the SysV ABI says a call preserves); no signal mask system
+// call, unlike swapcontext, which a fiber switch at every shuffle cannot afford. Elsewhere
+// ucontext.
+#if defined(__x86_64__)
+extern "C" void gpumix_emu_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .globl gpumix_emu_switch
+  .type gpumix_emu_switch, @function
+gpumix_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size gpumix_emu_switch, .-gpumix_emu_switch
+)");
+
+struct Context {
+  void* sp = nullptr;
+};
+// A fresh context that starts fn (which never returns) on [stack, stack + bytes).
+void make_context(Context* c, char* stack, size_t bytes, void (*fn)()) {
+  uintptr_t top = ((uintptr_t)stack + bytes) & ~(uintptr_t)15;
+  uint64_t* sp = (uint64_t*)top;
+  *--sp = 0;               // fn's return address: none (ends unwinding)
+  *--sp = (uint64_t)fn;    // where the first switch's ret goes
+  for (int i = 0; i < 6; ++i) *--sp = 0;  // rbp, rbx, r12..r15
+  uint32_t csr[2];
+  csr[0] = __builtin_ia32_stmxcsr();
+  uint16_t cw;
+  asm volatile("fnstcw %0" : "=m"(cw));
+  csr[1] = cw;
+  --sp;
+  memcpy(sp, csr, 8);
+  c->sp = sp;
+}
+inline void switch_context(Context* from, Context* to) { gpumix_emu_switch(&from->sp, to->sp); }
+#else
+struct Context {
+  ucontext_t uc;
+  Context() { getcontext(&uc); }
+};
+void make_context(Context* c, char* stack, size_t bytes, void (*fn)()) {
+  c->uc.uc_stack.ss_sp = stack;
+  c->uc.uc_stack.ss_size = bytes;
+  c->uc.uc_link = nullptr;
+  makecontext(&c->uc, fn, 0);
+}
+inline void switch_context(Context* from, Context* to) { swapcontext(&from->uc, &to->uc); }
+#endif
+
 constexpr unsigned kMaxThreads = 1024;
 #if defined(GPUMIX_EMU_ASAN)
 constexpr size_t kStackBytes = 256 * 1024;
@@ -180,7 +250,7 @@ struct Grid {
 enum class FiberState { runnable, at_barrier, at_shuffle, exited };
 
 struct Fiber {
-  ucontext_t ctx;
+  Context ctx;
   char* stack = nullptr;  // usable bottom (above the guard page)
   unsigned tid = 0;
   uint3 idx{0, 0, 0};
@@ -215,7 +285,7 @@ struct Runner {
   std::vector<Fiber> fibers;
   char* stacks = nullptr;  // kMaxThreads stacks, each with a guard page below
   size_t stack_stride = 0;
-  ucontext_t sched;
+  Context sched;
 #if defined(GPUMIX_EMU_ASAN)
   const void* sched_stack_bottom = nullptr;
   size_t sched_stack_size = 0;
@@ -250,10 +320,7 @@ struct Runner {
     for (unsigned i = 0; i < kMaxThreads; ++i)
       mprotect(stacks + i * stack_stride, page, PROT_NONE);  // the guard page
     fibers.resize(kMaxThreads);
-    for (unsigned i = 0; i < kMaxThreads; ++i) {
-      fibers[i].stack = stacks + i * stack_stride + page;
-      getcontext(&fibers[i].ctx);  // once: makecontext reuses it for every thread it runs
-    }
+    for (unsigned i = 0; i < kMaxThreads; ++i) fibers[i].stack = stacks + i * stack_stride + page;
     smem = (unsigned char*)aligned_alloc(4096, kSmemBuffer);
   }
   ~Runner() {
@@ -283,7 +350,7 @@ struct Runner {
 #if defined(GPUMIX_EMU_ASAN)
     __sanitizer_start_switch_fiber(&sched_fake_stack, f.stack, kStackBytes);
 #endif
-    swapcontext(&sched, &f.ctx);
+    switch_context(&sched, &f.ctx);
 #if defined(GPUMIX_EMU_ASAN)
     __sanitizer_finish_switch_fiber(sched_fake_stack, nullptr, nullptr);
 #endif
@@ -296,7 +363,7 @@ struct Runner {
 #if defined(GPUMIX_EMU_ASAN)
     __sanitizer_start_switch_fiber(&f.fake_stack, sched_stack_bottom, sched_stack_size);
 #endif
-    swapcontext(&f.ctx, &sched);
+    switch_context(&f.ctx, &sched);
 #if defined(GPUMIX_EMU_ASAN)
     __sanitizer_finish_switch_fiber(f.fake_stack, nullptr, nullptr);
 #endif
@@ -328,11 +395,12 @@ void Runner::entry() {
 #endif
   r.grid->body();
   r.on_exit(f);
-  // Back to the scheduler for good: this fiber's stack is reused by makecontext.
+  // Back to the scheduler for good: this fiber's stack is reused by the next thread.
 #if defined(GPUMIX_EMU_ASAN)
   __sanitizer_start_switch_fiber(nullptr, r.sched_stack_bottom, r.sched_stack_size);
 #endif
-  setcontext(&r.sched);
+  switch_context(&f.ctx, &r.sched);
+  abort();  // never resumed
 }
 
 void Runner::on_exit(Fiber& f) {
@@ -423,10 +491,7 @@ void Runner::run_block(Grid& g, uint64_t linear) {
     f.tid = t;
     f.idx = uint3{t % g.block.x, (t / g.block.x) % g.block.y, t / (g.block.x * g.block.y)};
     f.state = FiberState::runnable;
-    f.ctx.uc_stack.ss_sp = f.stack;
-    f.ctx.uc_stack.ss_size = kStackBytes;
-    f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, &Runner::entry, 0);
+    make_context(&f.ctx, f.stack, kStackBytes, &Runner::entry);
     runq.push_back(order[t]);
   }
   while (!runq.empty()) {

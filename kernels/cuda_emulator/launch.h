@@ -29,8 +29,9 @@
 // - blocks in a seeded shuffled order (GPUMIX_EMULATED_SEED, and a launch counter), several
 //   at once on a pool of OS worker threads (GPUMIX_EMULATED_WORKERS, default the cores,
 //   at least 2) with the stream's worker helping, so races between blocks can show;
-// - a block's threads are fibers (ucontext) on one OS thread, each with its own stack
-//   (64 KiB, 256 KiB under ASan; a guard page below: an overflow is a crash), switched only
+// - a block's threads are fibers on one OS thread (a register switch on x86-64, ucontext
+//   elsewhere), each with its own stack (64 KiB, 256 KiB under ASan; a guard page below:
+//   an overflow is a crash), switched only
 //   at __syncthreads() and warp shuffles, in a seeded shuffled order; a thread with no
 //   barrier runs to its end at once. Why fibers and not one OS thread per GPU thread:
 //   barriers and shuffles cost a user-space switch instead of a futex round trip per
