@@ -143,11 +143,17 @@ int cmd_train(int argc, char** argv) {
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     const int per_node = local ? std::max(1, std::atoi(local)) : 1;
     omp_set_num_threads(o.threads > 0 ? o.threads : std::max(1, cores / per_node));
-    // One run per folder: rank 0 holds the lock for the job (every rank fails alike).
-    const gpumix::RunLock lock = gpumix::dist::lock_run_folder(o.out, *comm);
     try {
+      // One run per folder: rank 0 holds the lock for the job (every rank fails alike).
+      const gpumix::RunLock lock = gpumix::dist::lock_run_folder(o.out, *comm);
       gpumix::dist::train(o, work, *comm, engine);
+    } catch (const gpumix::dist::CollectiveError& e) {
+      // Every rank failed together with the same message: said once, and no rank is left
+      // waiting, so the job ends without MPI_Abort.
+      if (comm->rank() == 0) std::fprintf(stderr, "gpumix train: error: %s\n", e.what());
+      return 1;
     } catch (const std::exception& e) {
+      // This rank's own failure, which its peers may not know of: end the job.
       comm->abort(std::string("rank ") + std::to_string(comm->rank()) + ": " + e.what());
     }
     return 0;

@@ -518,7 +518,7 @@ class LocalComm : public Comm {
   // Throws the round's agreement error (the same on every rank), or that its ranks mix
   // host and device buffers.
   static const Round& finish_check(const std::shared_ptr<const Round>& round) {
-    if (!round->error.empty()) throw CollectiveError(str("local comm: ", round->error));
+    if (!round->error.empty()) throw CollectiveError(detail::collective_message("local", round->error));
     const std::string kinds = check_one_kind(*round);
     if (!kinds.empty()) throw CollectiveError(kinds);
     return *round;

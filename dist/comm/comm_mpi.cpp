@@ -283,7 +283,7 @@ class MpiComm : public Comm {
     }
     std::string message = detail::agreement_error(whats, all_values, errors);
     if (message.empty()) message = str(what, ": the ranks' agreement hashes differ");
-    throw CollectiveError(str("mpi comm: ", message));
+    throw CollectiveError(detail::collective_message("mpi", message));
   }
 
   std::vector<std::string> all_gather_strings(const std::string& s) {

@@ -45,7 +45,7 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
     try {
       fn();
     } catch (const std::exception& e) {
-      error = e.what();
+      error = local_error_of(e);
     }
   };
   if (comm.rank() == 0)
@@ -101,7 +101,7 @@ int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& e
     step = reader.step();
     if (comm.rank() == 0) std::printf("resumed from %s (step %lld)\n", reader.dir().c_str(), (long long)step);
   } catch (const std::exception& e) {
-    error = e.what();
+    error = local_error_of(e);
   }
   comm.agree("resume", {step}, error);
   return (int)step;

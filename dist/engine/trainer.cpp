@@ -295,7 +295,7 @@ void Training::prepare_run_folder() {
                          " already holds a run (",
                          log_path_.string(), "); continue it with --resume ", o_.out, ", or pass another --out");
     } catch (const std::exception& e) {
-      error = e.what();
+      error = local_error_of(e, true);
     }
   }
   comm_.agree("run folder", {}, error);
@@ -308,7 +308,7 @@ void Training::load_data() {
     try {
       run_ = prepare_data(o_, true);
     } catch (const std::exception& e) {
-      error = e.what();
+      error = local_error_of(e, true);
     }
   }
   comm_.agree("data", {}, error);
@@ -364,7 +364,7 @@ void Training::choose_dtype() {
     if (resuming_) sources.checkpoint = checkpoint_dtype(open_checkpoint(o_.resume));
     dtype_ = choose_compute_dtype(sources);
   } catch (const std::exception& e) {
-    error = e.what();
+    error = local_error_of(e);
   }
   comm_.agree("compute dtype", {(int64_t)dtype_.dtype}, error);
   if (lead_ && !dtype_.note.empty()) std::printf("note: %s\n", dtype_.note.c_str());
@@ -408,7 +408,7 @@ void Training::init_from() {
     for (const OwnedSlice& s : engine_->slices())
       fill_through_host(s.master, [&](float* host, int64_t n) { weights.read(s.flat_offset, n, host); });
   } catch (const std::exception& e) {
-    error = e.what();
+    error = local_error_of(e);
   }
   comm_.agree("init-from", {}, error);
   engine_->sync_compute_params();  // the compute copy of the imported master weights

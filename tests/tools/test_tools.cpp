@@ -57,11 +57,12 @@ struct Result {
   std::string out, err;
 };
 
-// Runs `gpumix <args>` (one OpenMP thread), capturing stdout and stderr.
-Result gpumix(const std::vector<std::string>& args, const std::string& scratch) {
+// Runs `gpumix <args>` (one OpenMP thread), capturing stdout and stderr; with `launcher`
+// (e.g. "mpirun -np 3") under it.
+Result gpumix(const std::vector<std::string>& args, const std::string& scratch, const std::string& launcher = "") {
   static std::atomic<int> counter{0};
   const std::string base = scratch + "/cmd" + std::to_string(counter++);
-  std::string cmd = "OMP_NUM_THREADS=1 " + quote(kGpumix);
+  std::string cmd = "OMP_NUM_THREADS=1 " + (launcher.empty() ? "" : launcher + " ") + quote(kGpumix);
   for (const std::string& a : args) cmd += " " + quote(a);
   cmd += " >" + quote(base + ".out") + " 2>" + quote(base + ".err") + " </dev/null";
   const int status = std::system(cmd.c_str());
@@ -309,6 +310,39 @@ TEST_F(Tools, ExistingRunFolderWithoutResume) {
       << show(r);
   EXPECT_EQ(read_file(base() + "/log.jsonl"), log_before);
   expect_base_intact();
+}
+
+// Whether mpirun is here, and how the tests start it (as root in CI, on 2 cores).
+bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
+const char* const kMpirun =
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np 3";
+
+TEST_F(Tools, ExistingRunFolderIsOneSentenceOnAnyNumberOfRanks) {
+  const std::string log_before = read_file(base() + "/log.jsonl");
+  const std::string said = "gpumix train: error: run folder " + base() + " already holds a run (" + base() +
+                           "/log.jsonl); continue it with --resume " + base() + ", or pass another --out\n";
+  // Thread ranks: rank 0 checks the folder for all of them; no rank is named.
+  const Result threads = gpumix(train_args(base(), {"--ranks", "3"}), dir_);
+  EXPECT_EQ(threads.code, 1) << show(threads);
+  EXPECT_EQ(threads.err, said) << show(threads);
+  if (have_mpirun()) {
+    // Under mpirun every rank fails together: said once (by rank 0), and no MPI_Abort.
+    const Result mpi = gpumix(train_args(base()), dir_, kMpirun);
+    EXPECT_NE(mpi.code, 0) << show(mpi);
+    EXPECT_EQ(mpi.err.rfind(said, 0), 0u) << show(mpi);  // first; mpirun's own note may follow
+    EXPECT_EQ(mpi.err.find("already holds", said.size()), std::string::npos) << show(mpi);
+    EXPECT_EQ(mpi.err.find("aborts the MPI job"), std::string::npos) << show(mpi);
+  }
+  EXPECT_EQ(read_file(base() + "/log.jsonl"), log_before);
+  expect_base_intact();
+}
+
+TEST_F(Tools, ARanksOwnDeviceIsNamed) {
+  // Rank 1's device is too small for a micro-batch: its own failure, so the rank is named.
+  const std::string out = path("rank_own");
+  const Result r = gpumix(train_args(out, {"--devices", "cpu,cpu:mem=200KiB,cpu"}), dir_);
+  expect_failure(r, {"rank 1: ", "200 KiB"});
+  expect_nothing_written(out);
 }
 
 TEST_F(Tools, ResumeFromTheLastStep) {

@@ -55,7 +55,7 @@ void on_every_rank(gpumix_session& s, const char* what, F&& fn) {
   } catch (const dist::CollectiveError&) {
     throw;
   } catch (const std::exception& e) {
-    error = e.what();
+    error = dist::local_error_of(e);
   }
   s.comm->agree(what, {}, error);
 }
@@ -123,7 +123,7 @@ void claim_run_folder(gpumix_session& s) {
     try {
       check_new();
     } catch (const std::exception& e) {
-      error = e.what();
+      error = dist::local_error_of(e, true);
     }
   }
   s.comm->agree("gpumix_session_create_mpi: run folder", {}, error);
@@ -250,7 +250,7 @@ gpumix_session* create_session(const gpumix_config* c, std::unique_ptr<Comm> com
       try {
         configure(*s, c, node_ranks);
       } catch (const std::exception& e) {
-        error = e.what();
+        error = dist::local_error_of(e);
       }
       const std::vector<int64_t> same =
           c ? std::vector<int64_t>{text_hash(c->model), c->vocab, c->seq, c->global_batch, c->total_steps,
