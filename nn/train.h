@@ -47,7 +47,8 @@ struct TrainOptions {
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;       // global norm; <= 0 disables
   int eval_interval = 50;       // steps between validation passes (0: only at the end)
-  int eval_windows = 32;        // validation windows (of T tokens) per pass
+  int eval_windows = 32;        // validation windows (of T tokens) per pass, the same first
+                                // ones at every step (0: all); the last step adds all of them
   int ckpt_interval = 0;        // steps between checkpoints (0: only at the end)
   int keep_checkpoints = 0;     // keep the newest N checkpoints of the run folder (0: all)
   uint64_t seed = 1337;
@@ -65,7 +66,8 @@ struct TrainOptions {
 struct TrainResult {
   int step = 0;                 // last completed step
   double train_loss = 0;        // of the last step
-  double val_loss = 0;          // final validation loss, nats/token
+  double val_loss = 0;          // final validation loss, nats/token (on all windows at the end)
+  int64_t val_windows = 0;      // the windows it was measured on
   double unigram_loss = 0;      // the unigram baseline on the same validation tokens
   double tokens_per_s = 0;      // median over the run's steps
   std::string checkpoint;       // the last checkpoint written

@@ -60,7 +60,8 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay");
   app.add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0: off)");
   app.add_option("--eval-interval", o.eval_interval, "steps between validation passes (0: end only)");
-  app.add_option("--eval-windows", o.eval_windows, "validation windows of the evaluations during training (the last uses all; 0: all)");
+  app.add_option("--eval-windows", o.eval_windows, "validation windows of every evaluation, the same first N each time (0: all); the last step "
+                 "also measures all of them (logged as val_full_loss)");
   app.add_option("--ckpt-interval", o.ckpt_interval, "steps between checkpoints (0: end only)");
   app.add_option("--keep-checkpoints", o.keep_checkpoints,
                  "keep the newest N checkpoints, deleting older ones once a newer one is complete (0: all)")

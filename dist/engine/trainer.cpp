@@ -612,16 +612,27 @@ json Training::step_line(int step, const StepOutcome& s, const StepTime& t, std:
 std::string Training::evaluate_if_due(int step, json& line) {
   const bool eval_now = (o_.eval_interval > 0 && step % o_.eval_interval == 0) || step == last_;
   if (!eval_now) return "";
-  // The first --eval-windows windows during training (0: all); all of them at the end.
-  const int64_t val_windows = step == last_ || o_.eval_windows <= 0
-                                  ? val_loader_->num_eval_windows()
-                                  : std::min<int64_t>(o_.eval_windows, val_loader_->num_eval_windows());
+  // The same first --eval-windows windows at every step (0: all), so that the points of a
+  // run compare; at the last step, when they are fewer than all, the full validation too,
+  // logged as its own estimate (val_full_loss) for the run's result.
+  const int64_t total = val_loader_->num_eval_windows();
+  const int64_t val_windows = o_.eval_windows <= 0 ? total : std::min<int64_t>(o_.eval_windows, total);
   TraceSpan span(&tracer_, "evaluate", "phase");
   const double val = evaluate(val_windows);
   line["val_loss"] = val;
   line["val_windows"] = val_windows;
+  line["val_windows_total"] = total;
   result_.val_loss = val;
-  return str(" | val ", val, " (", val_windows, " windows)");
+  result_.val_windows = val_windows;
+  std::string text = str(" | val ", val, " (", val_windows, val_windows == total ? " windows, all)" : " windows)");
+  if (step == last_ && val_windows < total) {
+    const double full = evaluate(total);
+    line["val_full_loss"] = full;
+    result_.val_loss = full;
+    result_.val_windows = total;
+    text += str(" | full val ", full, " (", total, " windows)");
+  }
+  return text;
 }
 
 // Drift: a device slower (or faster) than planned re-plans; the new shares take effect
@@ -671,7 +682,8 @@ TrainResult Training::finish() {
   std::sort(rates_.begin(), rates_.end());
   result_.tokens_per_s = rates_.empty() ? 0 : rates_[rates_.size() / 2];
   json final_line = {{"final", true}, {"step", result_.step}, {"val_loss", result_.val_loss},
-                     {"unigram_loss", result_.unigram_loss}, {"tokens_per_s", result_.tokens_per_s}};
+                     {"val_windows", result_.val_windows}, {"unigram_loss", result_.unigram_loss},
+                     {"tokens_per_s", result_.tokens_per_s}};
   // Memory: every rank's allocator peak since the running plan started, next to its
   // prediction.
   const std::vector<double> peak = gather_ranks((double)memory().stats().peak);
@@ -681,8 +693,9 @@ TrainResult Training::finish() {
   if (lead_) {
     if (planner_ && !busy_history_.empty())
       std::printf("%s", prediction_table(planner_->plan(), busy_history_, peak).c_str());
-    std::printf("validation loss %.4f nats/token vs unigram baseline %.4f (%.2f below)\n", result_.val_loss,
-                result_.unigram_loss, result_.unigram_loss - result_.val_loss);
+    std::printf("validation loss %.4f nats/token (%lld windows) vs unigram baseline %.4f (%.2f below)\n",
+                result_.val_loss, (long long)result_.val_windows, result_.unigram_loss,
+                result_.unigram_loss - result_.val_loss);
     if (!result_.checkpoint.empty()) std::printf("checkpoint: %s\n", result_.checkpoint.c_str());
   }
   return result_;

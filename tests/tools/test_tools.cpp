@@ -514,6 +514,42 @@ TEST_F(Tools, PlotOfARun) {
 
 // ---- generate ------------------------------------------------------------------------------
 
+TEST_F(Tools, ValidationUsesTheSameWindowsAtEveryStepAndTheFullSetAtTheEnd) {
+  const std::string out = path("val_windows");
+  Result r = gpumix(train_args(out, {"--eval-interval", "2", "--eval-windows", "2"}), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  std::ifstream in(out + "/log.jsonl");
+  std::string text;
+  std::vector<nlohmann::json> evals;
+  nlohmann::json final_line;
+  while (std::getline(in, text)) {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (j.contains("final")) final_line = j;
+    else if (j.contains("val_loss")) evals.push_back(j);
+  }
+  ASSERT_EQ(evals.size(), 3u);  // steps 2, 4, 6
+  const int64_t total = evals[0].at("val_windows_total").get<int64_t>();
+  ASSERT_GT(total, 2) << "the corpus must give more validation windows than --eval-windows";
+  for (const nlohmann::json& j : evals) {
+    EXPECT_EQ(j.at("val_windows").get<int64_t>(), 2) << j.dump();  // the last step's too
+    EXPECT_EQ(j.at("val_windows_total").get<int64_t>(), total) << j.dump();
+    EXPECT_EQ(j.contains("val_full_loss"), j.at("step").get<int>() == 6) << j.dump();
+  }
+  // The run's result is the full estimate, with its window count.
+  EXPECT_EQ(final_line.at("val_loss").get<double>(), evals[2].at("val_full_loss").get<double>());
+  EXPECT_EQ(final_line.at("val_windows").get<int64_t>(), total);
+  EXPECT_NE(r.out.find("windows) vs unigram baseline"), std::string::npos) << show(r);
+  // The plot draws them as two series.
+  const std::string svg_path = path("val_windows.svg");
+  r = gpumix({"plot", out, "--svg", svg_path}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  const std::string svg = read_file(svg_path);
+  EXPECT_NE(svg.find("class='val-loss'"), std::string::npos);
+  EXPECT_NE(svg.find("class='val-full-loss'"), std::string::npos);
+  EXPECT_NE(svg.find(">validation, first 2 windows<"), std::string::npos);
+  EXPECT_NE(svg.find(">full validation (" + std::to_string(total) + " windows)<"), std::string::npos);
+}
+
 TEST_F(Tools, GenerateContinuesThePromptAndIsGreedyAtTemperatureZero) {
   const std::string prompt = "The meaning of";
   const std::vector<std::string> greedy = {"generate", "--ckpt", base(), "--prompt", prompt, "--tokens", "24",
