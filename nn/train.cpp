@@ -56,6 +56,7 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
     d.tokens = data::TokenView(o.token_data, (size_t)o.token_count);
     d.vocab = o.token_vocab;
     d.tokenizer_path = "(none: tokens from the caller)";
+    d.format = "tokens from the caller";
     return d;
   }
   GPUMIX_CHECK_INPUT(!o.data.empty(), "no training data: pass --data FILE (a text corpus, a folder of "
@@ -91,6 +92,7 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
   };
   if (fs::is_regular_file(o.data) && data::is_token_file(o.data)) {
     d.file = std::make_unique<data::TokenFile>(o.data);
+    d.format = "token file";
     d.tokens = d.file->tokens();
     d.vocab = (int64_t)d.file->vocab_size();
     if (imported || fs::exists(d.tokenizer_path)) {
@@ -108,7 +110,10 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
                      "' is neither a token file (it does not start with the magic \"GPMXTOK\") nor text (it "
                      "holds NUL bytes); pass a token file written by `gpumix tokenizer encode` (re-encode a "
                      "damaged one) or a text corpus");
-  const std::string text = data::read_corpus(o.data);
+  data::CorpusInfo info;
+  const std::string text = data::read_corpus(o.data, o.format, &info);
+  d.format = info.describe() + (o.format == data::CorpusFormat::auto_detect ? " (--format auto)" : "");
+  d.warning = info.warning(o.data);
   GPUMIX_CHECK_INPUT(!text.empty(), "training corpus '", o.data, "' is empty; pass a corpus with text in it");
   data::Tokenizer tok;
   if (imported) {

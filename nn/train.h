@@ -18,12 +18,15 @@
 #include "nn/data/token_file.h"
 #include "nn/gpt_config.h"
 #include "nn/data/bpe.h"
+#include "nn/data/corpus.h"
 #include "nn/infer.h"
 
 namespace gpumix {
 
 struct TrainOptions {
   std::string data;             // text corpus (file, or folder of fortune files) or token file
+  // How a text corpus's files are read: text, fortune records, or auto (nn/data/corpus.h).
+  data::CorpusFormat format = data::CorpusFormat::auto_detect;
   // Or tokens held by the caller (the C API), which must outlive train(): all below V.
   const int32_t* token_data = nullptr;
   int64_t token_count = 0;
@@ -81,6 +84,8 @@ struct RunData {
   int64_t vocab = 0;
   uint64_t tokenizer_hash = 0;
   std::string tokenizer_path;
+  std::string format;   // what was read: "token file", "text", "fortunes (N records)", ...
+  std::string warning;  // "" or what the run should say about the data (mostly not text)
 };
 
 // Reads o.data. A text corpus is encoded with the run's tokenizer, which is trained (with

@@ -40,6 +40,10 @@ int cmd_train(int argc, char** argv) {
   bool no_prefetch = false;
   CLI::App app{"Train a GPT on a text corpus or token file, on one or several ranks"};
   app.add_option("--data", o.data, "text corpus, folder of fortune files, or token file")->required();
+  std::string format = "auto";
+  app.add_option("--format", format,
+                 "how a text corpus is read: auto (fortune records where a file has a .dat twin or reads as "
+                 "%-separated short records, else text), text (every file one document), fortunes");
   app.add_option("--tokenizer", o.tokenizer, "tokenizer file (default: <out>/tokenizer.bpe, trained if absent)");
   auto* model = app.add_option("--model", o.model, "model preset (gpt-nano, gpt-micro, gpt-mini, gpt2, ...)");
   app.add_option("--init-from", o.init_from,
@@ -102,6 +106,7 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--drift-steps", engine.drift.steps, "consecutive drifting steps before re-planning")
       ->check(CLI::Range(1, 1000000));
   CLI11_PARSE(app, argc, argv);
+  o.format = gpumix::data::parse_corpus_format(format);
   if (!o.resume.empty() && app.count("--out") == 0) o.out = gpumix::run_folder_of(o.resume);
   if (!device_memory.empty()) o.device_memory = gpumix::tools::parse_bytes(device_memory);
   if (!trace_steps.empty()) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "core/error.h"
 
@@ -172,7 +173,12 @@ UnevenChoice choose_uneven_algo(const std::vector<int64_t>& counts, size_t elem_
 
 std::string local_error_of(const std::exception& e, bool for_all) {
   const std::string what = e.what();
-  if (dynamic_cast<const InputError*>(&e)) return std::string(1, for_all ? kRunsMistake : kUsersMistake) + what;
+  // A user's mistake: an InputError, or what the layers without gpumix::Error throw about a
+  // file or a flag (std::runtime_error, std::invalid_argument, filesystem and JSON errors).
+  // A rank's own: any other gpumix::Error (a bug, its memory, its device) or bad_alloc.
+  const bool mistake = dynamic_cast<const InputError*>(&e) ||
+                       (!dynamic_cast<const Error*>(&e) && !dynamic_cast<const std::bad_alloc*>(&e));
+  if (mistake) return std::string(1, for_all ? kRunsMistake : kUsersMistake) + what;
   return what;
 }
 

@@ -66,7 +66,8 @@ class CollectiveError : public Error {
 };
 
 // The text a rank passes to agree() as its local error for the exception it caught. A
-// user's mistake (an InputError: a flag, a file, a folder) is marked so, and the ranks'
+// user's mistake (an InputError, or a std exception about a flag, a file, a folder: not a
+// gpumix::Error nor bad_alloc) is marked so, and the ranks'
 // message then states it once, as it is, naming no rank, when it is the run's rather than
 // a rank's: every rank found the same, or the one rank that found it checked for all
 // (`for_all`: rank 0 checks the run folder, the data). Otherwise (some ranks found it in

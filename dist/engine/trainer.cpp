@@ -312,6 +312,7 @@ void Training::load_data() {
     }
   }
   comm_.agree("data", {}, error);
+  if (lead_ && !run_.warning.empty()) std::printf("warning: %s\n", run_.warning.c_str());
   if (!lead_) run_ = prepare_data(o_, false);
   config_ = resolve_model(o_, run_.vocab, seq_);
   split_ = data::split_train_val(run_.tokens, seq_, o_.val_fraction);
@@ -427,6 +428,7 @@ void Training::print_settings() const {
   const GPTConfig& config = config_;
   gpumix::print_settings({
       {"data", o_.data + " (" + human_count((double)run_.tokens.size()) + " tokens)"},
+      {"format", run_.format},
       {"split", human_count((double)split_.train.size()) + " train / " +
                     human_count((double)split_.val.size()) + " validation"},
       {"tokenizer", run_.tokenizer_path + " (vocab " + std::to_string(run_.vocab) + ")"},

@@ -345,6 +345,48 @@ TEST_F(Tools, ARanksOwnDeviceIsNamed) {
   expect_nothing_written(out);
 }
 
+TEST_F(Tools, CorpusFormatIsExplicitAndSaid) {
+  // The tiny corpus with bare `%` lines among long paragraphs, as a LaTeX file has them:
+  // auto reads it as text, as before the `%` lines were there.
+  const std::string corpus = read_file(kCorpus);
+  const std::string latex = path("latex.tex");
+  write_file(latex, corpus.substr(0, corpus.size() / 2) + "\n%\n" + corpus.substr(corpus.size() / 2) + "\n%\n");
+  Result r = gpumix(train_args(path("latex_auto"), {"--steps", "1"}, latex), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("| format "), std::string::npos) << show(r);
+  EXPECT_NE(r.out.find("text (--format auto)"), std::string::npos) << show(r);
+  r = gpumix(train_args(path("latex_fortunes"), {"--steps", "1", "--format", "fortunes"}, latex), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("fortunes (2 records)"), std::string::npos) << show(r);
+  r = gpumix(train_args(path("latex_bad"), {"--format", "latex"}, latex), dir_);
+  expect_failure(r, {"--format latex", "auto", "text", "fortunes"});
+
+  // Bytes that are mostly not UTF-8 (no NUL): a warning naming the share, or with --format
+  // text an error.
+  std::string noise;
+  uint32_t x = 7;
+  for (int i = 0; i < 6000; ++i) {
+    x = x * 1103515245u + 12345u;
+    noise += (char)(1 + (x >> 16) % 255);
+  }
+  const std::string bin = path("noise.bin");
+  write_file(bin, noise);
+  r = gpumix(train_args(path("noise_auto"), {"--steps", "1"}, bin), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("warning: corpus " + bin + " is mostly not text: "), std::string::npos) << show(r);
+  EXPECT_NE(r.out.find("% of its 6,000 bytes are not UTF-8"), std::string::npos) << show(r);
+  const std::string out = path("noise_text");
+  r = gpumix(train_args(out, {"--format", "text"}, bin), dir_);
+  expect_failure(r, {"noise.bin", "mostly not text", "6,000 bytes are not UTF-8", "--format auto"});
+  expect_nothing_written(out);
+  // The tokenizer reads corpora alike.
+  r = gpumix({"tokenizer", "train", "--data", bin, "--vocab", "300", "--format", "text", "--out", path("n.bpe")}, dir_);
+  expect_failure(r, {"noise.bin", "mostly not text"});
+  r = gpumix({"tokenizer", "encode", "--tokenizer", tokenizer(), "--data", latex, "--out", path("latex.tok")}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("format     text (--format auto)"), std::string::npos) << show(r);
+}
+
 TEST_F(Tools, ResumeFromTheLastStep) {
   // --resume of the base run picks ckpt-000006, which is already at --steps 6.
   const std::string out = path("resume_done");
