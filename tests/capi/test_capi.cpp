@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -126,6 +127,28 @@ TEST_F(CApi, GenerateSamplesWhatTheGpumixProgramSamples) {
   for (int32_t id; in >> id;) cli.push_back(id);
   ASSERT_EQ(cli.size(), 15u);
   EXPECT_EQ(std::vector<int32_t>(cli.begin() + 3, cli.end()), ids) << "gpumix generate sampled other ids";
+}
+
+TEST_F(CApi, EvaluateIsWhatGpumixEvalSays) {
+  double mean = 0;
+  ASSERT_EQ(gpumix_evaluate(trained_, tokens_.data(), (int64_t)tokens_.size(), &mean), 0) << error();
+  // The same tokens (the corpus's bytes) as a token file, through the program.
+  const std::string tok = dir_ + "/bytes.tok", out = dir_ + "/eval.out";
+  const std::string exe = std::string("OMP_NUM_THREADS=1 '") + GPUMIX_EXE + "'";
+  std::string cmd = exe + " tokenizer encode --bytes --data '" + GPUMIX_TESTS_DATA_DIR + "/tiny_corpus.txt' --out '" +
+                    tok + "' >/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  cmd = exe + " eval --ckpt '" + gpumix_checkpoint(trained_) + "' --data '" + tok + "' >'" + out + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(out);
+  std::string line;
+  std::getline(in, line);
+  const size_t at = line.find("\"loss\":");
+  ASSERT_NE(at, std::string::npos) << line;
+  const double cli = std::strtod(line.c_str() + at + 7, nullptr);
+  // The same windows and fp32 losses, summed in double in groups (mean_loss per 64 windows):
+  // equal up to double rounding.
+  EXPECT_NEAR(cli, mean, 1e-12 * mean) << line;
 }
 
 TEST_F(CApi, ASessionThatOnlyLoadsACheckpoint) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -385,6 +386,71 @@ TEST_F(Tools, CorpusFormatIsExplicitAndSaid) {
   r = gpumix({"tokenizer", "encode", "--tokenizer", tokenizer(), "--data", latex, "--out", path("latex.tok")}, dir_);
   ASSERT_EQ(r.code, 0) << show(r);
   EXPECT_NE(r.out.find("format     text (--format auto)"), std::string::npos) << show(r);
+}
+
+// ---- eval -----------------------------------------------------------------------------------
+
+// The JSON line `gpumix eval` prints last on stdout.
+nlohmann::json eval_line(const Result& r) {
+  const size_t end = r.out.find_last_not_of('\n');
+  const size_t begin = r.out.rfind('\n', end);
+  return nlohmann::json::parse(r.out.substr(begin == std::string::npos ? 0 : begin + 1));
+}
+
+TEST_F(Tools, EvalOfARunOnTextAndOnItsTokenFile) {
+  Result r = gpumix({"eval", "--ckpt", base(), "--data", kCorpus, "--threads", "1"}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  const nlohmann::json text = eval_line(r);
+  EXPECT_EQ(text.at("context").get<int64_t>(), 16);
+  EXPECT_EQ(text.at("windows").get<int64_t>(), text.at("windows_total").get<int64_t>());
+  EXPECT_EQ(text.at("windows_total").get<int64_t>(), (text.at("tokens").get<int64_t>() - 1) / 16);
+  EXPECT_EQ(text.at("tokenizer").get<std::string>(), base() + "/tokenizer.bpe");
+  EXPECT_EQ(text.at("model").get<std::string>(), base() + "/ckpt-000006");
+  const double loss = text.at("loss").get<double>();
+  EXPECT_GT(loss, 0);
+  EXPECT_LT(loss, std::log(512.0) + 1);  // trained 6 steps: near the uniform's log V at worst
+  EXPECT_DOUBLE_EQ(text.at("perplexity").get<double>(), std::exp(loss));
+  // The token file the tokenizer made of the same text: the same tokens, the same number.
+  r = gpumix({"eval", "--ckpt", base(), "--data", tokens(), "--threads", "1"}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  const nlohmann::json file = eval_line(r);
+  EXPECT_EQ(file.at("tokens"), text.at("tokens"));
+  EXPECT_EQ(file.at("loss").get<double>(), loss);
+  EXPECT_EQ(file.at("format").get<std::string>(), "token file");
+  // The first 4 windows only.
+  r = gpumix({"eval", "--ckpt", base() + "/ckpt-000003", "--data", tokens(), "--windows", "4"}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(eval_line(r).at("windows").get<int64_t>(), 4);
+  EXPECT_EQ(eval_line(r).at("model").get<std::string>(), base() + "/ckpt-000003");
+  // A Hugging Face folder with its own tokenizer.
+  r = gpumix({"eval", "--model", GPUMIX_HF_GOLDEN_DIR, "--data", kCorpus, "--windows", "2"}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(eval_line(r).at("windows").get<int64_t>(), 2);
+  EXPECT_NE(eval_line(r).at("tokenizer").get<std::string>().find("vocab.json"), std::string::npos);
+}
+
+TEST_F(Tools, EvalRejectsBadInput) {
+  // Fewer tokens than a window + 1.
+  const std::string small = path("eval_small.txt");
+  write_file(small, "Too short.");
+  expect_failure(gpumix({"eval", "--ckpt", base(), "--data", small}, dir_),
+                 {"eval_small.txt", "fewer than one window", "+ 1 = 17", "larger corpus"});
+  // A token file of another vocabulary (bytes: 256, the model: 512).
+  const std::string bytes = path("eval_bytes.tok");
+  ASSERT_EQ(gpumix({"tokenizer", "encode", "--bytes", "--data", kCorpus, "--out", bytes}, dir_).code, 0);
+  expect_failure(gpumix({"eval", "--ckpt", base(), "--data", bytes}, dir_),
+                 {"eval_bytes.tok", "vocabulary 256", "has 512", "gpumix tokenizer encode --tokenizer"});
+  // A run without its tokenizer, on text.
+  const std::string lone = path("eval_lone");
+  fs::create_directories(lone);
+  fs::copy(base() + "/ckpt-000006", lone + "/ckpt-000006", fs::copy_options::recursive);
+  expect_failure(gpumix({"eval", "--ckpt", lone, "--data", kCorpus}, dir_),
+                 {"no tokenizer next to checkpoint", "tokenizer.bpe", "token file", "512"});
+  // ...which a token file of its vocabulary does not need.
+  EXPECT_EQ(gpumix({"eval", "--ckpt", lone, "--data", tokens(), "--windows", "1"}, dir_).code, 0);
+  expect_failure(gpumix({"eval", "--data", kCorpus}, dir_), {"--ckpt", "--model"});
+  expect_failure(gpumix({"eval", "--ckpt", base(), "--data", path("nowhere.txt")}, dir_),
+                 {"nowhere.txt", "does not exist"});
 }
 
 TEST_F(Tools, ResumeFromTheLastStep) {
