@@ -112,7 +112,7 @@ std::string run_folder_of(const std::string& where);
 // folder's parent), whose vocabulary must be the model's `vocab`.
 data::Tokenizer checkpoint_tokenizer(const CheckpointReader& reader, int64_t vocab);
 
-// A boxed two-column table of resolved settings, on stdout.
+// A boxed two-column table of resolved settings, logged (info).
 void print_settings(const std::vector<std::pair<std::string, std::string>>& rows);
 // 1234 -> "1.2k", 2.5e6 -> "2.50M".
 std::string human_count(double x);

@@ -15,6 +15,7 @@
 #include "dist/engine/launch.h"
 #include "dist/plan/plan.h"
 #include "nn/train.h"
+#include "core/log.h"
 #include "core/precision.h"
 #include "tools/command.h"
 #include "tools/size_flag.h"
@@ -138,6 +139,7 @@ int cmd_train(int argc, char** argv) {
     if (ranks != 1) throw std::invalid_argument("--ranks is for the local backend; under mpirun use -np");
     gpumix::dist::MpiSession mpi(nullptr, nullptr);
     auto comm = gpumix::dist::make_mpi_comm();
+    const gpumix::LogScope log_scope(nullptr, comm->rank());  // the console, rank 0's lines
     if (!devices.empty()) {
       if ((int)devices.size() != comm->size())
         throw std::invalid_argument("--devices lists " + std::to_string(devices.size()) + " devices but mpirun started " +

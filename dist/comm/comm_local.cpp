@@ -44,6 +44,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/stream.h"
 #include "dist/comm/comm.h"
 
@@ -858,8 +859,11 @@ void run_local(int n, const std::function<void(Comm&)>& fn, LocalOptions options
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
   threads.reserve(n);
+  // Each thread rank logs through its parent's logger, as rank r (core/log.h).
+  const std::shared_ptr<Logger> logger = current_logger();
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
+      const LogScope log_scope(logger, r);
       try {
         std::unique_ptr<Comm> comm = group.comm(r);
         try {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 
+#include "core/log.h"
 #include "core/ops.h"
 #include "core/precision.h"
 #include "dist/engine/checkpoint.h"
@@ -312,7 +313,7 @@ void Training::load_data() {
     }
   }
   comm_.agree("data", {}, error);
-  if (lead_ && !run_.warning.empty()) std::printf("warning: %s\n", run_.warning.c_str());
+  if (lead_ && !run_.warning.empty()) log_warn("warning: ", run_.warning);
   if (!lead_) run_ = prepare_data(o_, false);
   config_ = resolve_model(o_, run_.vocab, seq_);
   split_ = data::split_train_val(run_.tokens, seq_, o_.val_fraction);
@@ -343,9 +344,10 @@ void Training::choose_device_comm() {
   if (cuda_ranks == 0) return;
   if (cuda_ranks < ranks_ || !nccl_built()) {
     if (lead_)
-      std::printf("note: %s: collectives on CUDA devices go through host memory over MPI\n",
-                  cuda_ranks < ranks_ ? str((int)cuda_ranks, " of ", ranks_, " ranks run on CUDA devices").c_str()
-                                      : "this build has no NCCL");
+      log_info("note: ",
+               cuda_ranks < ranks_ ? str((int)cuda_ranks, " of ", ranks_, " ranks run on CUDA devices")
+                                   : std::string("this build has no NCCL"),
+               ": collectives on CUDA devices go through host memory over MPI");
     return;
   }
   NcclOptions options;
@@ -368,7 +370,7 @@ void Training::choose_dtype() {
     error = local_error_of(e);
   }
   comm_.agree("compute dtype", {(int64_t)dtype_.dtype}, error);
-  if (lead_ && !dtype_.note.empty()) std::printf("note: %s\n", dtype_.note.c_str());
+  if (lead_ && !dtype_.note.empty()) log_info("note: ", dtype_.note);
 }
 
 // The work as given, or the planner's on a profile of the ranks.
@@ -382,8 +384,8 @@ void Training::choose_plan(const std::vector<RankWork>& given_work) {
   work_ = planner_->work();
   validate_work(work_, o_.batch, ranks_);
   if (lead_ && !planner_->plan().fits())
-    std::printf("warning: the %s plan does not fit its memory model: %s\n", planner_->name().c_str(),
-                planner_->plan().oom_message().c_str());
+    log_warn("warning: the ", planner_->name(), " plan does not fit its memory model: ",
+             planner_->plan().oom_message());
 }
 
 // One rank: the whole model; several: the uneven sharded engine.
@@ -413,7 +415,7 @@ void Training::init_from() {
   }
   comm_.agree("init-from", {}, error);
   engine_->sync_compute_params();  // the compute copy of the imported master weights
-  if (lead_) std::printf("initialised from %s\n", o_.init_from.c_str());
+  if (lead_) log_info("initialised from ", o_.init_from);
 }
 
 void Training::resume() {
@@ -424,6 +426,10 @@ void Training::resume() {
 }
 
 void Training::print_settings() const {
+  // Each rank's own work, for a log of every rank (debug).
+  log_debug("rank ", rank_, " of ", ranks_, ": ", device_.str(), " (", format_bytes(device_props(device_).capacity),
+            "), batch ", work_[rank_].batch, ", micro-batch ", work_[rank_].micro_batch, ", state share ",
+            work_[rank_].share);
   if (!lead_) return;
   const GPTConfig& config = config_;
   gpumix::print_settings({
@@ -450,7 +456,7 @@ void Training::print_settings() const {
       {"seed", std::to_string(o_.seed)},
       {"out", o_.out},
   });
-  if (planner_) std::printf("%s", plan_table(planner_->plan()).c_str());
+  if (planner_) log_info(plan_table(planner_->plan()));
 }
 
 void Training::open_log() {
@@ -499,7 +505,6 @@ void Training::run_step(int step) {
   save_if_due(step);
   result_.step = step;
   if (tracer_.complete(step)) write_trace();
-  if (lead_) std::fflush(stdout);
 }
 
 void Training::write_trace() {
@@ -508,8 +513,8 @@ void Training::write_trace() {
                       {"log", log_path_.string()}};
   tracer_.write(comm_, device_, other.dump());
   if (lead_)
-    std::printf("trace of steps %d-%d: %s (open it in ui.perfetto.dev or chrome://tracing)\n", tracer_.first(),
-                tracer_.last(), engine_options_.trace.c_str());
+    log_info("trace of steps ", tracer_.first(), "-", tracer_.last(), ": ", engine_options_.trace,
+             " (open it in ui.perfetto.dev or chrome://tracing)");
 }
 
 void Training::load_batch(int step) {
@@ -558,7 +563,7 @@ StepOutcome Training::forward_backward_update(int step) {
     fault_point(rank_, "optimizer");
     engine_->optimizer_step(s.lr, step);
   } else {
-    if (lead_) std::printf("skipping %s (the optimizer step was not applied)\n", s.nonfinite.c_str());
+    if (lead_) log_warn("skipping ", s.nonfinite, " (the optimizer step was not applied)");
   }
   return s;
 }
@@ -663,12 +668,15 @@ void Training::adopt(std::vector<RankWork> work) {
 void Training::print_step(int step, const StepOutcome& s, const StepTime& t, const std::string& busy_text,
                           const std::string& val_text, const std::string& replan_text) const {
   if (!lead_) return;
-  if (!o_.quiet)
-    std::printf("step %d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f ms | %s tok/s%s%s\n", step, o_.steps, s.loss,
-                s.norm, s.lr, t.ms, human_count(t.tokens_per_s).c_str(), busy_text.c_str(), val_text.c_str());
+  if (!o_.quiet && log_enabled(LogLevel::info)) {
+    char line[256];
+    std::snprintf(line, sizeof line, "step %d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f ms | %s tok/s", step,
+                  o_.steps, s.loss, s.norm, s.lr, t.ms, human_count(t.tokens_per_s).c_str());
+    log_info(line, busy_text, val_text);
+  }
   if (!replan_text.empty()) {
-    std::printf("step %d: %s\n", step, replan_text.c_str());
-    if (planner_->last_change().adopted) std::printf("%s", plan_table(planner_->plan()).c_str());
+    log_info("step ", step, ": ", replan_text);
+    if (planner_->last_change().adopted) log_info(plan_table(planner_->plan()));
   }
 }
 
@@ -694,11 +702,13 @@ TrainResult Training::finish() {
   log_line(final_line);
   if (lead_) {
     if (planner_ && !busy_history_.empty())
-      std::printf("%s", prediction_table(planner_->plan(), busy_history_, peak).c_str());
-    std::printf("validation loss %.4f nats/token (%lld windows) vs unigram baseline %.4f (%.2f below)\n",
-                result_.val_loss, (long long)result_.val_windows, result_.unigram_loss,
-                result_.unigram_loss - result_.val_loss);
-    if (!result_.checkpoint.empty()) std::printf("checkpoint: %s\n", result_.checkpoint.c_str());
+      log_info(prediction_table(planner_->plan(), busy_history_, peak));
+    char line[256];
+    std::snprintf(line, sizeof line, "validation loss %.4f nats/token (%lld windows) vs unigram baseline %.4f "
+                  "(%.2f below)", result_.val_loss, (long long)result_.val_windows, result_.unigram_loss,
+                  result_.unigram_loss - result_.val_loss);
+    log_info(line);
+    if (!result_.checkpoint.empty()) log_info("checkpoint: ", result_.checkpoint);
   }
   return result_;
 }
