@@ -59,7 +59,7 @@ EvalResult evaluate(const EvalOptions& o, const std::function<void(int64_t, int6
     GPUMIX_CHECK_INPUT((int64_t)file->vocab_size() == V, "token file ", o.data, " has vocabulary ",
                        file->vocab_size(), " but the model (", r.source, ") has ", V,
                        "; encode the text with the model's tokenizer (`gpumix tokenizer encode --tokenizer ",
-                       r.tokenizer.empty() ? std::string("<the run's tokenizer.bpe>") : r.tokenizer,
+                       !o.model.empty() ? o.model : r.tokenizer.empty() ? std::string("<the run's tokenizer.bpe>") : r.tokenizer,
                        "`), or pass the text itself");
     tokens = file->tokens().to_vector();
     r.format = "token file";

@@ -427,6 +427,14 @@ TEST_F(Tools, EvalOfARunOnTextAndOnItsTokenFile) {
   ASSERT_EQ(r.code, 0) << show(r);
   EXPECT_EQ(eval_line(r).at("windows").get<int64_t>(), 2);
   EXPECT_NE(eval_line(r).at("tokenizer").get<std::string>().find("vocab.json"), std::string::npos);
+  // Its token file (2-byte ids: vocabulary 417) gives the same number as its text.
+  const double hf_text = eval_line(r).at("loss").get<double>();
+  const std::string hf_tokens = path("hf_golden.tok");
+  r = gpumix({"tokenizer", "encode", "--tokenizer", GPUMIX_HF_GOLDEN_DIR, "--data", kCorpus, "--out", hf_tokens}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  r = gpumix({"eval", "--model", GPUMIX_HF_GOLDEN_DIR, "--data", hf_tokens, "--windows", "2"}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(eval_line(r).at("loss").get<double>(), hf_text);
 }
 
 TEST_F(Tools, EvalRejectsBadInput) {
