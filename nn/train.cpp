@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/log.h"
 #include "nn/checkpoint.h"
 #include "nn/data/bpe.h"
 #include "nn/data/corpus.h"
@@ -56,6 +57,7 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
     d.tokens = data::TokenView(o.token_data, (size_t)o.token_count);
     d.vocab = o.token_vocab;
     d.tokenizer_path = "(none: tokens from the caller)";
+    d.format = "tokens from the caller";
     return d;
   }
   GPUMIX_CHECK_INPUT(!o.data.empty(), "no training data: pass --data FILE (a text corpus, a folder of "
@@ -86,11 +88,11 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
     if (!imported || fs::exists(d.tokenizer_path)) return;
     fs::create_directories(fs::path(d.tokenizer_path).parent_path());
     imported->save(d.tokenizer_path);
-    std::printf("tokenizer of %s (%d tokens) -> %s\n", o.init_from.c_str(), imported->vocab_size(),
-                d.tokenizer_path.c_str());
+    log_info("tokenizer of ", o.init_from, " (", imported->vocab_size(), " tokens) -> ", d.tokenizer_path);
   };
   if (fs::is_regular_file(o.data) && data::is_token_file(o.data)) {
     d.file = std::make_unique<data::TokenFile>(o.data);
+    d.format = "token file";
     d.tokens = d.file->tokens();
     d.vocab = (int64_t)d.file->vocab_size();
     if (imported || fs::exists(d.tokenizer_path)) {
@@ -108,7 +110,10 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
                      "' is neither a token file (it does not start with the magic \"GPMXTOK\") nor text (it "
                      "holds NUL bytes); pass a token file written by `gpumix tokenizer encode` (re-encode a "
                      "damaged one) or a text corpus");
-  const std::string text = data::read_corpus(o.data);
+  data::CorpusInfo info;
+  const std::string text = data::read_corpus(o.data, o.format, &info);
+  d.format = info.describe() + (o.format == data::CorpusFormat::auto_detect ? " (--format auto)" : "");
+  d.warning = info.warning(o.data);
   GPUMIX_CHECK_INPUT(!text.empty(), "training corpus '", o.data, "' is empty; pass a corpus with text in it");
   data::Tokenizer tok;
   if (imported) {
@@ -123,8 +128,7 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
     tok = data::Tokenizer::train(text, gpt_preset(o.model).V, topt);
     fs::create_directories(fs::path(d.tokenizer_path).parent_path());
     tok.save(d.tokenizer_path);
-    std::printf("trained a %d-token BPE tokenizer on %s -> %s\n", tok.vocab_size(), o.data.c_str(),
-                d.tokenizer_path.c_str());
+    log_info("trained a ", tok.vocab_size(), "-token BPE tokenizer on ", o.data, " -> ", d.tokenizer_path);
   }
   d.owned = tok.encode(text);
   d.tokens = data::TokenView(d.owned);
@@ -205,9 +209,15 @@ std::string human_count(double x) {
 void print_settings(const std::vector<std::pair<std::string, std::string>>& rows) {
   size_t w = 0;
   for (const auto& r : rows) w = std::max(w, r.first.size());
-  std::printf("+%s+\n", std::string(w + 40, '-').c_str());
-  for (const auto& [k, v] : rows) std::printf("| %-*s | %-35s |\n", (int)w, k.c_str(), v.c_str());
-  std::printf("+%s+\n", std::string(w + 40, '-').c_str());
+  if (!log_enabled(LogLevel::info)) return;
+  const std::string rule = "+" + std::string(w + 40, '-') + "+";
+  std::string table = rule + "\n";
+  for (const auto& [k, v] : rows) {
+    char line[512];
+    std::snprintf(line, sizeof line, "| %-*s | %-35s |\n", (int)w, k.c_str(), v.c_str());
+    table += line;
+  }
+  log_info(table + rule);
 }
 
 // ---- generation ----------------------------------------------------------------------------

@@ -18,12 +18,15 @@
 #include "nn/data/token_file.h"
 #include "nn/gpt_config.h"
 #include "nn/data/bpe.h"
+#include "nn/data/corpus.h"
 #include "nn/infer.h"
 
 namespace gpumix {
 
 struct TrainOptions {
   std::string data;             // text corpus (file, or folder of fortune files) or token file
+  // How a text corpus's files are read: text, fortune records, or auto (nn/data/corpus.h).
+  data::CorpusFormat format = data::CorpusFormat::auto_detect;
   // Or tokens held by the caller (the C API), which must outlive train(): all below V.
   const int32_t* token_data = nullptr;
   int64_t token_count = 0;
@@ -47,7 +50,8 @@ struct TrainOptions {
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;       // global norm; <= 0 disables
   int eval_interval = 50;       // steps between validation passes (0: only at the end)
-  int eval_windows = 32;        // validation windows (of T tokens) per pass
+  int eval_windows = 32;        // validation windows (of T tokens) per pass, the same first
+                                // ones at every step (0: all); the last step adds all of them
   int ckpt_interval = 0;        // steps between checkpoints (0: only at the end)
   int keep_checkpoints = 0;     // keep the newest N checkpoints of the run folder (0: all)
   uint64_t seed = 1337;
@@ -65,7 +69,8 @@ struct TrainOptions {
 struct TrainResult {
   int step = 0;                 // last completed step
   double train_loss = 0;        // of the last step
-  double val_loss = 0;          // final validation loss, nats/token
+  double val_loss = 0;          // final validation loss, nats/token (on all windows at the end)
+  int64_t val_windows = 0;      // the windows it was measured on
   double unigram_loss = 0;      // the unigram baseline on the same validation tokens
   double tokens_per_s = 0;      // median over the run's steps
   std::string checkpoint;       // the last checkpoint written
@@ -80,6 +85,8 @@ struct RunData {
   int64_t vocab = 0;
   uint64_t tokenizer_hash = 0;
   std::string tokenizer_path;
+  std::string format;   // what was read: "token file", "text", "fortunes (N records)", ...
+  std::string warning;  // "" or what the run should say about the data (mostly not text)
 };
 
 // Reads o.data. A text corpus is encoded with the run's tokenizer, which is trained (with
@@ -106,7 +113,7 @@ std::string run_folder_of(const std::string& where);
 // folder's parent), whose vocabulary must be the model's `vocab`.
 data::Tokenizer checkpoint_tokenizer(const CheckpointReader& reader, int64_t vocab);
 
-// A boxed two-column table of resolved settings, on stdout.
+// A boxed two-column table of resolved settings, logged (info).
 void print_settings(const std::vector<std::pair<std::string, std::string>>& rows);
 // 1234 -> "1.2k", 2.5e6 -> "2.50M".
 std::string human_count(double x);

@@ -31,12 +31,18 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+CorpusFormat corpus_format = CorpusFormat::auto_detect;  // --format
+
 std::string read_text_corpus(const std::string& path, size_t* num_docs) {
   if (is_token_file(path)) {
     throw std::runtime_error("'" + path + "' is already a token file; pass the text corpus it was made from");
   }
-  const auto docs = read_documents(path);
+  CorpusInfo info;
+  const auto docs = read_documents(path, corpus_format, &info);
   *num_docs = docs.size();
+  std::printf("format     %s (--format %s)\n", info.describe().c_str(), corpus_format_name(corpus_format));
+  const std::string warning = info.warning(path);
+  if (!warning.empty()) std::printf("warning    %s\n", warning.c_str());
   return join_documents(docs);
 }
 
@@ -149,6 +155,10 @@ int cmd_tokenizer(int argc, char** argv) {
       ->check(CLI::Range(257, 1 << 24))
       ->capture_default_str();
   train->add_option("--out", out, "tokenizer file to write")->required();
+  std::string format = "auto";
+  const char* format_help = "how the corpus is read: auto (fortune records where a file has a .dat twin or "
+                            "reads as %-separated short records, else text), text, fortunes";
+  train->add_option("--format", format, format_help);
 
   auto* encode = app.add_subcommand("encode", "encode a corpus into a token file");
   bool bytes = false;
@@ -157,6 +167,7 @@ int cmd_tokenizer(int argc, char** argv) {
       ->excludes(encode_tokenizer);
   encode->add_option("--data", data, "corpus: text file, fortunes file or folder")->required();
   encode->add_option("--out", out, "token file to write")->required();
+  encode->add_option("--format", format, format_help);
 
   auto* decode = app.add_subcommand("decode", "decode a token file back to text");
   decode->add_option("--tokenizer", tokenizer, "tokenizer file")->required();
@@ -169,6 +180,7 @@ int cmd_tokenizer(int argc, char** argv) {
     // CLI11 prints the problem (or the help); a usage error exits 2, as in main.cpp.
     return app.exit(e) == 0 ? 0 : 2;
   }
+  corpus_format = parse_corpus_format(format);
   if (train->parsed()) return run_train(data, vocab, out);
   if (encode->parsed() && bytes) return run_encode_bytes(data, out);
   if (encode->parsed() && tokenizer.empty())

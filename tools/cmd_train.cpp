@@ -13,8 +13,10 @@
 #include <utility>
 
 #include "dist/engine/launch.h"
+#include "dist/engine/stop.h"
 #include "dist/plan/plan.h"
 #include "nn/train.h"
+#include "core/log.h"
 #include "core/precision.h"
 #include "tools/command.h"
 #include "tools/size_flag.h"
@@ -44,6 +46,10 @@ int cmd_train(int argc, char** argv) {
   bool no_prefetch = false;
   CLI::App app{"Train a GPT on a text corpus or token file, on one or several ranks"};
   app.add_option("--data", o.data, "text corpus, folder of fortune files, or token file")->required();
+  std::string format = "auto";
+  app.add_option("--format", format,
+                 "how a text corpus is read: auto (fortune records where a file has a .dat twin or reads as "
+                 "%-separated short records, else text), text (every file one document), fortunes");
   app.add_option("--tokenizer", o.tokenizer, "tokenizer file (default: <out>/tokenizer.bpe, trained if absent)");
   auto* model = app.add_option("--model", o.model, "model preset (gpt-nano, gpt-micro, gpt-mini, gpt2, ...)");
   app.add_option("--init-from", o.init_from,
@@ -64,7 +70,8 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay");
   app.add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0: off)");
   app.add_option("--eval-interval", o.eval_interval, "steps between validation passes (0: end only)");
-  app.add_option("--eval-windows", o.eval_windows, "validation windows of the evaluations during training (the last uses all; 0: all)");
+  app.add_option("--eval-windows", o.eval_windows, "validation windows of every evaluation, the same first N each time (0: all); the last step "
+                 "also measures all of them (logged as val_full_loss)");
   app.add_option("--ckpt-interval", o.ckpt_interval, "steps between checkpoints (0: end only)");
   app.add_option("--keep-checkpoints", o.keep_checkpoints,
                  "keep the newest N checkpoints, deleting older ones once a newer one is complete (0: all)")
@@ -105,6 +112,7 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--drift-steps", engine.drift.steps, "consecutive drifting steps before re-planning")
       ->check(CLI::Range(1, 1000000));
   CLI11_PARSE(app, argc, argv);
+  o.format = gpumix::data::parse_corpus_format(format);
   if (!o.resume.empty() && app.count("--out") == 0) o.out = gpumix::run_folder_of(o.resume);
   if (!device_memory.empty()) o.device_memory = gpumix::tools::parse_bytes(device_memory);
   if (!trace_steps.empty()) {
@@ -132,12 +140,14 @@ int cmd_train(int argc, char** argv) {
   auto make_work = [&](int n) { return gpumix::dist::plan_work(plan, !devices.empty(), o.batch, n, engine); };
   const int cores = o.threads > 0 ? o.threads : (int)std::max(1u, std::thread::hardware_concurrency());
 
+  gpumix::dist::announce_stop_signals(true);  // on the console, at once: a step may be long
   if (gpumix::dist::launched_by_mpi()) {
     // Only a --ranks the user gave is wrong here: --devices alone sets `ranks` above.
     if (app.count("--ranks") > 0)
       throw std::invalid_argument("--ranks is for the local backend; under mpirun use -np");
     gpumix::dist::MpiSession mpi(nullptr, nullptr);
     auto comm = gpumix::dist::make_mpi_comm();
+    const gpumix::LogScope log_scope(nullptr, comm->rank());  // the console, rank 0's lines
     if (!devices.empty()) {
       if ((int)devices.size() != comm->size())
         throw std::invalid_argument("--devices lists " + std::to_string(devices.size()) + " devices but mpirun started " +
@@ -149,12 +159,18 @@ int cmd_train(int argc, char** argv) {
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     const int per_node = local ? std::max(1, std::atoi(local)) : 1;
     omp_set_num_threads(o.threads > 0 ? o.threads : std::max(1, cores / per_node));
-    // One run per folder: rank 0 holds the lock for the job (every rank fails alike).
-    const gpumix::RunLock lock = gpumix::dist::lock_run_folder(o.out, *comm);
     gpumix::TrainResult result;
     try {
+      // One run per folder: rank 0 holds the lock for the job (every rank fails alike).
+      const gpumix::RunLock lock = gpumix::dist::lock_run_folder(o.out, *comm);
       result = gpumix::dist::train(o, work, *comm, engine);
+    } catch (const gpumix::dist::CollectiveError& e) {
+      // Every rank failed together with the same message: said once, and no rank is left
+      // waiting, so the job ends without MPI_Abort.
+      if (comm->rank() == 0) std::fprintf(stderr, "gpumix train: error: %s\n", e.what());
+      return 1;
     } catch (const std::exception& e) {
+      // This rank's own failure, which its peers may not know of: end the job.
       comm->abort(std::string("rank ") + std::to_string(comm->rank()) + ": " + e.what());
     }
     return exit_code(result);

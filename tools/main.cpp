@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <memory>
+
+#include "core/log.h"
 
 #include "tools/command.h"
 
@@ -32,6 +35,11 @@ void print_usage(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The program's output: the library's log lines on the console, as the library says them.
+  gpumix::LogSink console;
+  console.level = gpumix::LogLevel::info;
+  console.console = true;
+  gpumix::set_process_logger(std::make_shared<gpumix::Logger>(console));
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     print_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

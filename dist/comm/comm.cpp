@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "core/error.h"
 
@@ -23,6 +24,10 @@ const char* comm_op_name(CommOp op) {
   }
   return "?";
 }
+
+// Mark a local error as a user's mistake (local_error_of), found by a rank in its own part
+// or by a check it made for all ranks: bytes no message holds.
+constexpr char kUsersMistake = '\x02', kRunsMistake = '\x03';
 
 namespace {
 // One field summed over every op kind.
@@ -166,6 +171,17 @@ UnevenChoice choose_uneven_algo(const std::vector<int64_t>& counts, size_t elem_
 
 // ---- shared helpers ---------------------------------------------------------------------
 
+std::string local_error_of(const std::exception& e, bool for_all) {
+  const std::string what = e.what();
+  // A user's mistake: an InputError, or what the layers without gpumix::Error throw about a
+  // file or a flag (std::runtime_error, std::invalid_argument, filesystem and JSON errors).
+  // A rank's own: any other gpumix::Error (a bug, its memory, its device) or bad_alloc.
+  const bool mistake = dynamic_cast<const InputError*>(&e) ||
+                       (!dynamic_cast<const Error*>(&e) && !dynamic_cast<const std::bad_alloc*>(&e));
+  if (mistake) return std::string(1, for_all ? kRunsMistake : kUsersMistake) + what;
+  return what;
+}
+
 namespace detail {
 
 double now_seconds() {
@@ -296,17 +312,31 @@ std::string check_root(int root, int size) {
   return "";
 }
 
+namespace {
+
+bool is_users_mistake(const std::string& e) { return !e.empty() && (e[0] == kUsersMistake || e[0] == kRunsMistake); }
+std::string unmarked(const std::string& e) { return is_users_mistake(e) ? e.substr(1) : e; }
+
+}  // namespace
+
 std::string agreement_error(const std::vector<std::string>& whats,
                             const std::vector<std::vector<int64_t>>& values,
                             const std::vector<std::string>& local_errors) {
   const size_t n = whats.size();
-  std::string errors;
+  std::string errors, first;
   int n_errors = 0;
+  bool one_mistake = true, for_all = true;  // every error found is the same user's mistake
   for (size_t r = 0; r < n; ++r) {
-    if (local_errors[r].empty()) continue;
+    const std::string& e = local_errors[r];
+    if (e.empty()) continue;
     if (n_errors++ > 0) errors += "; ";
-    errors += str("rank ", r, ": ", local_errors[r]);
+    errors += str("rank ", r, ": ", unmarked(e));
+    if (first.empty()) first = e;
+    one_mistake = one_mistake && is_users_mistake(e) && unmarked(e) == unmarked(first);
+    for_all = for_all && e[0] == kRunsMistake;
   }
+  // The run's mistake, said once (still marked, for collective_message).
+  if (n_errors > 0 && one_mistake && (for_all || n_errors == (int)n)) return first;
   if (n_errors > 0) return str(whats[0], " failed on ", n_errors, " of ", n, " ranks: ", errors);
 
   bool same_what = true, same_values = true;
@@ -328,8 +358,13 @@ std::string agreement_error(const std::vector<std::string>& whats,
   return m;
 }
 
+std::string collective_message(const char* backend, const std::string& agreement) {
+  if (is_users_mistake(agreement)) return unmarked(agreement);
+  return str(backend, " comm: ", agreement);
+}
+
 void agree_alone(const std::string& local_error) {
-  if (!local_error.empty()) throw CollectiveError(local_error);
+  if (!local_error.empty()) throw CollectiveError(unmarked(local_error));
 }
 
 uint64_t agreement_hash(const std::string& what, const std::vector<int64_t>& values,

@@ -65,6 +65,16 @@ class CollectiveError : public Error {
   using Error::Error;
 };
 
+// The text a rank passes to agree() as its local error for the exception it caught. A
+// user's mistake (an InputError, or a std exception about a flag, a file, a folder: not a
+// gpumix::Error nor bad_alloc) is marked so, and the ranks'
+// message then states it once, as it is, naming no rank, when it is the run's rather than
+// a rank's: every rank found the same, or the one rank that found it checked for all
+// (`for_all`: rank 0 checks the run folder, the data). Otherwise (some ranks found it in
+// their own part: a device too small; the ranks disagree; a rank's memory, a bug) the
+// message names the ranks and what each found.
+std::string local_error_of(const std::exception& e, bool for_all = false);
+
 enum class CommOp : uint8_t { all_gather_v, reduce_scatter_v, all_reduce, broadcast, barrier, agree };
 constexpr int kCommOpCount = 6;
 const char* comm_op_name(CommOp op);  // "all_gather_v", ...
@@ -345,6 +355,9 @@ std::string check_root(int root, int size);
 std::string agreement_error(const std::vector<std::string>& whats,
                             const std::vector<std::vector<int64_t>>& values,
                             const std::vector<std::string>& local_errors);
+// The CollectiveError text of a failed check: "<backend> comm: <agreement>", or the user's
+// mistake alone (local_error_of) when that is all the ranks found.
+std::string collective_message(const char* backend, const std::string& agreement);
 // agree() on a single rank: throws `local_error` unwrapped when it is not empty.
 void agree_alone(const std::string& local_error);
 // FNV-1a over what + values: what the MPI backend compares across ranks.

@@ -44,6 +44,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/stream.h"
 #include "dist/comm/comm.h"
 
@@ -518,7 +519,7 @@ class LocalComm : public Comm {
   // Throws the round's agreement error (the same on every rank), or that its ranks mix
   // host and device buffers.
   static const Round& finish_check(const std::shared_ptr<const Round>& round) {
-    if (!round->error.empty()) throw CollectiveError(str("local comm: ", round->error));
+    if (!round->error.empty()) throw CollectiveError(detail::collective_message("local", round->error));
     const std::string kinds = check_one_kind(*round);
     if (!kinds.empty()) throw CollectiveError(kinds);
     return *round;
@@ -858,8 +859,11 @@ void run_local(int n, const std::function<void(Comm&)>& fn, LocalOptions options
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
   threads.reserve(n);
+  // Each thread rank logs through its parent's logger, as rank r (core/log.h).
+  const std::shared_ptr<Logger> logger = current_logger();
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
+      const LogScope log_scope(logger, r);
       try {
         std::unique_ptr<Comm> comm = group.comm(r);
         try {

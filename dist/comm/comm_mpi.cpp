@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "dist/comm/comm.h"
 #include "dist/comm/comm_mpi.h"
 
@@ -66,8 +67,7 @@ float g_dummy[1];
 void* buf(const Tensor& t) { return t.numel() > 0 ? t.raw_data() : g_dummy; }
 
 [[noreturn]] void abort_job(MPI_Comm comm, int rank, const std::string& reason) {
-  std::fprintf(stderr, "[gpumix] rank %d aborts the MPI job: %s\n", rank, reason.c_str());
-  std::fflush(stderr);
+  log_error("[gpumix] rank ", rank, " aborts the MPI job: ", reason);
   MPI_Abort(comm, 1);
   std::abort();
 }
@@ -283,7 +283,7 @@ class MpiComm : public Comm {
     }
     std::string message = detail::agreement_error(whats, all_values, errors);
     if (message.empty()) message = str(what, ": the ranks' agreement hashes differ");
-    throw CollectiveError(str("mpi comm: ", message));
+    throw CollectiveError(detail::collective_message("mpi", message));
   }
 
   std::vector<std::string> all_gather_strings(const std::string& s) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <random>
 
+#include "core/log.h"
 #include "core/precision.h"
 #include "dist/engine/fault.h"
 
@@ -45,7 +46,7 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
     try {
       fn();
     } catch (const std::exception& e) {
-      error = e.what();
+      error = local_error_of(e);
     }
   };
   if (comm.rank() == 0)
@@ -99,9 +100,9 @@ int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& e
     }
     engine.sync_compute_params();
     step = reader.step();
-    if (comm.rank() == 0) std::printf("resumed from %s (step %lld)\n", reader.dir().c_str(), (long long)step);
+    if (comm.rank() == 0) log_info("resumed from ", reader.dir(), " (step ", step, ")");
   } catch (const std::exception& e) {
-    error = e.what();
+    error = local_error_of(e);
   }
   comm.agree("resume", {step}, error);
   return (int)step;

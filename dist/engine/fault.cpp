@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/log.h"
+
 namespace gpumix::dist {
 
 namespace {
@@ -82,8 +84,7 @@ void fault_point(int rank, const char* point) {
   const std::string what = "injected fault (GPUMIX_FAULT) on rank " + std::to_string(rank) + " at " + point +
                            " of step " + std::to_string(current_step);
   if (f->arg == "exit" || f->arg == "kill") {
-    std::fprintf(stderr, "%s: %s\n", what.c_str(), f->arg == "exit" ? "_exit(86)" : "SIGKILL");
-    std::fflush(stderr);
+    log_error(what, ": ", f->arg == "exit" ? "_exit(86)" : "SIGKILL");
     if (f->arg == "kill") ::kill(::getpid(), SIGKILL);
     ::_exit(86);
   }

@@ -213,7 +213,7 @@ RunLock lock_run_folder(const std::string& dir, Comm& comm) {
     try {
       lock = RunLock(dir);
     } catch (const std::exception& e) {
-      error = e.what();
+      error = local_error_of(e, true);
     }
   }
   comm.agree("run folder lock", {}, error);

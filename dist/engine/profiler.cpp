@@ -453,7 +453,7 @@ Profile profile_cluster(const GPTConfig& model, int seq_len, DType dtype, const 
       }
     }
   } catch (const std::exception& e) {
-    error = e.what();
+    error = local_error_of(e);
   }
   comm.agree("profiling", {}, error);
 

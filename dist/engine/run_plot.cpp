@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -49,7 +50,7 @@ RunLog read_run_log(const std::string& path) {
   const std::string text = buffer.str();
 
   std::map<int64_t, RunLog::Step> steps;
-  std::map<int64_t, double> evals;
+  std::map<int64_t, RunLog::Eval> evals, full_evals;
   size_t begin = 0;
   int64_t line_no = 0, records = 0;
   while (begin < text.size()) {
@@ -98,13 +99,30 @@ RunLog read_run_log(const std::string& path) {
       }
       log.ranks = std::max(log.ranks, (int)s.busy.size());
     }
-    if (number_field(j, "val_loss", &value, where) && std::isfinite(value)) evals[s.step] = value;
+    if (number_field(j, "val_loss", &value, where) && std::isfinite(value)) {
+      RunLog::Eval e;
+      e.step = s.step;
+      e.val_loss = value;
+      double windows = 0, total = 0;
+      if (number_field(j, "val_windows", &windows, where) && std::isfinite(windows)) e.windows = (int64_t)windows;
+      if (number_field(j, "val_windows_total", &total, where) && std::isfinite(total)) e.total = (int64_t)total;
+      if (e.full()) {
+        full_evals[s.step] = e;
+        evals.erase(s.step);  // a resume that re-logged the step with all windows
+      } else {
+        evals[s.step] = e;
+        full_evals.erase(s.step);
+      }
+      if (number_field(j, "val_full_loss", &value, where) && std::isfinite(value))
+        full_evals[s.step] = {s.step, value, e.total, e.total};
+    }
     steps[s.step] = std::move(s);
   }
   GPUMIX_CHECK_INPUT(!steps.empty(), log.path, records > 0 ? " has no step lines" : " is empty",
                      ": the run has not finished a step yet");
   for (auto& [step, s] : steps) log.steps.push_back(std::move(s));
-  for (const auto& [step, v] : evals) log.evals.push_back({step, v});
+  for (const auto& [step, e] : evals) log.evals.push_back(e);
+  for (const auto& [step, e] : full_evals) log.full_evals.push_back(e);
   return log;
 }
 
@@ -261,9 +279,24 @@ std::string run_plot_svg(const RunLog& log, const std::string& title) {
     if (std::isfinite(s.loss)) train.points.emplace_back((double)s.step, s.loss);
     if (std::isfinite(s.tokens_per_s)) tokens.points.emplace_back((double)s.step, s.tokens_per_s);
   }
+  // The sampled estimates (the same first N windows each time) and the full ones: two series.
   Series val{"validation loss", palette[1], "val-loss", {}, true, false,
              "validation loss: none in the log yet"};
-  for (const RunLog::Eval& e : log.evals) val.points.emplace_back((double)e.step, e.val_loss);
+  std::set<int64_t> sampled_windows;
+  for (const RunLog::Eval& e : log.evals) {
+    val.points.emplace_back((double)e.step, e.val_loss);
+    sampled_windows.insert(e.windows);
+  }
+  if (sampled_windows.size() == 1 && *sampled_windows.begin() > 0)
+    val.name = str("validation, first ", *sampled_windows.begin(), " windows");
+  else if (sampled_windows.size() > 1)
+    val.name = "validation, first windows (N varies)";
+  Series full_val{"full validation", palette[3], "val-full-loss", {}, true, false, ""};
+  for (const RunLog::Eval& e : log.full_evals) full_val.points.emplace_back((double)e.step, e.val_loss);
+  if (!log.full_evals.empty()) full_val.name = str("full validation (", log.full_evals.back().total, " windows)");
+  std::vector<Series> loss_series = {train};
+  if (!log.evals.empty() || log.full_evals.empty()) loss_series.push_back(val);
+  if (!log.full_evals.empty()) loss_series.push_back(full_val);
   Series unigram{"unigram baseline", "#777777", "unigram", {}, false, true,
                  "unigram baseline: not in the log"};
   if (std::isfinite(log.unigram_loss)) {
@@ -277,17 +310,25 @@ std::string run_plot_svg(const RunLog& log, const std::string& title) {
   const double height = 60 + 2 * kPanelHeight + (busy_panel ? kPanelHeight : 0) + 10;
   std::string o;
   svg_begin(o, kWidth, height);
+  // The newest estimate; the full one where it is as new.
+  const RunLog::Eval* last_eval = log.evals.empty() ? nullptr : &log.evals.back();
+  if (!log.full_evals.empty() && (!last_eval || log.full_evals.back().step >= last_eval->step))
+    last_eval = &log.full_evals.back();
+  const std::string last_text =
+      !last_eval ? ""
+                 : str(", last validation loss ", tick_label(last_eval->val_loss, 0.001, false),
+                       last_eval->full() ? " (all windows)" : "");
   char sub[256];
-  std::snprintf(sub, sizeof sub, "steps %lld-%lld, %d rank%s%s%s", (long long)log.steps.front().step,
+  std::snprintf(sub, sizeof sub, "steps %lld-%lld, %d rank%s%s", (long long)log.steps.front().step,
                 (long long)log.steps.back().step, log.ranks, log.ranks == 1 ? " (no busy shares)" : "s",
-                log.evals.empty() ? "" : ", last validation loss ",
-                log.evals.empty() ? "" : tick_label(log.evals.back().val_loss, 0.001, false).c_str());
+                last_text.c_str());
   svg_text(o, kPlotLeft, 24, title, " font-size='15' font-weight='bold'");
   svg_text(o, kPlotLeft, 42,
            std::string(sub) + (log.ignored_partial_last_line ? "; an incomplete last line was ignored" : ""),
            " fill='#555'");
   double top = 50;
-  top += draw_panel(o, top, "loss", "nats/token", x_lo, x_hi, NAN, NAN, {train, val, unigram});
+  loss_series.push_back(unigram);
+  top += draw_panel(o, top, "loss", "nats/token", x_lo, x_hi, NAN, NAN, loss_series);
   top += draw_panel(o, top, "throughput", "tokens/s", x_lo, x_hi, 0.0, NAN, {tokens}, true);
   if (busy_panel) {
     std::vector<Series> ranks;

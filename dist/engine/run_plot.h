@@ -1,5 +1,7 @@
 // A picture of a run, from its log.jsonl (the trainer's JSON lines, README "Train"):
-// training and validation loss against step with the unigram baseline as a line, tokens/s
+// training and validation loss against step with the unigram baseline as a line (the
+// validation on the same first windows at every evaluation, and on all of them, each its
+// own series: the two are different samples and must not be joined), tokens/s
 // against step, and, on several ranks, each rank's busy share (compute time / step time)
 // per step. What the log lacks (no validation yet, no baseline, one rank) is said in the
 // picture; a log that cannot be read is an InputError naming the file, the line and the
@@ -20,14 +22,20 @@ struct RunLog {
     double tokens_per_s = std::numeric_limits<double>::quiet_NaN();
     std::vector<double> busy;  // per rank, fractions of the step; empty on one rank
   };
+  // A validation estimate: on the first `windows` validation windows (0: the log does not
+  // say), of `total` (0: not said); full when it covers them all.
   struct Eval {
     int64_t step = 0;
     double val_loss = 0;
+    int64_t windows = 0, total = 0;
+    bool full() const { return total > 0 && windows == total; }
   };
   std::string path;
   std::vector<Step> steps;  // by step; a step logged twice (a resume from an earlier
                             // checkpoint) keeps its last record
-  std::vector<Eval> evals;  // by step, likewise
+  std::vector<Eval> evals;  // by step, likewise: val_loss on val_windows of val_windows_total
+  std::vector<Eval> full_evals;  // by step: the estimates on every window (val_full_loss, and
+                                 // val_loss where val_windows is all of them)
   double unigram_loss = std::numeric_limits<double>::quiet_NaN();  // NaN: not in the log
   int ranks = 1;
   bool ignored_partial_last_line = false;  // a run killed mid-write leaves one

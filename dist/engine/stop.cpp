@@ -11,7 +11,8 @@ namespace gpumix::dist {
 namespace {
 
 std::atomic<int> pending{0};
-std::atomic<bool> announce_signal{false};
+std::atomic<bool> announce_signal{false};  // this process holds rank 0
+std::atomic<bool> announce_wanted{false};  // announce_stop_signals
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
 constexpr int kSignals[] = {SIGTERM, SIGINT};
@@ -24,7 +25,7 @@ void write_stderr(const char* text) {
 void on_signal(int signo) {
   int none = 0;
   if (pending.compare_exchange_strong(none, signo)) {
-    if (announce_signal.load())
+    if (announce_signal.load() && announce_wanted.load())
       write_stderr(signo == SIGINT ? "gpumix: SIGINT: stopping after the step in flight, with a checkpoint "
                                    "(again to stop at once)\n"
                                  : "gpumix: SIGTERM: stopping after the step in flight, with a checkpoint "
@@ -68,6 +69,8 @@ StopOnSignals::~StopOnSignals() {
   for (int i = 0; i < 2; ++i)
     if (ours[i]) sigaction(kSignals[i], &saved[i], nullptr);
 }
+
+void announce_stop_signals(bool on) { announce_wanted.store(on); }
 
 void request_stop(int signo) {
   int none = 0;

@@ -21,6 +21,10 @@ class StopOnSignals {
   StopOnSignals& operator=(const StopOnSignals&) = delete;
 };
 
+// Whether the signal handler itself says on stderr that it got the first signal (off by
+// default: the library prints nothing unless asked; `gpumix train` turns it on).
+void announce_stop_signals(bool on);
+
 // Asks the running training to stop after its step in flight, as a signal `signo` does
 // (async-signal-safe). The first request is kept.
 void request_stop(int signo);

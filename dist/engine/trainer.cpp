@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 
+#include "core/log.h"
 #include "core/ops.h"
 #include "core/precision.h"
 #include "dist/engine/checkpoint.h"
@@ -299,7 +300,7 @@ void Training::prepare_run_folder() {
                          " already holds a run (",
                          log_path_.string(), "); continue it with --resume ", o_.out, ", or pass another --out");
     } catch (const std::exception& e) {
-      error = e.what();
+      error = local_error_of(e, true);
     }
   }
   comm_.agree("run folder", {}, error);
@@ -312,10 +313,11 @@ void Training::load_data() {
     try {
       run_ = prepare_data(o_, true);
     } catch (const std::exception& e) {
-      error = e.what();
+      error = local_error_of(e, true);
     }
   }
   comm_.agree("data", {}, error);
+  if (lead_ && !run_.warning.empty()) log_warn("warning: ", run_.warning);
   if (!lead_) run_ = prepare_data(o_, false);
   config_ = resolve_model(o_, run_.vocab, seq_);
   split_ = data::split_train_val(run_.tokens, seq_, o_.val_fraction);
@@ -346,9 +348,10 @@ void Training::choose_device_comm() {
   if (cuda_ranks == 0) return;
   if (cuda_ranks < ranks_ || !nccl_built()) {
     if (lead_)
-      std::printf("note: %s: collectives on CUDA devices go through host memory over MPI\n",
-                  cuda_ranks < ranks_ ? str((int)cuda_ranks, " of ", ranks_, " ranks run on CUDA devices").c_str()
-                                      : "this build has no NCCL");
+      log_info("note: ",
+               cuda_ranks < ranks_ ? str((int)cuda_ranks, " of ", ranks_, " ranks run on CUDA devices")
+                                   : std::string("this build has no NCCL"),
+               ": collectives on CUDA devices go through host memory over MPI");
     return;
   }
   NcclOptions options;
@@ -368,10 +371,10 @@ void Training::choose_dtype() {
     if (resuming_) sources.checkpoint = checkpoint_dtype(open_checkpoint(o_.resume));
     dtype_ = choose_compute_dtype(sources);
   } catch (const std::exception& e) {
-    error = e.what();
+    error = local_error_of(e);
   }
   comm_.agree("compute dtype", {(int64_t)dtype_.dtype}, error);
-  if (lead_ && !dtype_.note.empty()) std::printf("note: %s\n", dtype_.note.c_str());
+  if (lead_ && !dtype_.note.empty()) log_info("note: ", dtype_.note);
 }
 
 // The work as given, or the planner's on a profile of the ranks.
@@ -385,8 +388,8 @@ void Training::choose_plan(const std::vector<RankWork>& given_work) {
   work_ = planner_->work();
   validate_work(work_, o_.batch, ranks_);
   if (lead_ && !planner_->plan().fits())
-    std::printf("warning: the %s plan does not fit its memory model: %s\n", planner_->name().c_str(),
-                planner_->plan().oom_message().c_str());
+    log_warn("warning: the ", planner_->name(), " plan does not fit its memory model: ",
+             planner_->plan().oom_message());
 }
 
 // One rank: the whole model; several: the uneven sharded engine.
@@ -412,11 +415,11 @@ void Training::init_from() {
     for (const OwnedSlice& s : engine_->slices())
       fill_through_host(s.master, [&](float* host, int64_t n) { weights.read(s.flat_offset, n, host); });
   } catch (const std::exception& e) {
-    error = e.what();
+    error = local_error_of(e);
   }
   comm_.agree("init-from", {}, error);
   engine_->sync_compute_params();  // the compute copy of the imported master weights
-  if (lead_) std::printf("initialised from %s\n", o_.init_from.c_str());
+  if (lead_) log_info("initialised from ", o_.init_from);
 }
 
 void Training::resume() {
@@ -427,10 +430,15 @@ void Training::resume() {
 }
 
 void Training::print_settings() const {
+  // Each rank's own work, for a log of every rank (debug).
+  log_debug("rank ", rank_, " of ", ranks_, ": ", device_.str(), " (", format_bytes(device_props(device_).capacity),
+            "), batch ", work_[rank_].batch, ", micro-batch ", work_[rank_].micro_batch, ", state share ",
+            work_[rank_].share);
   if (!lead_) return;
   const GPTConfig& config = config_;
   gpumix::print_settings({
       {"data", o_.data + " (" + human_count((double)run_.tokens.size()) + " tokens)"},
+      {"format", run_.format},
       {"split", human_count((double)split_.train.size()) + " train / " +
                     human_count((double)split_.val.size()) + " validation"},
       {"tokenizer", run_.tokenizer_path + " (vocab " + std::to_string(run_.vocab) + ")"},
@@ -452,7 +460,7 @@ void Training::print_settings() const {
       {"seed", std::to_string(o_.seed)},
       {"out", o_.out},
   });
-  if (planner_) std::printf("%s", plan_table(planner_->plan()).c_str());
+  if (planner_) log_info(plan_table(planner_->plan()));
 }
 
 void Training::open_log() {
@@ -493,8 +501,8 @@ bool Training::stop_if_requested(int step) {
   if (saved_step_ != step) save_checkpoint_now(step);
   result_.stop_signal = signo;
   if (lead_)
-    std::printf("step %d: %s: stopped after this step, checkpoint %s; continue with --resume %s\n", step,
-                signal_name(signo), result_.checkpoint.c_str(), o_.out.c_str());
+    log_info("step ", step, ": ", signal_name(signo), ": stopped after this step, checkpoint ", result_.checkpoint,
+             "; continue with --resume ", o_.out);
   return true;
 }
 
@@ -517,7 +525,6 @@ void Training::run_step(int step) {
   save_if_due(step);
   result_.step = step;
   if (tracer_.complete(step)) write_trace();
-  if (lead_) std::fflush(stdout);
 }
 
 void Training::write_trace() {
@@ -526,8 +533,8 @@ void Training::write_trace() {
                       {"log", log_path_.string()}};
   tracer_.write(comm_, device_, other.dump());
   if (lead_)
-    std::printf("trace of steps %d-%d: %s (open it in ui.perfetto.dev or chrome://tracing)\n", tracer_.first(),
-                tracer_.last(), engine_options_.trace.c_str());
+    log_info("trace of steps ", tracer_.first(), "-", tracer_.last(), ": ", engine_options_.trace,
+             " (open it in ui.perfetto.dev or chrome://tracing)");
 }
 
 void Training::load_batch(int step) {
@@ -576,7 +583,7 @@ StepOutcome Training::forward_backward_update(int step) {
     fault_point(rank_, "optimizer");
     engine_->optimizer_step(s.lr, step);
   } else {
-    if (lead_) std::printf("skipping %s (the optimizer step was not applied)\n", s.nonfinite.c_str());
+    if (lead_) log_warn("skipping ", s.nonfinite, " (the optimizer step was not applied)");
   }
   return s;
 }
@@ -632,16 +639,27 @@ json Training::step_line(int step, const StepOutcome& s, const StepTime& t, std:
 std::string Training::evaluate_if_due(int step, json& line) {
   const bool eval_now = (o_.eval_interval > 0 && step % o_.eval_interval == 0) || step == last_;
   if (!eval_now) return "";
-  // The first --eval-windows windows during training (0: all); all of them at the end.
-  const int64_t val_windows = step == last_ || o_.eval_windows <= 0
-                                  ? val_loader_->num_eval_windows()
-                                  : std::min<int64_t>(o_.eval_windows, val_loader_->num_eval_windows());
+  // The same first --eval-windows windows at every step (0: all), so that the points of a
+  // run compare; at the last step, when they are fewer than all, the full validation too,
+  // logged as its own estimate (val_full_loss) for the run's result.
+  const int64_t total = val_loader_->num_eval_windows();
+  const int64_t val_windows = o_.eval_windows <= 0 ? total : std::min<int64_t>(o_.eval_windows, total);
   TraceSpan span(&tracer_, "evaluate", "phase");
   const double val = evaluate(val_windows);
   line["val_loss"] = val;
   line["val_windows"] = val_windows;
+  line["val_windows_total"] = total;
   result_.val_loss = val;
-  return str(" | val ", val, " (", val_windows, " windows)");
+  result_.val_windows = val_windows;
+  std::string text = str(" | val ", val, " (", val_windows, val_windows == total ? " windows, all)" : " windows)");
+  if (step == last_ && val_windows < total) {
+    const double full = evaluate(total);
+    line["val_full_loss"] = full;
+    result_.val_loss = full;
+    result_.val_windows = total;
+    text += str(" | full val ", full, " (", total, " windows)");
+  }
+  return text;
 }
 
 // Drift: a device slower (or faster) than planned re-plans; the new shares take effect
@@ -670,12 +688,15 @@ void Training::adopt(std::vector<RankWork> work) {
 void Training::print_step(int step, const StepOutcome& s, const StepTime& t, const std::string& busy_text,
                           const std::string& val_text, const std::string& replan_text) const {
   if (!lead_) return;
-  if (!o_.quiet)
-    std::printf("step %d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f ms | %s tok/s%s%s\n", step, o_.steps, s.loss,
-                s.norm, s.lr, t.ms, human_count(t.tokens_per_s).c_str(), busy_text.c_str(), val_text.c_str());
+  if (!o_.quiet && log_enabled(LogLevel::info)) {
+    char line[256];
+    std::snprintf(line, sizeof line, "step %d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f ms | %s tok/s", step,
+                  o_.steps, s.loss, s.norm, s.lr, t.ms, human_count(t.tokens_per_s).c_str());
+    log_info(line, busy_text, val_text);
+  }
   if (!replan_text.empty()) {
-    std::printf("step %d: %s\n", step, replan_text.c_str());
-    if (planner_->last_change().adopted) std::printf("%s", plan_table(planner_->plan()).c_str());
+    log_info("step ", step, ": ", replan_text);
+    if (planner_->last_change().adopted) log_info(plan_table(planner_->plan()));
   }
 }
 
@@ -693,7 +714,8 @@ TrainResult Training::finish() {
   std::sort(rates_.begin(), rates_.end());
   result_.tokens_per_s = rates_.empty() ? 0 : rates_[rates_.size() / 2];
   json final_line = {{"final", true}, {"step", result_.step}, {"val_loss", result_.val_loss},
-                     {"unigram_loss", result_.unigram_loss}, {"tokens_per_s", result_.tokens_per_s}};
+                     {"val_windows", result_.val_windows}, {"unigram_loss", result_.unigram_loss},
+                     {"tokens_per_s", result_.tokens_per_s}};
   // Memory: every rank's allocator peak since the running plan started, next to its
   // prediction.
   const std::vector<double> peak = gather_ranks((double)memory().stats().peak);
@@ -706,11 +728,15 @@ TrainResult Training::finish() {
   log_line(final_line);
   if (lead_) {
     if (planner_ && !busy_history_.empty())
-      std::printf("%s", prediction_table(planner_->plan(), busy_history_, peak).c_str());
-    if (!result_.stop_signal || result_.step == last_)  // a stopped run was not validated at its end
-      std::printf("validation loss %.4f nats/token vs unigram baseline %.4f (%.2f below)\n", result_.val_loss,
-                  result_.unigram_loss, result_.unigram_loss - result_.val_loss);
-    if (!result_.checkpoint.empty()) std::printf("checkpoint: %s\n", result_.checkpoint.c_str());
+      log_info(prediction_table(planner_->plan(), busy_history_, peak));
+    if (!result_.stop_signal || result_.step == last_) {  // a stopped run was not validated at its end
+      char line[256];
+      std::snprintf(line, sizeof line, "validation loss %.4f nats/token (%lld windows) vs unigram baseline %.4f "
+                    "(%.2f below)", result_.val_loss, (long long)result_.val_windows, result_.unigram_loss,
+                    result_.unigram_loss - result_.val_loss);
+      log_info(line);
+    }
+    if (!result_.checkpoint.empty()) log_info("checkpoint: ", result_.checkpoint);
   }
   return result_;
 }

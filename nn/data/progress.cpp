@@ -1,9 +1,10 @@
 #include "nn/data/progress.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+
+#include "core/log.h"
 
 namespace gpumix::data {
 
@@ -27,9 +28,9 @@ std::string format_seconds(double s) {
 
 }  // namespace
 
-Progress::Progress(std::string label, double total, std::string unit, bool enabled, FILE* out)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(total), enabled_(enabled), out_(out) {
-  tty_ = enabled_ && ::isatty(::fileno(out_));
+Progress::Progress(std::string label, double total, std::string unit, bool enabled)
+    : label_(std::move(label)), unit_(std::move(unit)), total_(total), enabled_(enabled && log_enabled(LogLevel::info)) {
+  tty_ = enabled_ && log_progress_redraws();
   start_ = last_draw_ = clock::now();
 }
 
@@ -67,12 +68,15 @@ void Progress::draw(double done, bool final) {
     constexpr int width = 30;
     const int filled = static_cast<int>(frac * width);
     const std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
-    std::fprintf(out_, "\r%s [%s] %3.0f%% %s | %s\033[K%s", label_.c_str(), bar.c_str(),
-                 frac * 100, counts, tail.c_str(), final ? "\n" : "");
+    char line[512];
+    std::snprintf(line, sizeof line, "%s [%s] %3.0f%% %s | %s", label_.c_str(), bar.c_str(), frac * 100, counts,
+                  tail.c_str());
+    log_progress(line, final);
   } else {
-    std::fprintf(out_, "%s: %3.0f%% %s | %s\n", label_.c_str(), frac * 100, counts, tail.c_str());
+    char line[512];
+    std::snprintf(line, sizeof line, "%s: %3.0f%% %s | %s", label_.c_str(), frac * 100, counts, tail.c_str());
+    log_progress(line, final);
   }
-  std::fflush(out_);
   shown_ = true;
 }
 

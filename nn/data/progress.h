@@ -1,9 +1,10 @@
 // A progress bar with ETA for long work that is not training (tokenizing, profiling).
 //
-// Nothing is shown for the first second, so quick work stays quiet. Then, on a terminal,
-// one line redrawn in place at most 10 times a second; when stderr is piped or a file,
-// a plain line at most every 10 seconds. finish() prints the total time if anything was
-// shown. Not thread-safe: call update() from one thread.
+// Nothing is shown for the first second, so quick work stays quiet. Then, through the
+// thread's log (core/log.h, at info): on a console whose stderr is a terminal, one line
+// redrawn in place at most 10 times a second; elsewhere (stderr piped or a file, a callback,
+// a log file) a plain line at most every 10 seconds. finish() says the total time if
+// anything was shown. Not thread-safe: call update() from one thread.
 #pragma once
 
 #include <chrono>
@@ -16,8 +17,7 @@ namespace gpumix::data {
 class Progress {
  public:
   // `total` is in `unit`s (e.g. "merges", "MB"); `enabled` false makes every call a no-op.
-  Progress(std::string label, double total, std::string unit, bool enabled = true,
-           FILE* out = stderr);
+  Progress(std::string label, double total, std::string unit, bool enabled = true);
   ~Progress() { finish(); }
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
@@ -33,7 +33,6 @@ class Progress {
   std::string unit_;
   double total_;
   bool enabled_;
-  FILE* out_;
   bool tty_ = false;
   bool shown_ = false;
   bool finished_ = false;

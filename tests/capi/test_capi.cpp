@@ -10,6 +10,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -129,6 +130,113 @@ TEST_F(CApi, GenerateSamplesWhatTheGpumixProgramSamples) {
   for (int32_t id; in >> id;) cli.push_back(id);
   ASSERT_EQ(cli.size(), 15u);
   EXPECT_EQ(std::vector<int32_t>(cli.begin() + 3, cli.end()), ids) << "gpumix generate sampled other ids";
+}
+
+TEST_F(CApi, EvaluateIsWhatGpumixEvalSays) {
+  double mean = 0;
+  ASSERT_EQ(gpumix_evaluate(trained_, tokens_.data(), (int64_t)tokens_.size(), &mean), 0) << error();
+  // The same tokens (the corpus's bytes) as a token file, through the program.
+  const std::string tok = dir_ + "/bytes.tok", out = dir_ + "/eval.out";
+  const std::string exe = std::string("OMP_NUM_THREADS=1 '") + GPUMIX_EXE + "'";
+  std::string cmd = exe + " tokenizer encode --bytes --data '" + GPUMIX_TESTS_DATA_DIR + "/tiny_corpus.txt' --out '" +
+                    tok + "' >/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  cmd = exe + " eval --ckpt '" + gpumix_checkpoint(trained_) + "' --data '" + tok + "' >'" + out + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(out);
+  std::string line;
+  std::getline(in, line);
+  const size_t at = line.find("\"loss\":");
+  ASSERT_NE(at, std::string::npos) << line;
+  const double cli = std::strtod(line.c_str() + at + 7, nullptr);
+  // The same windows and fp32 losses, summed in double in groups (mean_loss per 64 windows):
+  // equal up to double rounding.
+  EXPECT_NEAR(cli, mean, 1e-12 * mean) << line;
+}
+
+// The library prints nothing unless asked: a quiet session (the default) writes nothing to
+// stdout or stderr, and a session with a callback and a log file gets its lines there, and
+// still nothing on stdout or stderr, whatever it logs.
+TEST_F(CApi, TheLibraryIsQuietUnlessAsked) {
+  using gpumix::capi::test::CapturedOutput;
+  using gpumix::capi::test::LogLines;
+  {
+    CapturedOutput captured(dir_ + "/quiet.out");
+    const TinyConfig cfg(dir_ + "/quiet");
+    gpumix_session* s = gpumix_session_create(&cfg.c);
+    const bool created = s != nullptr;
+    const int trained = created ? gpumix_train(s, tokens_.data(), (int64_t)tokens_.size(), 2) : -2;
+    double mean = 0;
+    const int evaluated = created ? gpumix_evaluate(s, tokens_.data(), (int64_t)tokens_.size(), &mean) : -2;
+    gpumix_session_destroy(s);
+    const std::string out = captured.take();
+    ASSERT_TRUE(created) << error();
+    EXPECT_EQ(trained, 0) << error();
+    EXPECT_EQ(evaluated, 0) << error();
+    EXPECT_EQ(out, "") << "a quiet session printed";
+  }
+  {
+    // Two thread ranks, a callback and a file, at info.
+    LogLines got;
+    TinyConfig cfg(dir_ + "/logged");
+    const std::string file = dir_ + "/logged.log";
+    cfg.c.devices = "cpu,cpu";
+    cfg.c.plan = "even";
+    cfg.c.log_level = GPUMIX_LOG_INFO;
+    cfg.c.log_callback = &LogLines::receive;
+    cfg.c.log_user = &got;
+    cfg.c.log_file = file.c_str();
+    CapturedOutput captured(dir_ + "/logged.out");
+    gpumix_session* s = gpumix_session_create(&cfg.c);
+    const int trained = s ? gpumix_train(s, tokens_.data(), (int64_t)tokens_.size(), 2) : -2;
+    gpumix_session_destroy(s);
+    const std::string out = captured.take();
+    ASSERT_EQ(trained, 0) << error();
+    EXPECT_EQ(out, "") << "a session with a callback printed";
+    EXPECT_TRUE(got.any("| model ")) << got.text();  // the settings table
+    EXPECT_TRUE(got.any("step 1/4 | loss ")) << got.text();
+    EXPECT_TRUE(got.any("step 2/4 | loss ")) << got.text();
+    EXPECT_TRUE(got.any("validation loss ")) << got.text();
+    EXPECT_FALSE(got.any("rank 1 of 2")) << "a debug line at info: " << got.text();
+    for (const auto& [level, line] : got.lines) {
+      EXPECT_GE(level, GPUMIX_LOG_ERROR) << line;
+      EXPECT_LE(level, GPUMIX_LOG_INFO) << line;
+      EXPECT_EQ(line.find('\n'), std::string::npos) << "one line per call: " << line;
+    }
+    std::ifstream in(file);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), got.text());
+  }
+  {
+    // Debug: each rank's own line, of rank 0 only by default; with log_all_ranks, every rank's.
+    for (const int all : {0, 1}) {
+      LogLines got;
+      TinyConfig cfg(dir_ + "/debug" + std::to_string(all));
+      cfg.c.devices = "cpu,cpu";
+      cfg.c.plan = "even";
+      cfg.c.log_level = GPUMIX_LOG_DEBUG;
+      cfg.c.log_callback = &LogLines::receive;
+      cfg.c.log_user = &got;
+      cfg.c.log_all_ranks = all;
+      CapturedOutput captured(dir_ + "/debug.out");
+      gpumix_session* s = gpumix_session_create(&cfg.c);
+      const int trained = s ? gpumix_train(s, tokens_.data(), (int64_t)tokens_.size(), 1) : -2;
+      gpumix_session_destroy(s);
+      EXPECT_EQ(captured.take(), "");
+      ASSERT_EQ(trained, 0) << error();
+      EXPECT_TRUE(got.any("rank 0 of 2: cpu:0")) << got.text();
+      EXPECT_EQ(got.any("[rank 1] rank 1 of 2: cpu:1"), all == 1) << got.text();
+      EXPECT_EQ(got.any("[rank 0] "), all == 1) << got.text();
+    }
+  }
+  // A level that is none, and a log file that cannot be written, are refused.
+  TinyConfig bad(dir_ + "/bad_log");
+  bad.c.log_level = 7;
+  EXPECT_EQ(gpumix_session_create(&bad.c), nullptr);
+  EXPECT_NE(error().find("log_level 7"), std::string::npos) << error();
+  bad.c.log_level = GPUMIX_LOG_INFO;
+  bad.c.log_file = "/nonexistent-folder/x.log";
+  EXPECT_EQ(gpumix_session_create(&bad.c), nullptr);
+  EXPECT_NE(error().find("/nonexistent-folder/x.log"), std::string::npos) << error();
 }
 
 TEST_F(CApi, ASessionThatOnlyLoadsACheckpoint) {

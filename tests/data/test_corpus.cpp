@@ -1,4 +1,5 @@
 // Corpus reading: fortunes records, overstrikes, folders, plain files, errors.
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -53,6 +54,90 @@ TEST(Corpus, PlainFileIsOneDocument) {
   ASSERT_EQ(docs.size(), 1u);
   EXPECT_EQ(docs[0], test::tiny_corpus());
   EXPECT_GT(docs[0].size(), 20000u);
+}
+
+// --format auto: the fortunes package's files (a .dat twin, or %-separated short records)
+// are records; a text that merely holds `%` lines (LaTeX) is one document.
+TEST(Corpus, AutoFormatTellsFortunesFromTextWithPercentLines) {
+  test::TempDir dir;
+  const std::string latex =
+      "\\documentclass{article}\n% the preamble\n\\newcommand{\\x}{%\n  y%\n}\n%\n% a comment\n"
+      "\\begin{document}\nHello.\n%\n\\end{document}\n";
+  write_file_atomic(dir.file("paper.tex"), latex);
+  CorpusInfo info;
+  EXPECT_EQ(read_documents(dir.file("paper.tex"), CorpusFormat::auto_detect, &info), (D{latex}));
+  EXPECT_EQ(info.describe(), "text");
+  EXPECT_FALSE(looks_like_fortunes(dir.file("paper.tex"), latex));
+  // Asked for, it is read as fortunes all the same.
+  EXPECT_EQ(read_documents(dir.file("paper.tex"), CorpusFormat::fortunes, &info).size(), 3u);
+  EXPECT_EQ(info.describe(), "fortunes (3 records)");
+
+  // Short records between bare `%` lines, no .dat: fortunes.
+  const std::string jokes = "joke 1\n  -- A\n%\njoke 2\n%\njoke 3\n";
+  write_file_atomic(dir.file("jokes"), jokes);
+  EXPECT_TRUE(looks_like_fortunes(dir.file("jokes"), jokes));
+  EXPECT_EQ(read_documents(dir.file("jokes"), CorpusFormat::auto_detect, &info),
+            (D{"joke 1\n  -- A", "joke 2", "joke 3"}));
+  EXPECT_EQ(info.describe(), "fortunes (3 records)");
+  EXPECT_EQ(read_documents(dir.file("jokes"), CorpusFormat::text), (D{jokes}));
+  // One `%` line alone is text, unless strfile indexed the file (its .dat twin).
+  write_file_atomic(dir.file("two"), "one\n%\ntwo\n");
+  EXPECT_EQ(read_documents(dir.file("two")).size(), 1u);
+  write_file_atomic(dir.file("two.dat"), std::string("\x00\x02", 2));
+  EXPECT_EQ(read_documents(dir.file("two")), (D{"one", "two"}));
+  // Long records are not fortunes: a text with a few `%` lines between its sections.
+  const std::string sections = std::string(5000, 'a') + "\n%\n" + std::string(5000, 'b') + "\n%\n" +
+                               std::string(5000, 'c') + "\n";
+  EXPECT_FALSE(looks_like_fortunes(dir.file("sections"), sections));
+  EXPECT_THROW(parse_corpus_format("latex"), std::invalid_argument);
+  EXPECT_EQ(parse_corpus_format("auto"), CorpusFormat::auto_detect);
+}
+
+TEST(Corpus, TheFortunesPackageReadsAsFortunes) {
+  const std::string folder = "/usr/share/games/fortunes";
+  if (!std::filesystem::is_directory(folder)) GTEST_SKIP() << folder << " is not installed (Debian's fortunes)";
+  CorpusInfo info;
+  const auto docs = read_documents(folder, CorpusFormat::auto_detect, &info);
+  EXPECT_EQ(info.text_files, 0) << info.describe();
+  EXPECT_GT(info.fortune_files, 10);
+  EXPECT_GT(info.records, 1000);
+  EXPECT_EQ((int64_t)docs.size(), info.records);
+  EXPECT_EQ(info.warning(folder), "") << "the package's text counts as not UTF-8";
+}
+
+TEST(Corpus, InvalidUtf8IsCountedAndMostlyBinaryDataIsSaid) {
+  EXPECT_EQ(invalid_utf8_bytes("plain ASCII"), 0);
+  EXPECT_EQ(invalid_utf8_bytes("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80"), 0);  // é, €, an emoji
+  EXPECT_EQ(invalid_utf8_bytes("\xff\xfe"), 2);
+  EXPECT_EQ(invalid_utf8_bytes("\xc0\xaf"), 2);          // overlong '/'
+  EXPECT_EQ(invalid_utf8_bytes("\xed\xa0\x80"), 3);      // a UTF-16 surrogate
+  EXPECT_EQ(invalid_utf8_bytes("ok\xe2\x82"), 2);        // cut short
+  EXPECT_EQ(invalid_utf8_bytes("caf\xe9 latin-1"), 1);
+
+  test::TempDir dir;
+  // Bytes 1..255 in a fixed pseudo-random order: no NUL, mostly not UTF-8.
+  std::string noise;
+  uint32_t x = 12345;
+  for (int i = 0; i < 4000; ++i) {
+    x = x * 1103515245u + 12345u;
+    noise += (char)(1 + (x >> 16) % 255);
+  }
+  write_file_atomic(dir.file("noise.bin"), noise);
+  const double share = (double)invalid_utf8_bytes(noise) / (double)noise.size();
+  ASSERT_GT(share, kMaxInvalidUtf8Share);
+  CorpusInfo info;
+  read_documents(dir.file("noise.bin"), CorpusFormat::auto_detect, &info);
+  const std::string warning = info.warning(dir.file("noise.bin"));
+  char said[16];
+  std::snprintf(said, sizeof said, "%.0f%%", share * 100);
+  EXPECT_NE(warning.find("mostly not text"), std::string::npos) << warning;
+  EXPECT_NE(warning.find(said), std::string::npos) << warning << " lacks " << said;
+  EXPECT_ERROR_HAS(read_documents(dir.file("noise.bin"), CorpusFormat::text), "noise.bin", "mostly not text", said,
+                   "--format auto");
+  // A Latin-1 text's few accented letters stay under the bar.
+  write_file_atomic(dir.file("latin1.txt"), "Caf\xe9 au lait, cr\xe8me br\xfbl\xe9" "e, and plain words besides.\n");
+  read_documents(dir.file("latin1.txt"), CorpusFormat::text, &info);
+  EXPECT_EQ(info.warning(dir.file("latin1.txt")), "");
 }
 
 TEST(Corpus, Errors) {

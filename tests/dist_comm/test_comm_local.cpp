@@ -177,6 +177,43 @@ TEST(CommLocal, AgreeAcceptsEqualValuesAndNamesTheDisagreement) {
   }, quick());
 }
 
+// A user's mistake is the run's when every rank found it or one rank checked for all: the
+// message alone, naming no rank and no backend. Found by some ranks in their own part, or a
+// rank's own failure (not an InputError), it names the ranks.
+TEST(CommLocal, AUsersMistakeIsSaidOnceAndARanksOwnFailureNamesTheRank) {
+  const std::string mistake = "run folder runs/a already holds a run; pass another --out";
+  const auto what_of = [](Comm& comm, const std::string& local_error) -> std::string {
+    try {
+      comm.agree("run folder", {}, local_error);
+    } catch (const CollectiveError& e) {
+      return e.what();
+    }
+    return "(no throw)";
+  };
+  const InputError input(mistake);
+  const Error bug("a tensor of 3 elements where 4 were expected [x.cpp:1]");
+  run_local(3, [&](Comm& comm) {
+    const int r = comm.rank();
+    // Rank 0 checked for all.
+    EXPECT_EQ(what_of(comm, r == 0 ? local_error_of(input, true) : ""), mistake);
+    // Every rank found the same in its own part.
+    EXPECT_EQ(what_of(comm, local_error_of(input)), mistake);
+    // One rank found it in its own part (say, its device): the rank is named.
+    const std::string one = what_of(comm, r == 1 ? local_error_of(input) : "");
+    EXPECT_EQ(one, "local comm: run folder failed on 1 of 3 ranks: rank 1: " + mistake);
+    // The ranks found different mistakes: each is named.
+    const std::string differ = what_of(comm, local_error_of(InputError(str("rank-specific ", r)), true));
+    EXPECT_NE(differ.find("rank 0: rank-specific 0; rank 1: rank-specific 1; rank 2: rank-specific 2"),
+              std::string::npos) << differ;
+    // Not a user's mistake: named even when only rank 0 checked.
+    const std::string own = what_of(comm, r == 0 ? local_error_of(bug, true) : "");
+    EXPECT_EQ(own, std::string("local comm: run folder failed on 1 of 3 ranks: rank 0: ") + bug.what());
+    comm.barrier();
+  }, quick());
+  // One rank: the message as it is, unmarked.
+  run_local(1, [&](Comm& comm) { EXPECT_EQ(what_of(comm, local_error_of(input, true)), mistake); }, quick());
+}
+
 TEST(CommLocal, AgreeOnOneRankThrowsTheLocalErrorAsItIs) {
   run_local(1, [&](Comm& comm) {
     comm.agree("run folder", {7});

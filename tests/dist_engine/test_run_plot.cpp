@@ -164,6 +164,52 @@ TEST(RunPlot, TheSvgIsWellFormedAndHasEverySeries) {
     EXPECT_HAS(svg, part);
 }
 
+// A run evaluated every 2 steps on its first 4 of 30 validation windows, and at the last
+// step on all 30 too (as `gpumix train --eval-windows 4` logs it).
+std::string sampled_and_full_log() {
+  std::string s;
+  for (int step = 1; step <= 8; ++step) {
+    s += "{\"step\":" + std::to_string(step) + ",\"loss\":" + std::to_string(6.0 - 0.2 * step);
+    if (step % 2 == 0)
+      s += ",\"val_loss\":" + std::to_string(6.5 - 0.2 * step) + ",\"val_windows\":4,\"val_windows_total\":30";
+    if (step == 8) s += ",\"val_full_loss\":5.3";
+    s += "}\n";
+  }
+  return s + "{\"final\":true,\"step\":8,\"val_loss\":5.3,\"val_windows\":30,\"unigram_loss\":6.1}\n";
+}
+
+TEST(RunPlot, SampledAndFullValidationAreTwoSeries) {
+  TempFolder t;
+  const RunLog log = read_run_log(t.write("log.jsonl", sampled_and_full_log()));
+  ASSERT_EQ(log.evals.size(), 4u);  // steps 2, 4, 6, 8 on 4 windows
+  EXPECT_EQ(log.evals[3].step, 8);
+  EXPECT_EQ(log.evals[3].windows, 4);
+  EXPECT_EQ(log.evals[3].total, 30);
+  EXPECT_FALSE(log.evals[3].full());
+  ASSERT_EQ(log.full_evals.size(), 1u);
+  EXPECT_EQ(log.full_evals[0].step, 8);
+  EXPECT_DOUBLE_EQ(log.full_evals[0].val_loss, 5.3);
+  EXPECT_TRUE(log.full_evals[0].full());
+  const std::string svg = run_plot_svg(log, "sampled and full");
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_EQ(polyline_points(svg, "val-loss"), 4);       // never joined to the full point
+  EXPECT_EQ(polyline_points(svg, "val-full-loss"), 1);  // its own series, with a marker
+  EXPECT_HAS(svg, ">validation, first 4 windows<");
+  EXPECT_HAS(svg, ">full validation (30 windows)<");
+  EXPECT_HAS(svg, "last validation loss 5.300 (all windows)");
+
+  // --eval-windows 0: every estimate is on all windows, so there is only the full series.
+  std::string all = sampled_and_full_log();
+  const std::string four = "\"val_windows\":4,";
+  for (size_t p; (p = all.find(four)) != std::string::npos;) all.replace(p, four.size(), "\"val_windows\":30,");
+  const RunLog all_log = read_run_log(t.write("all.jsonl", all));
+  EXPECT_TRUE(all_log.evals.empty());
+  EXPECT_EQ(all_log.full_evals.size(), 4u);
+  const std::string all_svg = run_plot_svg(all_log, "all windows");
+  EXPECT_EQ(polyline_points(all_svg, "val-loss"), -1);
+  EXPECT_EQ(polyline_points(all_svg, "val-full-loss"), 4);
+}
+
 TEST(RunPlot, SaysWhatTheLogLacks) {
   // One rank, no validation yet, no closing line: a run still in its first steps.
   TempFolder t;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -57,11 +58,12 @@ struct Result {
   std::string out, err;
 };
 
-// Runs `gpumix <args>` (one OpenMP thread), capturing stdout and stderr.
-Result gpumix(const std::vector<std::string>& args, const std::string& scratch) {
+// Runs `gpumix <args>` (one OpenMP thread), capturing stdout and stderr; with `launcher`
+// (e.g. "mpirun -np 3") under it.
+Result gpumix(const std::vector<std::string>& args, const std::string& scratch, const std::string& launcher = "") {
   static std::atomic<int> counter{0};
   const std::string base = scratch + "/cmd" + std::to_string(counter++);
-  std::string cmd = "OMP_NUM_THREADS=1 " + quote(kGpumix);
+  std::string cmd = "OMP_NUM_THREADS=1 " + (launcher.empty() ? "" : launcher + " ") + quote(kGpumix);
   for (const std::string& a : args) cmd += " " + quote(a);
   cmd += " >" + quote(base + ".out") + " 2>" + quote(base + ".err") + " </dev/null";
   const int status = std::system(cmd.c_str());
@@ -317,6 +319,154 @@ TEST_F(Tools, ExistingRunFolderWithoutResume) {
   expect_base_intact();
 }
 
+// Whether mpirun is here, and how the tests start it (as root in CI, on 2 cores).
+bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
+const char* const kMpirun =
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np 3";
+
+TEST_F(Tools, ExistingRunFolderIsOneSentenceOnAnyNumberOfRanks) {
+  const std::string log_before = read_file(base() + "/log.jsonl");
+  const std::string said = "gpumix train: error: run folder " + base() + " already holds a run (" + base() +
+                           "/log.jsonl); continue it with --resume " + base() + ", or pass another --out\n";
+  // Thread ranks: rank 0 checks the folder for all of them; no rank is named.
+  const Result threads = gpumix(train_args(base(), {"--ranks", "3"}), dir_);
+  EXPECT_EQ(threads.code, 1) << show(threads);
+  EXPECT_EQ(threads.err, said) << show(threads);
+  if (have_mpirun()) {
+    // Under mpirun every rank fails together: said once (by rank 0), and no MPI_Abort.
+    const Result mpi = gpumix(train_args(base()), dir_, kMpirun);
+    EXPECT_NE(mpi.code, 0) << show(mpi);
+    EXPECT_EQ(mpi.err.rfind(said, 0), 0u) << show(mpi);  // first; mpirun's own note may follow
+    EXPECT_EQ(mpi.err.find("already holds", said.size()), std::string::npos) << show(mpi);
+    EXPECT_EQ(mpi.err.find("aborts the MPI job"), std::string::npos) << show(mpi);
+  }
+  EXPECT_EQ(read_file(base() + "/log.jsonl"), log_before);
+  expect_base_intact();
+}
+
+TEST_F(Tools, ARanksOwnDeviceIsNamed) {
+  // Rank 1's device is too small for a micro-batch: its own failure, so the rank is named.
+  const std::string out = path("rank_own");
+  const Result r = gpumix(train_args(out, {"--devices", "cpu,cpu:mem=200KiB,cpu"}), dir_);
+  expect_failure(r, {"rank 1: ", "200 KiB"});
+  expect_nothing_written(out);
+}
+
+TEST_F(Tools, CorpusFormatIsExplicitAndSaid) {
+  // The tiny corpus with bare `%` lines among long paragraphs, as a LaTeX file has them:
+  // auto reads it as text, as before the `%` lines were there.
+  const std::string corpus = read_file(kCorpus);
+  const std::string latex = path("latex.tex");
+  write_file(latex, corpus.substr(0, corpus.size() / 2) + "\n%\n" + corpus.substr(corpus.size() / 2) + "\n%\n");
+  Result r = gpumix(train_args(path("latex_auto"), {"--steps", "1"}, latex), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("| format "), std::string::npos) << show(r);
+  EXPECT_NE(r.out.find("text (--format auto)"), std::string::npos) << show(r);
+  r = gpumix(train_args(path("latex_fortunes"), {"--steps", "1", "--format", "fortunes"}, latex), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("fortunes (2 records)"), std::string::npos) << show(r);
+  r = gpumix(train_args(path("latex_bad"), {"--format", "latex"}, latex), dir_);
+  expect_failure(r, {"--format latex", "auto", "text", "fortunes"});
+
+  // Bytes that are mostly not UTF-8 (no NUL): a warning naming the share, or with --format
+  // text an error.
+  std::string noise;
+  uint32_t x = 7;
+  for (int i = 0; i < 6000; ++i) {
+    x = x * 1103515245u + 12345u;
+    noise += (char)(1 + (x >> 16) % 255);
+  }
+  const std::string bin = path("noise.bin");
+  write_file(bin, noise);
+  r = gpumix(train_args(path("noise_auto"), {"--steps", "1"}, bin), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("warning: corpus " + bin + " is mostly not text: "), std::string::npos) << show(r);
+  EXPECT_NE(r.out.find("% of its 6,000 bytes are not UTF-8"), std::string::npos) << show(r);
+  const std::string out = path("noise_text");
+  r = gpumix(train_args(out, {"--format", "text"}, bin), dir_);
+  expect_failure(r, {"noise.bin", "mostly not text", "6,000 bytes are not UTF-8", "--format auto"});
+  expect_nothing_written(out);
+  // The tokenizer reads corpora alike.
+  r = gpumix({"tokenizer", "train", "--data", bin, "--vocab", "300", "--format", "text", "--out", path("n.bpe")}, dir_);
+  expect_failure(r, {"noise.bin", "mostly not text"});
+  r = gpumix({"tokenizer", "encode", "--tokenizer", tokenizer(), "--data", latex, "--out", path("latex.tok")}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("format     text (--format auto)"), std::string::npos) << show(r);
+}
+
+// ---- eval -----------------------------------------------------------------------------------
+
+// The JSON line `gpumix eval` prints last on stdout.
+nlohmann::json eval_line(const Result& r) {
+  const size_t end = r.out.find_last_not_of('\n');
+  const size_t begin = r.out.rfind('\n', end);
+  return nlohmann::json::parse(r.out.substr(begin == std::string::npos ? 0 : begin + 1));
+}
+
+TEST_F(Tools, EvalOfARunOnTextAndOnItsTokenFile) {
+  Result r = gpumix({"eval", "--ckpt", base(), "--data", kCorpus, "--threads", "1"}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  const nlohmann::json text = eval_line(r);
+  EXPECT_EQ(text.at("context").get<int64_t>(), 16);
+  EXPECT_EQ(text.at("windows").get<int64_t>(), text.at("windows_total").get<int64_t>());
+  EXPECT_EQ(text.at("windows_total").get<int64_t>(), (text.at("tokens").get<int64_t>() - 1) / 16);
+  EXPECT_EQ(text.at("tokenizer").get<std::string>(), base() + "/tokenizer.bpe");
+  EXPECT_EQ(text.at("model").get<std::string>(), base() + "/ckpt-000006");
+  const double loss = text.at("loss").get<double>();
+  EXPECT_GT(loss, 0);
+  EXPECT_LT(loss, std::log(512.0) + 1);  // trained 6 steps: near the uniform's log V at worst
+  EXPECT_DOUBLE_EQ(text.at("perplexity").get<double>(), std::exp(loss));
+  // The token file the tokenizer made of the same text: the same tokens, the same number.
+  r = gpumix({"eval", "--ckpt", base(), "--data", tokens(), "--threads", "1"}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  const nlohmann::json file = eval_line(r);
+  EXPECT_EQ(file.at("tokens"), text.at("tokens"));
+  EXPECT_EQ(file.at("loss").get<double>(), loss);
+  EXPECT_EQ(file.at("format").get<std::string>(), "token file");
+  // The first 4 windows only.
+  r = gpumix({"eval", "--ckpt", base() + "/ckpt-000003", "--data", tokens(), "--windows", "4"}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(eval_line(r).at("windows").get<int64_t>(), 4);
+  EXPECT_EQ(eval_line(r).at("model").get<std::string>(), base() + "/ckpt-000003");
+  // A Hugging Face folder with its own tokenizer.
+  r = gpumix({"eval", "--model", GPUMIX_HF_GOLDEN_DIR, "--data", kCorpus, "--windows", "2"}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(eval_line(r).at("windows").get<int64_t>(), 2);
+  EXPECT_NE(eval_line(r).at("tokenizer").get<std::string>().find("vocab.json"), std::string::npos);
+  // Its token file (2-byte ids: vocabulary 417) gives the same number as its text.
+  const double hf_text = eval_line(r).at("loss").get<double>();
+  const std::string hf_tokens = path("hf_golden.tok");
+  r = gpumix({"tokenizer", "encode", "--tokenizer", GPUMIX_HF_GOLDEN_DIR, "--data", kCorpus, "--out", hf_tokens}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  r = gpumix({"eval", "--model", GPUMIX_HF_GOLDEN_DIR, "--data", hf_tokens, "--windows", "2"}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(eval_line(r).at("loss").get<double>(), hf_text);
+}
+
+TEST_F(Tools, EvalRejectsBadInput) {
+  // Fewer tokens than a window + 1.
+  const std::string small = path("eval_small.txt");
+  write_file(small, "Too short.");
+  expect_failure(gpumix({"eval", "--ckpt", base(), "--data", small}, dir_),
+                 {"eval_small.txt", "fewer than one window", "+ 1 = 17", "larger corpus"});
+  // A token file of another vocabulary (bytes: 256, the model: 512).
+  const std::string bytes = path("eval_bytes.tok");
+  ASSERT_EQ(gpumix({"tokenizer", "encode", "--bytes", "--data", kCorpus, "--out", bytes}, dir_).code, 0);
+  expect_failure(gpumix({"eval", "--ckpt", base(), "--data", bytes}, dir_),
+                 {"eval_bytes.tok", "vocabulary 256", "has 512", "gpumix tokenizer encode --tokenizer"});
+  // A run without its tokenizer, on text.
+  const std::string lone = path("eval_lone");
+  fs::create_directories(lone);
+  fs::copy(base() + "/ckpt-000006", lone + "/ckpt-000006", fs::copy_options::recursive);
+  expect_failure(gpumix({"eval", "--ckpt", lone, "--data", kCorpus}, dir_),
+                 {"no tokenizer next to checkpoint", "tokenizer.bpe", "token file", "512"});
+  // ...which a token file of its vocabulary does not need.
+  EXPECT_EQ(gpumix({"eval", "--ckpt", lone, "--data", tokens(), "--windows", "1"}, dir_).code, 0);
+  expect_failure(gpumix({"eval", "--data", kCorpus}, dir_), {"--ckpt", "--model"});
+  expect_failure(gpumix({"eval", "--ckpt", base(), "--data", path("nowhere.txt")}, dir_),
+                 {"nowhere.txt", "does not exist"});
+}
+
 TEST_F(Tools, ResumeFromTheLastStep) {
   // --resume of the base run picks ckpt-000006, which is already at --steps 6.
   const std::string out = path("resume_done");
@@ -485,6 +635,42 @@ TEST_F(Tools, PlotOfARun) {
 }
 
 // ---- generate ------------------------------------------------------------------------------
+
+TEST_F(Tools, ValidationUsesTheSameWindowsAtEveryStepAndTheFullSetAtTheEnd) {
+  const std::string out = path("val_windows");
+  Result r = gpumix(train_args(out, {"--eval-interval", "2", "--eval-windows", "2"}), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  std::ifstream in(out + "/log.jsonl");
+  std::string text;
+  std::vector<nlohmann::json> evals;
+  nlohmann::json final_line;
+  while (std::getline(in, text)) {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (j.contains("final")) final_line = j;
+    else if (j.contains("val_loss")) evals.push_back(j);
+  }
+  ASSERT_EQ(evals.size(), 3u);  // steps 2, 4, 6
+  const int64_t total = evals[0].at("val_windows_total").get<int64_t>();
+  ASSERT_GT(total, 2) << "the corpus must give more validation windows than --eval-windows";
+  for (const nlohmann::json& j : evals) {
+    EXPECT_EQ(j.at("val_windows").get<int64_t>(), 2) << j.dump();  // the last step's too
+    EXPECT_EQ(j.at("val_windows_total").get<int64_t>(), total) << j.dump();
+    EXPECT_EQ(j.contains("val_full_loss"), j.at("step").get<int>() == 6) << j.dump();
+  }
+  // The run's result is the full estimate, with its window count.
+  EXPECT_EQ(final_line.at("val_loss").get<double>(), evals[2].at("val_full_loss").get<double>());
+  EXPECT_EQ(final_line.at("val_windows").get<int64_t>(), total);
+  EXPECT_NE(r.out.find("windows) vs unigram baseline"), std::string::npos) << show(r);
+  // The plot draws them as two series.
+  const std::string svg_path = path("val_windows.svg");
+  r = gpumix({"plot", out, "--svg", svg_path}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  const std::string svg = read_file(svg_path);
+  EXPECT_NE(svg.find("class='val-loss'"), std::string::npos);
+  EXPECT_NE(svg.find("class='val-full-loss'"), std::string::npos);
+  EXPECT_NE(svg.find(">validation, first 2 windows<"), std::string::npos);
+  EXPECT_NE(svg.find(">full validation (" + std::to_string(total) + " windows)<"), std::string::npos);
+}
 
 TEST_F(Tools, GenerateContinuesThePromptAndIsGreedyAtTemperatureZero) {
   const std::string prompt = "The meaning of";

@@ -57,7 +57,7 @@ void on_every_rank(gpumix_session& s, const char* what, F&& fn) {
   } catch (const dist::CollectiveError&) {
     throw;
   } catch (const std::exception& e) {
-    error = e.what();
+    error = dist::local_error_of(e);
   }
   s.comm->agree(what, {}, error);
 }
@@ -82,7 +82,19 @@ void configure(gpumix_session& s, const gpumix_config* c, int node_ranks) {
   o.seed = c->seed;
   o.out = c->out_dir ? c->out_dir : "";
   o.eval_interval = 0;
-  o.quiet = true;
+  o.quiet = false;  // the step lines are info lines of the session's log
+  GPUMIX_CHECK(c->log_level >= GPUMIX_LOG_QUIET && c->log_level <= GPUMIX_LOG_DEBUG, "gpumix_session_create: "
+               "log_level ", c->log_level, " is not a level; pass GPUMIX_LOG_QUIET (0) .. GPUMIX_LOG_DEBUG (4)");
+  LogSink sink;
+  sink.level = (LogLevel)c->log_level;
+  if (c->log_callback) {
+    const gpumix_log_fn fn = c->log_callback;
+    void* const user = c->log_user;
+    sink.callback = [fn, user](LogLevel level, const std::string& line) { fn((int)level, line.c_str(), user); };
+  }
+  if (c->log_file) sink.file = c->log_file;
+  sink.all_ranks = c->log_all_ranks != 0;
+  s.logger = std::make_shared<Logger>(sink);
   if (c->dtype) o.dtype = compute_dtype_from_name(c->dtype, "gpumix_session_create: dtype");
   GPUMIX_CHECK(o.batch >= 1 && o.steps >= 1 && o.lr > 0, "gpumix_session_create: global_batch (", o.batch,
                "), total_steps (", o.steps, ") and lr (", o.lr, ") must be positive");
@@ -125,7 +137,7 @@ void claim_run_folder(gpumix_session& s) {
     try {
       check_new();
     } catch (const std::exception& e) {
-      error = e.what();
+      error = dist::local_error_of(e, true);
     }
   }
   s.comm->agree("gpumix_session_create_mpi: run folder", {}, error);
@@ -245,6 +257,12 @@ int guarded(const std::function<void()>& fn) {
   return -1;
 }
 
+int guarded(const gpumix_session* s, const std::function<void()>& fn) {
+  if (!s || !s->logger) return guarded(fn);
+  const LogScope scope(s->logger, s->comm ? s->comm->rank() : -1);
+  return guarded(fn);
+}
+
 gpumix_session* create_session(const gpumix_config* c, std::unique_ptr<Comm> comm, int node_ranks) {
   gpumix_session* created = nullptr;
   guarded([&] {
@@ -255,7 +273,7 @@ gpumix_session* create_session(const gpumix_config* c, std::unique_ptr<Comm> com
       try {
         configure(*s, c, node_ranks);
       } catch (const std::exception& e) {
-        error = e.what();
+        error = dist::local_error_of(e);
       }
       const std::vector<int64_t> same =
           c ? std::vector<int64_t>{text_hash(c->model), c->vocab, c->seq, c->global_batch, c->total_steps,
@@ -298,7 +316,7 @@ void gpumix_session_destroy(gpumix_session* s) { delete s; }
 
 int gpumix_train(gpumix_session* s, const int32_t* tokens, int64_t n_tokens, int32_t steps) {
   std::string stopped;  // why SIGTERM / SIGINT ended it early
-  const int rc = guarded([&] {
+  const int rc = guarded(s, [&] {
     GPUMIX_CHECK(s, "gpumix_train: session is NULL");
     gpumix::capi::on_every_rank(*s, "gpumix_train",
                                 [&] { gpumix::capi::train_session(*s, tokens, n_tokens, steps, stopped); });
@@ -324,7 +342,7 @@ const char* gpumix_checkpoint(const gpumix_session* s) {
 }
 
 int gpumix_load(gpumix_session* s, const char* dir) {
-  return guarded([&] {
+  return guarded(s, [&] {
     GPUMIX_CHECK(s, "gpumix_load: session is NULL");
     int64_t step = -1;
     gpumix::capi::on_every_rank(*s, "gpumix_load", [&] {
@@ -339,7 +357,7 @@ int gpumix_load(gpumix_session* s, const char* dir) {
 }
 
 int gpumix_get_model_info(gpumix_session* s, gpumix_model_info* out) {
-  return guarded([&] {
+  return guarded(s, [&] {
     GPUMIX_CHECK(s && out, "gpumix_get_model_info: session and out must not be NULL");
     const gpumix::GPTConfig& c = gpumix::capi::session_model(*s, "gpumix_get_model_info").config();
     *out = gpumix_model_info{c.V, c.T, c.L, c.NH, c.C, c.total_params()};
@@ -348,14 +366,14 @@ int gpumix_get_model_info(gpumix_session* s, gpumix_model_info* out) {
 
 int gpumix_forward(gpumix_session* s, const int32_t* tokens, const int32_t* targets, int64_t batch, int64_t seq,
                    float* out) {
-  return guarded([&] {
+  return guarded(s, [&] {
     GPUMIX_CHECK(s, "gpumix_forward: session is NULL");
     gpumix::capi::forward(*s, tokens, targets, batch, seq, out);
   });
 }
 
 int gpumix_evaluate(gpumix_session* s, const int32_t* tokens, int64_t n_tokens, double* mean_loss) {
-  return guarded([&] {
+  return guarded(s, [&] {
     GPUMIX_CHECK(s && tokens && mean_loss, "gpumix_evaluate: session, tokens and mean_loss must not be NULL");
     const gpumix::capi::OmpThreads threads(s->threads);
     const gpumix::GPT& model = gpumix::capi::session_model(*s, "gpumix_evaluate");
@@ -367,7 +385,7 @@ int gpumix_evaluate(gpumix_session* s, const int32_t* tokens, int64_t n_tokens, 
 
 int gpumix_generate(gpumix_session* s, const int32_t* prompt, int64_t n_prompt, int32_t n_new, float temperature,
                     int32_t top_k, uint64_t seed, int32_t* out) {
-  return guarded([&] {
+  return guarded(s, [&] {
     GPUMIX_CHECK(s && prompt && (out || n_new == 0), "gpumix_generate: session, prompt and out must not be NULL");
     GPUMIX_CHECK(n_prompt >= 1, "gpumix_generate: n_prompt must be >= 1, got ", n_prompt);
     const gpumix::capi::OmpThreads threads(s->threads);

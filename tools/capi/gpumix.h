@@ -21,6 +21,19 @@ extern "C" {
 
 typedef struct gpumix_session gpumix_session;
 
+/* Log levels: a session logs the lines at or below its log_level (quiet: none). */
+enum {
+  GPUMIX_LOG_QUIET = 0, /* nothing (the default) */
+  GPUMIX_LOG_ERROR = 1,
+  GPUMIX_LOG_WARN = 2,  /* a plan that does not fit its memory model, a skipped step */
+  GPUMIX_LOG_INFO = 3,  /* the settings table, one line per step, the final validation */
+  GPUMIX_LOG_DEBUG = 4  /* and each rank's own work (device, batch, share) */
+};
+
+/* Receives each log line, without its newline, on the thread that made the call logging it
+ * (one of a session's thread ranks, or the caller's); `line` lives for the call only. */
+typedef void (*gpumix_log_fn)(int level, const char* line, void* user);
+
 typedef struct gpumix_config {
   const char* model;      /* preset: "gpt-nano", "gpt-mini", "gpt2", ... */
   int32_t vocab;          /* vocabulary of the caller's tokens (0: the preset's) */
@@ -42,6 +55,14 @@ typedef struct gpumix_config {
                              else the checkpoint's when continuing one (gpumix_load), else
                              bf16 where every device computes it natively (avx512_bf16, AMX),
                              fp32 elsewhere */
+  /* The library prints nothing to stdout or stderr; its lines go where these say. Errors
+   * stay in return codes and gpumix_last_error(). */
+  int32_t log_level;          /* GPUMIX_LOG_QUIET (default) .. GPUMIX_LOG_DEBUG */
+  gpumix_log_fn log_callback; /* each line (NULL: none) */
+  void* log_user;             /* passed to log_callback */
+  const char* log_file;       /* lines appended to this file (NULL: none) */
+  int32_t log_all_ranks;      /* MPI form: 0: rank 0's lines only (errors: every rank's);
+                                 1: every rank's, prefixed "[rank N] " */
 } gpumix_config;
 
 typedef struct gpumix_metrics {

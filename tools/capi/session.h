@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/log.h"
 #include "dist/engine/launch.h"
 #include "nn/gpt.h"
 #include "nn/run_lock.h"
@@ -28,12 +29,16 @@ struct gpumix_session {
   // The model that forward / evaluate / generate use: `checkpoint`'s, read on first use.
   std::unique_ptr<gpumix::GPT> model;
   std::string model_dir;
+  // Where the session's log lines go (the config's log_*): installed for each call.
+  std::shared_ptr<gpumix::Logger> logger;
 };
 
 namespace gpumix::capi {
 
 // Runs fn, turning exceptions into -1 and the thread's last error.
 int guarded(const std::function<void()>& fn);
+// guarded() with the session's logger and rank installed (a NULL session: fn's own check).
+int guarded(const gpumix_session* s, const std::function<void()>& fn);
 
 // A session of `config` (NULL comm: thread ranks; else the communicator's ranks, of which
 // `node_ranks` share this node). In the MPI form every rank gets the same outcome.

@@ -108,6 +108,9 @@ EOF
     mpifort -Wall -Wno-missing-include-dirs -Werror "$here/train.f90" $(pkg-config --cflags --libs gpumix-fortran) -o train_f
     mpirun -np 2 ./train_f "$text" run | tee f.out
     grep -q "expected error: gpumix_forward: logits must be (vocab, seq, batch)" f.out
+    # The log went to run.log (rank 0's lines: the table and the steps), not to the console.
+    grep -q '^| model ' run.log && grep -q '^step 1/' run.log || { echo "run.log lacks the log"; cat run.log; exit 1; }
+    if grep -q '^step 1/\|^| model ' f.out; then echo "the library printed on the console"; exit 1; fi
     mpirun -np 2 "$gpumix" "${cli[@]}" --out cli2 >/dev/null
     same_losses run cli2
     expect_ids f.out "rank [0-9] generated:" "$(generate run "$licenses")" 2

@@ -51,6 +51,9 @@ program train
   config%lr = 3.0e-3
   config%threads = 1
   config%out_dir = trim(out_path)
+  ! The library's log lines (rank 0's) into a file; it prints nothing itself.
+  config%log_level = GPUMIX_LOG_INFO
+  config%log_file = trim(out_path) // '.log'
   call check(gpumix_session_create_mpi(session, config, MPI_COMM_WORLD), 'gpumix_session_create_mpi')
   do i = 1, 2
     if (rank == 0) then

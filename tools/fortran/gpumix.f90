@@ -25,6 +25,8 @@ module gpumix
   integer, parameter, public :: GPUMIX_OK = 0, GPUMIX_ERROR = -1
   ! gpumix_train stopped early by SIGTERM / SIGINT, its steps checkpointed (gpumix.h)
   integer, parameter, public :: GPUMIX_STOPPED = -2
+  integer(c_int32_t), parameter, public :: GPUMIX_LOG_QUIET = 0, GPUMIX_LOG_ERROR = 1, GPUMIX_LOG_WARN = 2, &
+                                           GPUMIX_LOG_INFO = 3, GPUMIX_LOG_DEBUG = 4
 
   ! What the C API calls gpumix_config; strings left unallocated are NULL there.
   type, public :: gpumix_config
@@ -40,6 +42,13 @@ module gpumix
     character(len=:), allocatable :: out_dir  ! run folder; unallocated: none (inference only)
     integer(c_int32_t) :: threads = 0         ! CPU threads (0: all cores)
     character(len=:), allocatable :: dtype    ! bf16 or fp32; unallocated: the default
+    ! The library's log (gpumix.h): nothing is printed unless asked.
+    integer(c_int32_t) :: log_level = GPUMIX_LOG_QUIET  ! GPUMIX_LOG_QUIET .. GPUMIX_LOG_DEBUG
+    type(c_funptr) :: log_callback = c_null_funptr    ! bind(c) subroutine(level, line, user):
+                                                      ! integer(c_int), value; type(c_ptr), value x2
+    type(c_ptr) :: log_user = c_null_ptr              ! passed back to the callback
+    character(len=:), allocatable :: log_file         ! lines appended here; unallocated: none
+    integer(c_int32_t) :: log_all_ranks = 0           ! MPI form: 1: every rank's lines, not rank 0's only
   end type
 
   type, public :: gpumix_session
@@ -67,11 +76,15 @@ module gpumix
     type(c_ptr) :: devices, plan, out_dir
     integer(c_int32_t) :: threads
     type(c_ptr) :: dtype
+    integer(c_int32_t) :: log_level
+    type(c_funptr) :: log_callback
+    type(c_ptr) :: log_user, log_file
+    integer(c_int32_t) :: log_all_ranks
   end type
 
   ! NUL-terminated copies of a config's strings, alive while C reads them.
   type :: c_strings
-    character(kind=c_char), allocatable :: model(:), devices(:), plan(:), out_dir(:), dtype(:)
+    character(kind=c_char), allocatable :: model(:), devices(:), plan(:), out_dir(:), dtype(:), log_file(:)
   end type
 
   public :: gpumix_config_default, gpumix_session_create, gpumix_session_create_mpi
@@ -226,6 +239,11 @@ contains
     if (c_associated(c%plan)) config%plan = f_string(c%plan)
     if (c_associated(c%out_dir)) config%out_dir = f_string(c%out_dir)
     if (c_associated(c%dtype)) config%dtype = f_string(c%dtype)
+    if (c_associated(c%log_file)) config%log_file = f_string(c%log_file)
+    config%log_level = c%log_level
+    config%log_callback = c%log_callback
+    config%log_user = c%log_user
+    config%log_all_ranks = c%log_all_ranks
     config%vocab = c%vocab
     config%seq = c%seq
     config%global_batch = c%global_batch
@@ -256,6 +274,11 @@ contains
     call to_c_string(config%plan, strings%plan, c%plan)
     call to_c_string(config%out_dir, strings%out_dir, c%out_dir)
     call to_c_string(config%dtype, strings%dtype, c%dtype)
+    call to_c_string(config%log_file, strings%log_file, c%log_file)
+    c%log_level = config%log_level
+    c%log_callback = config%log_callback
+    c%log_user = config%log_user
+    c%log_all_ranks = config%log_all_ranks
     c%vocab = config%vocab
     c%seq = config%seq
     c%global_batch = config%global_batch
