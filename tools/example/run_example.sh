@@ -108,6 +108,8 @@ EOF
     mpifort -Wall -Wno-missing-include-dirs -Werror "$here/train.f90" $(pkg-config --cflags --libs gpumix-fortran) -o train_f
     mpirun -np 2 ./train_f "$text" run | tee f.out
     grep -q "expected error: gpumix_forward: logits must be (vocab, seq, batch)" f.out
+    grep -q "expected error: gpumix_generate_batch: offsets(1), lengths(2)" f.out
+    grep -q "generate_batch: as gpumix_generate, independent of the other prompt, stops" f.out
     mpirun -np 2 "$gpumix" "${cli[@]}" --out cli2 >/dev/null
     same_losses run cli2
     expect_ids f.out "rank [0-9] generated:" "$(generate run "$licenses")" 2
