@@ -48,7 +48,11 @@ class GPT(torch.nn.Module):
                     v = torch.cat([cache[l][1], v], dim=2)
                 cache[l] = [k, v]
             # Causal within the new rows; a single new row sees every cached one.
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=n > 1)
+            s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (1, NH, n, t)
+            if n > 1:
+                t = k.shape[2]
+                s = s.masked_fill(torch.ones(n, t, dtype=torch.bool).triu(t - n + 1), float("-inf"))
+            a = torch.softmax(s.float(), dim=-1).to(v.dtype) @ v
             x = x + b.proj(a.transpose(1, 2).reshape(1, n, -1))
             x = x + b.fc2(F.gelu(b.fc(b.ln2(x)), approximate="tanh"))
         return self.ln_f(x[:, -1]) @ self.wte.t()
@@ -61,6 +65,7 @@ def main():
         p.add_argument("--" + k, type=int, default=d)
     p.add_argument("--mode", choices=["cache", "full"], default="cache")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--print-ids", action="store_true", help="also print the generated ids (to compare modes)")
     a = p.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
@@ -89,8 +94,10 @@ def main():
     with torch.inference_mode():
         generate(2)  # warm-up
         t0 = time.perf_counter()
-        generate(a.new)
+        ids = generate(a.new)
         s = time.perf_counter() - t0
+    if a.print_ids:
+        print("IDS", *ids[a.prompt:])
     print(f"RESULT mode {a.mode} dtype {a.dtype} prompt {a.prompt} new {a.new} seconds {s:.3f} "
           f"tokens_per_s {a.new / s:.2f}")
 

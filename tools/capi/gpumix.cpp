@@ -374,16 +374,16 @@ int gpumix_generate_batch(gpumix_session* s, const int32_t* prompts, const int64
                           int32_t top_k, float top_p, uint64_t seed, const int32_t* stop, int64_t n_stop,
                           int32_t* out, int32_t* out_lengths) {
   return guarded([&] {
-    GPUMIX_CHECK(s, "gpumix_generate_batch: session must not be NULL");
-    GPUMIX_CHECK(n_seqs >= 0, "gpumix_generate_batch: n_seqs must be >= 0, got ", n_seqs);
-    GPUMIX_CHECK(n_seqs == 0 || (prompts && prompt_offsets && prompt_lengths && out_lengths && (out || n_new == 0)),
+    GPUMIX_CHECK_INPUT(s, "gpumix_generate_batch: session must not be NULL");
+    GPUMIX_CHECK_INPUT(n_seqs >= 0, "gpumix_generate_batch: n_seqs must be >= 0, got ", n_seqs);
+    GPUMIX_CHECK_INPUT(n_seqs == 0 || (prompts && prompt_offsets && prompt_lengths && out_lengths && (out || n_new == 0)),
                  "gpumix_generate_batch: prompts, prompt_offsets, prompt_lengths, out and out_lengths must not be "
                  "NULL (out may be NULL when n_new is 0)");
-    GPUMIX_CHECK(n_stop >= 0 && (stop || n_stop == 0), "gpumix_generate_batch: n_stop must be >= 0 with stop "
+    GPUMIX_CHECK_INPUT(n_stop >= 0 && (stop || n_stop == 0), "gpumix_generate_batch: n_stop must be >= 0 with stop "
                  "not NULL when it is > 0, got n_stop ", n_stop);
     std::vector<std::vector<int32_t>> seqs((size_t)n_seqs);
     for (int64_t j = 0; j < n_seqs; ++j) {
-      GPUMIX_CHECK(prompt_lengths[j] >= 1 && prompt_offsets[j] >= 0, "gpumix_generate_batch: prompt ", j,
+      GPUMIX_CHECK_INPUT(prompt_lengths[j] >= 1 && prompt_offsets[j] >= 0, "gpumix_generate_batch: prompt ", j,
                    " has offset ", prompt_offsets[j], " and length ", prompt_lengths[j],
                    "; each prompt needs an offset >= 0 and a length >= 1");
       seqs[j].assign(prompts + prompt_offsets[j], prompts + prompt_offsets[j] + prompt_lengths[j]);
