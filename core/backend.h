@@ -73,6 +73,8 @@ class Backend {
   // dqkv [c], dout [c], qkv [c], out [c], lse [f32].
   virtual void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                   const Tensor& out, const Tensor& lse, int NH) const = 0;
+  // out [c] (B,1,C), qkv [c] (B,Tc,3C): the query of row pos against rows 0..pos.
+  virtual void attention_decode(Tensor& out, const Tensor& qkv, int64_t pos, int NH) const = 0;
   // losses [f32], lse [f32], logits [c], targets i32.
   virtual void crossentropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits,
                                     const Tensor& targets, int32_t ignore_index) const = 0;

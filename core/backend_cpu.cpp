@@ -141,6 +141,12 @@ class CpuBackend final : public Backend {
                             (int)qkv.size(1), (int)(qkv.size(2) / 3), NH);
     });
   }
+  void attention_decode(Tensor& out, const Tensor& qkv, int64_t pos, int NH) const override {
+    in_compute_dtype(qkv, [&](auto c) {
+      k::attention_decode(c(out), c(qkv), (int)qkv.size(0), (int)qkv.size(1), (int)(qkv.size(2) / 3), NH,
+                          (int)pos);
+    });
+  }
   void crossentropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits,
                             const Tensor& targets, int32_t ignore_index) const override {
     const int V = (int)logits.size(-1);

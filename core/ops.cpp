@@ -366,6 +366,16 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   dispatch(args.device(), [&](const Backend& b) { b.attention_backward(dqkv, dout, qkv, out, lse, NH); });
 }
 
+void attention_decode(Tensor& out, const Tensor& qkv, int64_t pos, int NH) {
+  const char* op = "attention_decode";
+  const Args args(op, "qkv", qkv);
+  const auto [B, Tc, C] = attention_dims(op, qkv, NH);
+  GPUMIX_CHECK(pos >= 0 && pos < Tc, op, ": position ", pos, " is outside the cache's rows [0, ", Tc,
+               "); qkv ", qkv.shape().str());
+  args.need("out", out, Role::compute, Shape{B, 1, C});
+  dispatch(args.device(), [&](const Backend& b) { b.attention_decode(out, qkv, pos, NH); });
+}
+
 namespace {
 // Checks logits (..., V) against targets (N); returns N.
 int64_t crossentropy_rows(const char* op, const Args& args, const Tensor& logits,

@@ -53,6 +53,10 @@ void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int NH);
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& lse, int NH);
+// Incremental decoding (nn/infer's key/value cache): qkv (B,Tc,3C) with rows 0..pos filled;
+// the query of row pos attends to rows 0..pos -> out (B,1,C), row pos of what
+// attention_forward gives on the first pos + 1 rows (up to the order of the fp32 sums).
+void attention_decode(Tensor& out, const Tensor& qkv, int64_t pos, int NH);
 
 // Fused softmax + cross-entropy: logits (N,V) (or (B,T,V)), targets i32 (N) -> losses (N),
 // lse (N). Backward: dlogits += dloss * (softmax - onehot) on non-ignored rows.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "autograd/tape.h"
 #include "core/ops.h"
@@ -56,47 +58,193 @@ double mean_loss(const GPT& model, const int32_t* tokens, int64_t n, int64_t* wi
   return sum / (double)(windows * T);
 }
 
-void sample_tokens(const GPT& model, std::vector<int32_t>& ids, const SampleOptions& o) {
-  const GPTConfig& config = model.config();
+// ---- sampling -----------------------------------------------------------------------------
+
+namespace {
+
+void check_sample_options(const GPTConfig& config, const SampleOptions& o) {
   GPUMIX_CHECK_INPUT(o.tokens >= 0, "generate: the number of tokens must be >= 0, got ", o.tokens);
   GPUMIX_CHECK_INPUT(o.temperature >= 0, "generate: the temperature must be >= 0 (0: greedy), got ", o.temperature);
   GPUMIX_CHECK_INPUT(o.top_k >= 0, "generate: top-k must be >= 0 (0: all tokens), got ", o.top_k);
+  GPUMIX_CHECK_INPUT(o.top_p > 0 && o.top_p <= 1, "generate: top-p must be in (0, 1] (1: no nucleus cut), got ",
+                     o.top_p);
+  check_token_ids(o.stop.data(), (int64_t)o.stop.size(), config.V, "generate: stop ids");
+}
+
+}  // namespace
+
+int32_t pick_token(const float* last, int64_t V, const SampleOptions& o, double u01) {
+  if (o.temperature == 0) return (int32_t)(std::max_element(last, last + V) - last);
+  // Top-k on the scaled logits, then the nucleus, then sample with a counter-based uniform.
+  std::vector<int32_t> order(V);
+  for (int64_t v = 0; v < V; ++v) order[v] = (int32_t)v;
+  const int64_t k = o.top_k > 0 ? std::min<int64_t>(o.top_k, V) : V;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t a, int32_t b) { return last[a] > last[b] || (last[a] == last[b] && a < b); });
+  std::vector<double> probs(k);
+  double total = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    probs[j] = std::exp((last[order[j]] - last[order[0]]) / o.temperature);
+    total += probs[j];
+  }
+  int64_t n = k;  // candidates kept
+  if (o.top_p < 1) {
+    double acc = 0;
+    for (n = 0; n < k;) {
+      acc += probs[n++];
+      if (acc >= o.top_p * total) break;
+    }
+    total = acc;
+  }
+  const double u = u01 * total;
+  double acc = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    acc += probs[j];
+    if (u < acc) return order[j];
+  }
+  return order[n - 1];
+}
+
+void sample_tokens(const GPT& model, std::vector<int32_t>& ids, const SampleOptions& o, int64_t stream) {
+  const GPTConfig& config = model.config();
+  check_sample_options(config, o);
   GPUMIX_CHECK_INPUT(!ids.empty(), "generate: the prompt must hold at least one token id");
   check_token_ids(ids.data(), (int64_t)ids.size(), config.V, "generate: prompt");
-  std::vector<float> probs(config.V);
+  const uint64_t key = rng_key(o.seed, "generate", (uint64_t)stream);
+  std::optional<KVCache> cache;
+  if (o.kv_cache) cache.emplace(model);
+  // The logits (V) that predict the id after `ids`, from its last T ids.
+  std::vector<float> logits;
+  const auto window = [&] { return std::min<int64_t>((int64_t)ids.size(), config.T); };
+  const auto recompute = [&] {
+    const int64_t T = window();
+    const std::vector<int32_t> context(ids.end() - T, ids.end());
+    const Tensor all = model.logits(Tensor::from_vector(context, {1, T}).to(model.device())).to(Device::cpu());
+    const float* last = all.data<float>() + (T - 1) * config.V;  // (V)
+    logits.assign(last, last + config.V);
+  };
+  const auto refill = [&] {
+    const int64_t T = window();
+    logits = cache->prefill(ids.data() + ids.size() - T, T);
+  };
   for (int i = 0; i < o.tokens; ++i) {
-    const int64_t T = std::min<int64_t>((int64_t)ids.size(), config.T);
-    std::vector<int32_t> context(ids.end() - T, ids.end());
-    const Tensor logits = model.logits(Tensor::from_vector(context, {1, T}));
-    const float* last = logits.data<float>() + (T - 1) * config.V;  // (V)
-    int32_t next = 0;
-    if (o.temperature == 0) {
-      next = (int32_t)(std::max_element(last, last + config.V) - last);
-    } else {
-      // Top-k on the scaled logits, then sample with a counter-based uniform.
-      std::vector<int32_t> order(config.V);
-      for (int v = 0; v < config.V; ++v) order[v] = v;
-      const int k = o.top_k > 0 ? std::min(o.top_k, config.V) : config.V;
-      std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                        [&](int32_t a, int32_t b) { return last[a] > last[b]; });
-      double total = 0;
-      for (int j = 0; j < k; ++j) {
-        probs[j] = std::exp((last[order[j]] - last[order[0]]) / o.temperature);
-        total += probs[j];
-      }
-      const double u = philox_uniform_at(rng_key(o.seed, "generate"), (uint64_t)i) * total;
-      double acc = 0;
-      next = order[k - 1];
-      for (int j = 0; j < k; ++j) {
-        acc += probs[j];
-        if (u < acc) {
-          next = order[j];
-          break;
-        }
-      }
-    }
+    if (!cache)
+      recompute();
+    else if (i == 0 || cache->length() == config.T)  // the prompt; or past the window: slide
+      refill();
+    else
+      logits = cache->step(ids.back());
+    const double u = o.temperature == 0 ? 0 : philox_uniform_at(key, (uint64_t)i);
+    const int32_t next = pick_token(logits.data(), config.V, o, u);
     ids.push_back(next);
+    if (std::find(o.stop.begin(), o.stop.end(), next) != o.stop.end()) break;
   }
+}
+
+void sample_batch(const GPT& model, std::vector<std::vector<int32_t>>& seqs, const SampleOptions& o) {
+  check_sample_options(model.config(), o);
+  for (size_t j = 0; j < seqs.size(); ++j) {
+    GPUMIX_CHECK_INPUT(!seqs[j].empty(), "generate: prompt ", j, " of ", seqs.size(),
+                       " is empty; each must hold at least one token id");
+    check_token_ids(seqs[j].data(), (int64_t)seqs[j].size(), model.config().V,
+                    ("generate: prompt " + std::to_string(j)).c_str());
+  }
+  for (size_t j = 0; j < seqs.size(); ++j) sample_tokens(model, seqs[j], o, (int64_t)j);
+}
+
+// ---- the key/value cache -----------------------------------------------------------------
+
+namespace {
+
+int param_index(const GPT& model, const std::string& name) {
+  const std::vector<ParamInfo>& layout = model.layout();
+  for (size_t i = 0; i < layout.size(); ++i)
+    if (layout[i].name == name) return (int)i;
+  GPUMIX_CHECK(false, "KVCache: the model has no parameter '", name, "'");
+}
+
+}  // namespace
+
+KVCache::KVCache(const GPT& model) : model_(model) {
+  const GPTConfig& c = model.config();
+  for (int l = 0; l < c.L; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    const auto at = [&](const char* suffix) { return param_index(model, h + suffix); };
+    layers_.push_back({at("ln_1.weight"), at("ln_1.bias"), at("attn.c_attn.weight"), at("attn.c_attn.bias"),
+                       at("attn.c_proj.weight"), at("attn.c_proj.bias"), at("ln_2.weight"), at("ln_2.bias"),
+                       at("mlp.c_fc.weight"), at("mlp.c_fc.bias"), at("mlp.c_proj.weight"), at("mlp.c_proj.bias")});
+    qkv_.push_back(Tensor::empty({1, c.T, 3 * c.C}, model.compute_dtype(), model.device()));
+  }
+  wte_ = param_index(model, "wte");
+  wpe_ = param_index(model, "wpe");
+  lnf_w_ = param_index(model, "ln_f.weight");
+  lnf_b_ = param_index(model, "ln_f.bias");
+}
+
+const Tensor& KVCache::w(int i) const {
+  const Tensor& t = model_.param(i).value();
+  GPUMIX_CHECK(t.defined(), "KVCache: parameter ", model_.layout()[i].name, " is not bound");
+  return t;
+}
+
+std::vector<float> KVCache::prefill(const int32_t* ids, int64_t n) {
+  const GPTConfig& c = model_.config();
+  GPUMIX_CHECK_INPUT(n >= 1 && n <= c.T, "KVCache::prefill: ", n, " ids, expected 1 to the model's context ", c.T);
+  check_token_ids(ids, n, c.V, "KVCache::prefill");
+  n_ = 0;
+  return forward(Tensor::from_vector(std::vector<int32_t>(ids, ids + n), {1, n}).to(model_.device()), n);
+}
+
+std::vector<float> KVCache::step(int32_t id) {
+  const GPTConfig& c = model_.config();
+  GPUMIX_CHECK_INPUT(n_ >= 1 && n_ < c.T, "KVCache::step: the cache holds ", n_, " positions; a step needs 1 to ",
+                     c.T - 1, " (prefill first; at the context ", c.T, ", prefill the window again)");
+  check_token_ids(&id, 1, c.V, "KVCache::step");
+  return forward(Tensor::from_vector(std::vector<int32_t>{id}, {1, 1}).to(model_.device()), 1);
+}
+
+// The ops of GPT::block and GPT::head (nn/gpt.cpp), without the tape, on `rows` new rows at
+// positions n_.. : their qkv go into the cache's rows, their attention reads rows 0..n_+rows-1.
+std::vector<float> KVCache::forward(const Tensor& tokens, int64_t rows) {
+  const GPTConfig& c = model_.config();
+  const int64_t C = c.C, T = c.T, p0 = n_;
+  const DType dt = model_.compute_dtype();
+  const Device dev = model_.device();
+  const auto act = [&](int64_t width) { return Tensor::empty({1, rows, width}, dt, dev); };
+  Tensor mean = Tensor::empty({rows}, DType::f32, dev), rstd = Tensor::empty({rows}, DType::f32, dev);
+  // Positions p0..: wpe from row p0 on (the kernel reads wpe[t] for the t-th row).
+  const Tensor wpe = w(wpe_).flat_slice(p0 * C, (T - p0) * C).view({T - p0, C});
+  Tensor x = act(C), h = act(C), att = act(C), fc = act(4 * C);
+  ops::embedding_forward(x, tokens, w(wte_), wpe);
+  for (int l = 0; l < c.L; ++l) {
+    const Layer& y = layers_[l];
+    ops::layernorm_forward(h, mean, rstd, x, w(y.ln1_w), w(y.ln1_b));
+    Tensor qkv_rows = qkv_[l].flat_slice(p0 * 3 * C, rows * 3 * C).view({1, rows, 3 * C});
+    ops::matmul_forward(qkv_rows, h, w(y.qkv_w), w(y.qkv_b));
+    if (p0 == 0) {  // the prompt: attention over its own rows, the cache's first ones
+      Tensor lse = Tensor::empty({1, c.NH, rows}, DType::f32, dev);
+      ops::attention_forward(att, lse, qkv_rows, c.NH);
+    } else {
+      GPUMIX_CHECK(rows == 1, "KVCache: ", rows, " rows after ", p0, " cached ones; steps take one");
+      ops::attention_decode(att, qkv_[l], p0, c.NH);
+    }
+    ops::matmul_forward(h, att, w(y.proj_w), w(y.proj_b));
+    ops::add(x, x, h);
+    ops::layernorm_forward(h, mean, rstd, x, w(y.ln2_w), w(y.ln2_b));
+    ops::matmul_forward(fc, h, w(y.fc_w), w(y.fc_b));
+    ops::gelu_forward(fc, fc);
+    ops::matmul_forward(h, fc, w(y.fc2_w), w(y.fc2_b));
+    ops::add(x, x, h);
+  }
+  n_ = p0 + rows;
+  // The head on the last row only: the next id's logits.
+  const Tensor last = x.flat_slice((rows - 1) * C, C).view({1, 1, C});
+  Tensor hl = Tensor::empty({1, 1, C}, dt, dev);
+  Tensor m1 = Tensor::empty({1}, DType::f32, dev), r1 = Tensor::empty({1}, DType::f32, dev);
+  ops::layernorm_forward(hl, m1, r1, last, w(lnf_w_), w(lnf_b_));
+  Tensor logits = Tensor::empty({1, 1, c.V}, dt, dev);
+  ops::matmul_forward(logits, hl, w(wte_), Tensor());
+  return logits.to(Device::cpu()).to_vector();
 }
 
 }  // namespace gpumix

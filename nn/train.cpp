@@ -264,13 +264,23 @@ std::string generate(const GenerateOptions& o) {
                     {"logits", model->logits(Tensor::from_vector(context, {1, T})).to_vector()}};  // (T, V)
     data::write_file_atomic(o.dump_logits, j.dump());
   }
-  sample_tokens(*model, ids, o);
-  if (!o.prompt_ids.empty()) {
-    std::string out;
-    for (int32_t id : ids) out += (out.empty() ? "" : " ") + std::to_string(id);
-    return out;
+  GPUMIX_CHECK_INPUT(o.num_samples >= 1, "generate: --num-samples must be >= 1, got ", o.num_samples);
+  SampleOptions so = o;
+  if (tok) so.stop.push_back(tok->eot_id());  // a sample ends at its <|endoftext|>
+  std::vector<std::vector<int32_t>> samples((size_t)o.num_samples, ids);
+  sample_batch(*model, samples, so);
+  std::string out;
+  for (size_t j = 0; j < samples.size(); ++j) {
+    if (samples.size() > 1) out += (j ? "\n" : "") + std::string("--- sample ") + std::to_string(j) + " ---\n";
+    if (!o.prompt_ids.empty()) {
+      std::string line;
+      for (int32_t id : samples[j]) line += (line.empty() ? "" : " ") + std::to_string(id);
+      out += line;
+    } else {
+      out += tok->decode(samples[j]);
+    }
   }
-  return tok->decode(ids);
+  return out;
 }
 
 }  // namespace gpumix

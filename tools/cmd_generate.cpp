@@ -24,6 +24,13 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--tokens", o.tokens, "tokens to generate");
   app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)");
   app.add_option("--top-k", o.top_k, "sample among the k most likely tokens (0: all)");
+  app.add_option("--top-p", o.top_p, "then sample among the fewest most likely tokens whose probabilities "
+                                     "sum to >= p (nucleus; 1: no cut)");
+  app.add_option("--num-samples", o.num_samples, "continuations of the prompt, each with its own cache and "
+                                                 "random stream (sample j: stream j)");
+  app.add_option("--stop", o.stop, "token ids that end a sample (kept), e.g. 13,50256; with a tokenizer, "
+                                   "<|endoftext|> also ends it")
+      ->delimiter(',');
   app.add_option("--seed", o.seed, "sampling seed");
   app.add_option("--threads", o.threads, "CPU threads");
   CLI11_PARSE(app, argc, argv);

@@ -284,6 +284,13 @@ class CudaBackend final : public Backend {
                                                            : cu::attention_backward_ref;
     run(bf(dqkv), bf(dout), bf(qkv), bf(out), f32(lse), B, T, C, NH, on(qkv));
   }
+  void attention_decode(Tensor& out, const Tensor& qkv, int64_t pos, int NH) const override {
+    need_bf16("attention_decode", qkv);
+    const int B = (int)qkv.size(0), Tc = (int)qkv.size(1), C = (int)(qkv.size(2) / 3);
+    const auto run = cu::attention_decode_supported(C / NH, (int)pos + 1) ? cu::attention_decode
+                                                                          : cu::attention_decode_ref;
+    run(bf(out), bf(qkv), B, Tc, C, NH, (int)pos, on(qkv));
+  }
   void crossentropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits,
                             const Tensor& targets, int32_t ignore_index) const override {
     need_bf16("crossentropy_forward", logits);

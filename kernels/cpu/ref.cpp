@@ -226,6 +226,34 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
   }
 }
 
+// The query of row pos against rows 0..pos: scores, softmax and products in double.
+void attention_decode(float* out, const float* qkv, int B, int Tc, int C, int NH, int pos) {
+  const int HS = C / NH;
+  const double scale = 1.0 / std::sqrt((double)HS);
+  std::vector<double> s((size_t)pos + 1);
+  for (int b = 0; b < B; b++) {
+    const float* base = qkv + (int64_t)b * Tc * 3 * C;
+    for (int h = 0; h < NH; h++) {
+      const float* q = base + (int64_t)pos * 3 * C + h * HS;
+      double mx = -INFINITY;
+      for (int j = 0; j <= pos; j++) {
+        const float* k = base + (int64_t)j * 3 * C + C + h * HS;
+        double acc = 0.0;
+        for (int d = 0; d < HS; d++) acc += (double)q[d] * k[d];
+        s[j] = acc * scale;
+        if (s[j] > mx) mx = s[j];
+      }
+      double sum = 0.0;
+      for (int j = 0; j <= pos; j++) sum += (s[j] = std::exp(s[j] - mx));
+      for (int d = 0; d < HS; d++) {
+        double acc = 0.0;
+        for (int j = 0; j <= pos; j++) acc += s[j] * base[(int64_t)j * 3 * C + 2 * C + h * HS + d];
+        out[(int64_t)b * C + h * HS + d] = (float)(acc / sum);
+      }
+    }
+  }
+}
+
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float*,
                         const float*, int B, int T, int C, int NH) {
   const int HS = C / NH;
@@ -487,6 +515,13 @@ void attention_forward(uint16_t* out, float* lse, const uint16_t* qkv, int B, in
   auto qkv32 = widened(qkv, (int64_t)B * T * 3 * C);
   std::vector<float> out32((size_t)B * T * C);
   attention_forward(out32.data(), lse, qkv32.data(), B, T, C, NH);
+  narrow(out, out32);
+}
+
+void attention_decode(uint16_t* out, const uint16_t* qkv, int B, int Tc, int C, int NH, int pos) {
+  auto qkv32 = widened(qkv, (int64_t)B * Tc * 3 * C);
+  std::vector<float> out32((size_t)B * C);
+  attention_decode(out32.data(), qkv32.data(), B, Tc, C, NH, pos);
   narrow(out, out32);
 }
 

@@ -108,6 +108,17 @@ void attention_backward_ref(bf16* dqkv, const bf16* dout, const bf16* qkv, const
                             const float* lse, int B, int T, int C, int NH,
                             cudaStream_t stream = nullptr);
 
+// ---- attention_decode.cu: one query row against a key/value cache ------------------------------
+// qkv (B,Tc,3C) laid out as above, rows 0..pos filled; out (B,C) bf16 = the attention of the
+// query of row pos over rows 0..pos (incremental decoding), fp32 arithmetic. The fast kernel
+// takes head sizes up to 256 and up to 8192 cached rows (attention_decode_supported); others
+// throw std::invalid_argument (use the reference, one thread per output element).
+bool attention_decode_supported(int HS, int rows);
+void attention_decode(bf16* out, const bf16* qkv, int B, int Tc, int C, int NH, int pos,
+                      cudaStream_t stream = nullptr);
+void attention_decode_ref(bf16* out, const bf16* qkv, int B, int Tc, int C, int NH, int pos,
+                          cudaStream_t stream = nullptr);
+
 // ---- crossentropy.cu: fused softmax + cross-entropy ------------------------------------------
 // logits (N,V) bf16. losses (N) = lse - logit[target]; lse (N) saved. A target equal to
 // ignore_index gives loss 0 (lse still written). One pass over the logits.

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
@@ -237,6 +238,68 @@ TEST_F(CApi, TheLibraryIsQuietUnlessAsked) {
   bad.c.log_file = "/nonexistent-folder/x.log";
   EXPECT_EQ(gpumix_session_create(&bad.c), nullptr);
   EXPECT_NE(error().find("/nonexistent-folder/x.log"), std::string::npos) << error();
+// Prompts of lengths 3, 1 and 7 in one flat array: sequence 0 is gpumix_generate's; each
+// sequence's ids depend neither on how many there are nor on the others' prompts; a stop id
+// ends its sequence only (kept, then -1); top-p changes the samples.
+TEST_F(CApi, GenerateBatchGivesEachSequenceItsOwnStream) {
+  const std::vector<int32_t> flat = {84, 104, 101, 65, 32, 116, 104, 105, 110, 103, 115};
+  const std::vector<int64_t> offsets = {0, 3, 4}, lengths = {3, 1, 7};
+  const int32_t n = 12;
+  std::vector<int32_t> out(3 * n, 7), len(3, 0);
+  ASSERT_EQ(gpumix_generate_batch(trained_, flat.data(), offsets.data(), lengths.data(), 3, n, 0.8f, 20, 1.0f, 5,
+                                  nullptr, 0, out.data(), len.data()),
+            0)
+      << error();
+  EXPECT_EQ(len, (std::vector<int32_t>{n, n, n}));
+  std::vector<int32_t> single(n);
+  ASSERT_EQ(gpumix_generate(trained_, flat.data(), 3, n, 0.8f, 20, 5, single.data()), 0) << error();
+  EXPECT_EQ(std::vector<int32_t>(out.begin(), out.begin() + n), single);
+  // Sequence 2 alone in a batch of 3 with another middle prompt, and the first two alone.
+  const std::vector<int64_t> other_offsets = {0, 8, 4};
+  std::vector<int32_t> other(3 * n), other_len(3);
+  ASSERT_EQ(gpumix_generate_batch(trained_, flat.data(), other_offsets.data(), lengths.data(), 3, n, 0.8f, 20, 1.0f,
+                                  5, nullptr, 0, other.data(), other_len.data()),
+            0)
+      << error();
+  EXPECT_EQ(std::vector<int32_t>(other.begin() + 2 * n, other.end()), std::vector<int32_t>(out.begin() + 2 * n, out.end()));
+  EXPECT_NE(std::vector<int32_t>(other.begin() + n, other.begin() + 2 * n),
+            std::vector<int32_t>(out.begin() + n, out.begin() + 2 * n));
+  std::vector<int32_t> two(2 * n), two_len(2);
+  ASSERT_EQ(gpumix_generate_batch(trained_, flat.data(), offsets.data(), lengths.data(), 2, n, 0.8f, 20, 1.0f, 5,
+                                  nullptr, 0, two.data(), two_len.data()),
+            0)
+      << error();
+  EXPECT_EQ(two, std::vector<int32_t>(out.begin(), out.begin() + 2 * n));
+  // Stop at sequence 0's 5th id: it ends there, the id kept, the rest -1.
+  const int32_t stop = out[4];
+  const int32_t at = (int32_t)(std::find(out.begin(), out.begin() + n, stop) - out.begin());
+  std::vector<int32_t> stopped(3 * n), stopped_len(3);
+  ASSERT_EQ(gpumix_generate_batch(trained_, flat.data(), offsets.data(), lengths.data(), 3, n, 0.8f, 20, 1.0f, 5,
+                                  &stop, 1, stopped.data(), stopped_len.data()),
+            0)
+      << error();
+  EXPECT_EQ(stopped_len[0], at + 1);
+  for (int32_t i = 0; i < n; ++i) EXPECT_EQ(stopped[i], i <= at ? out[i] : -1) << i;
+  for (int j = 1; j < 3; ++j) {
+    const auto row = out.begin() + j * n;
+    const auto first = std::find(row, row + n, stop);
+    EXPECT_EQ(stopped_len[j], first == row + n ? n : (int32_t)(first - row) + 1) << j;
+  }
+  // Bad calls.
+  expect_error(gpumix_generate_batch(trained_, flat.data(), offsets.data(), lengths.data(), 3, n, 0.8f, 20, 0.0f, 5,
+                                     nullptr, 0, out.data(), len.data()),
+               {"top-p", "(0, 1]", "got 0"});
+  const std::vector<int64_t> empty_len = {3, 0, 7};
+  expect_error(gpumix_generate_batch(trained_, flat.data(), offsets.data(), empty_len.data(), 3, n, 0.8f, 20, 1.0f, 5,
+                                     nullptr, 0, out.data(), len.data()),
+               {"prompt 1", "length 0", ">= 1"});
+  const int32_t bad_stop = 4000;
+  expect_error(gpumix_generate_batch(trained_, flat.data(), offsets.data(), lengths.data(), 3, n, 0.8f, 20, 1.0f, 5,
+                                     &bad_stop, 1, out.data(), len.data()),
+               {"stop ids", "4000"});
+  expect_error(gpumix_generate_batch(trained_, flat.data(), offsets.data(), lengths.data(), 3, n, 0.8f, 20, 1.0f, 5,
+                                     nullptr, 2, out.data(), len.data()),
+               {"n_stop", "2"});
 }
 
 TEST_F(CApi, ASessionThatOnlyLoadsACheckpoint) {

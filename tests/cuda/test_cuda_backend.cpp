@@ -158,6 +158,27 @@ TEST_F(CudaBackend, Attention) {
   }
 }
 
+// Incremental decoding's attention (the fast kernel: head sizes up to 256; the reference
+// beyond): one query row against cached rows 0..pos, against the CPU bf16 backend. The
+// rows past pos hold NaN: a read beyond the causal limit fails.
+TEST_F(CudaBackend, AttentionDecode) {
+  for (const auto& [Tc, C, NH, pos] : {std::array<int, 4>{9, 15, 3, 0}, {40, 64, 4, 17}, {130, 128, 2, 129},
+                                       {70, 768, 12, 69}, {12, 600, 2, 5}}) {
+    SCOPED_TRACE("Tc " + std::to_string(Tc) + " C " + std::to_string(C) + " NH " + std::to_string(NH) + " pos " +
+                 std::to_string(pos));
+    const int B = 2, HS = C / NH;
+    Tensor host = Tensor::from_vector(bf16_values((int64_t)B * Tc * 3 * C, 80 + pos, -2.0f, 2.0f), {B, Tc, 3 * C});
+    float* h = host.data<float>();
+    for (int b = 0; b < B; b++)
+      for (int64_t i = ((int64_t)b * Tc + pos + 1) * 3 * C; i < ((int64_t)b + 1) * Tc * 3 * C; i++) h[i] = NAN;
+    const Pair qkv = {host.to(DType::bf16), host.to(DType::bf16).to(kGpu)};
+    Pair out = poisoned({B, 1, C});
+    ops::attention_decode(out.c, qkv.c, pos, NH);
+    ops::attention_decode(out.g, qkv.g, pos, NH);
+    EXPECT_TRUE(agrees("out", out, 2, pos + 1 + HS));  // each side rounds its output once
+  }
+}
+
 TEST_F(CudaBackend, CrossEntropy) {
   const int B = 2, T = 5, V = 1037, N = B * T;
   const Pair logits = pair({B, T, V}, 70, DType::bf16, -4.0f, 4.0f);

@@ -774,6 +774,27 @@ TEST_F(Tools, GenerateFromTokenIdsWithoutATokenizer) {
   EXPECT_EQ(std::vector<int>(got.begin(), got.begin() + 3), (std::vector<int>{84, 104, 101}));
   for (int id : got) EXPECT_TRUE(id >= 0 && id < 256) << id;
   EXPECT_EQ(a.out, b.out) << "the same seed sampled other ids";
+  // --num-samples 3: three lines after their headers, the first the single sample's; --stop
+  // at the single sample's 4th new id ends sample 0 there (the id kept).
+  std::vector<std::string> three = args;
+  three.insert(three.end(), {"--num-samples", "3"});
+  const Result n = gpumix(three, dir_);
+  ASSERT_EQ(n.code, 0) << show(n);
+  const std::string first_line = a.out.substr(0, a.out.find('\n'));
+  EXPECT_EQ(n.out.find("--- sample 0 ---\n" + first_line + "\n--- sample 1 ---\n"), 0u) << n.out;
+  EXPECT_NE(n.out.find("--- sample 2 ---\n"), std::string::npos) << n.out;
+  std::vector<std::string> stopped = args;
+  stopped.insert(stopped.end(), {"--stop", std::to_string(got[6])});
+  const Result st = gpumix(stopped, dir_);
+  ASSERT_EQ(st.code, 0) << show(st);
+  std::istringstream sids(st.out);
+  std::vector<int> sgot;
+  for (int id; sids >> id;) sgot.push_back(id);
+  const auto stop_at = std::find(got.begin() + 3, got.end(), got[6]);
+  EXPECT_EQ(sgot, std::vector<int>(got.begin(), stop_at + 1)) << st.out;
+  expect_failure(gpumix({"generate", "--ckpt", run, "--prompt-ids", "84", "--top-p", "0"}, dir_), {"top-p", "0"});
+  expect_failure(gpumix({"generate", "--ckpt", run, "--prompt-ids", "84", "--num-samples", "0"}, dir_),
+                 {"--num-samples", "0"});
   expect_failure(gpumix({"generate", "--ckpt", run, "--prompt", "x"}, dir_), {"tokenizer", "--prompt-ids"});
   expect_failure(gpumix({"generate", "--ckpt", run, "--prompt-ids", "84,300"}, dir_), {"prompt", "300", "256"});
   expect_failure(gpumix({"generate", "--ckpt", run, "--prompt-ids", "84", "--prompt", "x"}, dir_), {"contradict"});

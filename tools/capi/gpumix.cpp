@@ -401,6 +401,45 @@ int gpumix_generate(gpumix_session* s, const int32_t* prompt, int64_t n_prompt, 
   });
 }
 
+int gpumix_generate_batch(gpumix_session* s, const int32_t* prompts, const int64_t* prompt_offsets,
+                          const int64_t* prompt_lengths, int64_t n_seqs, int32_t n_new, float temperature,
+                          int32_t top_k, float top_p, uint64_t seed, const int32_t* stop, int64_t n_stop,
+                          int32_t* out, int32_t* out_lengths) {
+  return guarded([&] {
+    GPUMIX_CHECK_INPUT(s, "gpumix_generate_batch: session must not be NULL");
+    GPUMIX_CHECK_INPUT(n_seqs >= 0, "gpumix_generate_batch: n_seqs must be >= 0, got ", n_seqs);
+    GPUMIX_CHECK_INPUT(n_seqs == 0 || (prompts && prompt_offsets && prompt_lengths && out_lengths && (out || n_new == 0)),
+                 "gpumix_generate_batch: prompts, prompt_offsets, prompt_lengths, out and out_lengths must not be "
+                 "NULL (out may be NULL when n_new is 0)");
+    GPUMIX_CHECK_INPUT(n_stop >= 0 && (stop || n_stop == 0), "gpumix_generate_batch: n_stop must be >= 0 with stop "
+                 "not NULL when it is > 0, got n_stop ", n_stop);
+    std::vector<std::vector<int32_t>> seqs((size_t)n_seqs);
+    for (int64_t j = 0; j < n_seqs; ++j) {
+      GPUMIX_CHECK_INPUT(prompt_lengths[j] >= 1 && prompt_offsets[j] >= 0, "gpumix_generate_batch: prompt ", j,
+                   " has offset ", prompt_offsets[j], " and length ", prompt_lengths[j],
+                   "; each prompt needs an offset >= 0 and a length >= 1");
+      seqs[j].assign(prompts + prompt_offsets[j], prompts + prompt_offsets[j] + prompt_lengths[j]);
+    }
+    const gpumix::capi::OmpThreads threads(s->threads);
+    const gpumix::GPT& model = gpumix::capi::session_model(*s, "gpumix_generate_batch");
+    gpumix::SampleOptions o;
+    o.tokens = n_new;
+    o.temperature = temperature;
+    o.top_k = top_k;
+    o.top_p = top_p;
+    o.seed = seed;
+    o.stop.assign(stop, stop + n_stop);
+    gpumix::sample_batch(model, seqs, o);
+    for (int64_t j = 0; j < n_seqs; ++j) {
+      const int64_t got = (int64_t)seqs[j].size() - prompt_lengths[j];
+      out_lengths[j] = (int32_t)got;
+      int32_t* row = out + j * (int64_t)n_new;
+      std::copy(seqs[j].end() - got, seqs[j].end(), row);
+      std::fill(row + got, row + n_new, -1);
+    }
+  });
+}
+
 const char* gpumix_last_error(void) { return gpumix::capi::last_error.c_str(); }
 
 void gpumix_set_last_error(const char* message) { gpumix::capi::last_error = message ? message : ""; }

@@ -140,6 +140,22 @@ int gpumix_evaluate(gpumix_session* session, const int32_t* tokens, int64_t n_to
 int gpumix_generate(gpumix_session* session, const int32_t* prompt, int64_t n_prompt, int32_t n_new,
                     float temperature, int32_t top_k, uint64_t seed, int32_t* out);
 
+/* Continues n_seqs prompts at once, each with its own key/value cache (nn/infer.h). Prompt j
+ * is prompts[prompt_offsets[j] .. prompt_offsets[j] + prompt_lengths[j]) (>= 1 ids each;
+ * the last `context` are seen). Each gets up to n_new ids, sampled as gpumix_generate does
+ * (top_k, temperature) and then cut to the top_p nucleus (the fewest most likely ids whose
+ * probabilities sum to >= top_p; 1: no cut), and ends early after sampling one of
+ * stop[0 .. n_stop) (that id is kept; stop may be NULL when n_stop is 0; pass the
+ * tokenizer's <|endoftext|> id here to stop at it). Row j of out (n_seqs x n_new ids, row
+ * j at j * n_new) receives sequence j's new ids, -1 after its end; out_lengths[j] how many.
+ * Sequence j draws its own stream, philox(rng_key(seed, "generate", j), i), so its ids
+ * depend neither on n_seqs nor on the other prompts; sequence 0 with top_p 1 and no stop ids
+ * is gpumix_generate's. */
+int gpumix_generate_batch(gpumix_session* session, const int32_t* prompts, const int64_t* prompt_offsets,
+                          const int64_t* prompt_lengths, int64_t n_seqs, int32_t n_new, float temperature,
+                          int32_t top_k, float top_p, uint64_t seed, const int32_t* stop, int64_t n_stop,
+                          int32_t* out, int32_t* out_lengths);
+
 /* The last error on this thread ("" when none). */
 const char* gpumix_last_error(void);
 

@@ -26,7 +26,8 @@
  *     gpumix_load                a check that all ranks read the same checkpoint step
  *     gpumix_session_destroy     MPI_Comm_free of the duplicate
  *   local (no communication; any rank, any time, in any number):
- *     gpumix_forward, gpumix_evaluate, gpumix_generate, gpumix_get_model_info: each rank
+ *     gpumix_forward, gpumix_evaluate, gpumix_generate, gpumix_generate_batch,
+ *     gpumix_get_model_info: each rank
  *       reads the newest checkpoint's full model once (host memory: 4 bytes per parameter)
  *       and computes on its own CPU threads;
  *     gpumix_get_metrics, gpumix_checkpoint, gpumix_last_error.

@@ -111,6 +111,8 @@ EOF
     # The log went to run.log (rank 0's lines: the table and the steps), not to the console.
     grep -q '^| model ' run.log && grep -q '^step 1/' run.log || { echo "run.log lacks the log"; cat run.log; exit 1; }
     if grep -q '^step 1/\|^| model ' f.out; then echo "the library printed on the console"; exit 1; fi
+    grep -q "expected error: gpumix_generate_batch: offsets(1), lengths(2)" f.out
+    grep -q "generate_batch: as gpumix_generate, independent of the other prompt, stops" f.out
     mpirun -np 2 "$gpumix" "${cli[@]}" --out cli2 >/dev/null
     same_losses run cli2
     expect_ids f.out "rank [0-9] generated:" "$(generate run "$licenses")" 2

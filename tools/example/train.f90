@@ -23,6 +23,8 @@ program train
   integer(c_int32_t), allocatable :: tokens(:), batch(:, :), targets(:, :)
   real(c_float), allocatable :: logits(:, :, :), losses(:, :)
   integer(c_int32_t) :: prompt(8), ids(n_new), again(n_new)
+  integer(c_int32_t) :: prompts(11), batch_ids(n_new, 2), other_ids(n_new, 2), batch_lengths(2), first_stop
+  integer(c_int64_t) :: offsets(2), lengths(2)
   type(gpumix_config) :: config
   type(gpumix_session) :: session, reader
   type(gpumix_metrics) :: metrics
@@ -119,6 +121,37 @@ program train
     write(*, '(a)') 'the loaded checkpoint sampled other ids for the same seed'
     call MPI_Abort(MPI_COMM_WORLD, 1, ierr)
   end if
+  ! Two prompts at once (8 and 3 ids): the first sequence is gpumix_generate's; it does not
+  ! change with another second prompt; a stop id ends it there (kept, then -1).
+  prompts = [prompt, prompt(1:3)]
+  offsets = [0_c_int64_t, 8_c_int64_t]
+  lengths = [8_c_int64_t, 3_c_int64_t]
+  call check(gpumix_generate_batch(reader, prompts, offsets, lengths, batch_ids, batch_lengths, 0.8_c_float, 20, &
+                                   1.0_c_float, 7_c_int64_t), 'gpumix_generate_batch')
+  if (any(batch_ids(:, 1) /= ids) .or. any(batch_lengths /= n_new)) then
+    write(*, '(a)') 'gpumix_generate_batch: sequence 1 is not gpumix_generate''s'
+    call MPI_Abort(MPI_COMM_WORLD, 1, ierr)
+  end if
+  offsets(2) = 4
+  call check(gpumix_generate_batch(reader, prompts, offsets, lengths, other_ids, batch_lengths, 0.8_c_float, 20, &
+                                   1.0_c_float, 7_c_int64_t), 'gpumix_generate_batch')
+  if (any(other_ids(:, 1) /= ids)) then
+    write(*, '(a)') 'gpumix_generate_batch: sequence 1 changed with the other prompt'
+    call MPI_Abort(MPI_COMM_WORLD, 1, ierr)
+  end if
+  first_stop = findloc(ids, ids(5), 1)
+  call check(gpumix_generate_batch(reader, prompts, offsets, lengths, other_ids, batch_lengths, 0.8_c_float, 20, &
+                                   1.0_c_float, 7_c_int64_t, stop=[ids(5)]), 'gpumix_generate_batch')
+  if (batch_lengths(1) /= first_stop .or. any(other_ids(1:first_stop, 1) /= ids(1:first_stop)) .or. &
+      any(other_ids(first_stop + 1:, 1) /= -1)) then
+    write(*, '(a)') 'gpumix_generate_batch: the stop id did not end sequence 1 there'
+    call MPI_Abort(MPI_COMM_WORLD, 1, ierr)
+  end if
+  ! Shapes that disagree are an error, not a crash.
+  if (gpumix_generate_batch(reader, prompts, offsets(1:1), lengths, batch_ids, batch_lengths, 0.8_c_float, 20, &
+                            1.0_c_float, 7_c_int64_t) == GPUMIX_OK) call MPI_Abort(MPI_COMM_WORLD, 1, ierr)
+  if (rank == 0) write(*, '(a, a)') 'expected error: ', gpumix_last_error()
+  if (rank == 0) write(*, '(a)') 'generate_batch: as gpumix_generate, independent of the other prompt, stops'
   call gpumix_session_destroy(reader)
   call MPI_Finalize(ierr)
 

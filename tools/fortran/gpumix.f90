@@ -91,6 +91,7 @@ module gpumix
   public :: gpumix_session_destroy, gpumix_train, gpumix_get_metrics, gpumix_checkpoint
   public :: gpumix_load, gpumix_get_model_info, gpumix_forward, gpumix_evaluate
   public :: gpumix_generate, gpumix_last_error
+  public :: gpumix_generate_batch
 
   ! Logits for tokens(seq, batch) into logits(vocab, seq, batch), or per-token losses for
   ! tokens and targets(seq, batch) (-1: none) into losses(seq, batch).
@@ -159,6 +160,14 @@ module gpumix
       integer(c_int64_t), value :: n_prompt, seed
       integer(c_int32_t), value :: n_new, top_k
       real(c_float), value :: temperature
+    end function
+    integer(c_int) function c_generate_batch(session, prompts, offsets, lengths, n_seqs, n_new, temperature, &
+        top_k, top_p, seed, stop, n_stop, out, out_lengths) bind(c, name="gpumix_generate_batch")
+      import :: c_ptr, c_int, c_int64_t, c_int32_t, c_float
+      type(c_ptr), value :: session, prompts, offsets, lengths, stop, out, out_lengths
+      integer(c_int64_t), value :: n_seqs, seed, n_stop
+      integer(c_int32_t), value :: n_new, top_k
+      real(c_float), value :: temperature, top_p
     end function
     type(c_ptr) function c_last_error() bind(c, name="gpumix_last_error")
       import :: c_ptr
@@ -435,6 +444,64 @@ contains
     end if
     rc = c_generate(session%handle, address_i32(prompt, n_prompt), n_prompt, int(n_new, c_int32_t), temperature, &
                     int(top_k, c_int32_t), seed, address_i32(new_ids, n_new))
+  end function
+
+  ! Several prompts at once (gpumix_generate_batch): prompts(:) holds them one after the
+  ! other, prompt j being prompts(offsets(j) + 1 : offsets(j) + lengths(j)) (offsets count
+  ! from 0, as in C); column j of new_ids(n_new, n_seqs) receives its new ids (-1 after its
+  ! end) and new_lengths(j) how many. A sequence ends after sampling an id of stop(:) (kept;
+  ! optional). Sequence j draws its own stream: its ids depend neither on the number of
+  ! sequences nor on the other prompts; sequence 1 with top_p 1 and no stop ids is
+  ! gpumix_generate's.
+  integer function gpumix_generate_batch(session, prompts, offsets, lengths, new_ids, new_lengths, temperature, &
+                                         top_k, top_p, seed, stop) result(rc)
+    type(gpumix_session), intent(inout) :: session
+    integer(c_int32_t), intent(in), contiguous, target :: prompts(:)
+    integer(c_int64_t), intent(in), contiguous, target :: offsets(:), lengths(:)
+    integer(c_int32_t), intent(out), contiguous, target :: new_ids(:, :)
+    integer(c_int32_t), intent(out), contiguous, target :: new_lengths(:)
+    real(c_float), intent(in) :: temperature, top_p
+    integer, intent(in) :: top_k
+    integer(c_int64_t), intent(in) :: seed
+    integer(c_int32_t), intent(in), contiguous, target, optional :: stop(:)
+    integer(c_int64_t) :: n_seqs, n_new, n_stop, j
+    type(c_ptr) :: stop_ptr
+    n_seqs = size(lengths, kind=c_int64_t)
+    n_new = size(new_ids, 1, kind=c_int64_t)
+    if (size(offsets, kind=c_int64_t) /= n_seqs .or. size(new_ids, 2, kind=c_int64_t) /= n_seqs .or. &
+        size(new_lengths, kind=c_int64_t) /= n_seqs) then
+      rc = fail('gpumix_generate_batch: offsets(' // itoa(size(offsets, kind=c_int64_t)) // '), lengths(' // &
+                itoa(n_seqs) // '), new_ids(:, ' // itoa(size(new_ids, 2, kind=c_int64_t)) // ') and new_lengths(' // &
+                itoa(size(new_lengths, kind=c_int64_t)) // ') must all have one entry per sequence')
+      return
+    end if
+    do j = 1, n_seqs
+      if (offsets(j) < 0 .or. lengths(j) < 1 .or. offsets(j) + lengths(j) > size(prompts, kind=c_int64_t)) then
+        rc = fail('gpumix_generate_batch: prompt ' // itoa(j) // ' (offset ' // itoa(offsets(j)) // ', length ' // &
+                  itoa(lengths(j)) // ') is not inside prompts(1:' // itoa(size(prompts, kind=c_int64_t)) // &
+                  '); each needs offset >= 0, length >= 1 and offset + length <= size(prompts)')
+        return
+      end if
+    end do
+    if (n_new > huge(0_c_int32_t)) then
+      rc = fail('gpumix_generate_batch: at most ' // itoa(int(huge(0_c_int32_t), c_int64_t)) // &
+                ' ids per sequence, got ' // itoa(n_new))
+      return
+    end if
+    if (n_seqs == 0) then
+      rc = GPUMIX_OK
+      return
+    end if
+    n_stop = 0
+    stop_ptr = c_null_ptr
+    if (present(stop)) then
+      n_stop = size(stop, kind=c_int64_t)
+      stop_ptr = address_i32(stop, n_stop)
+    end if
+    rc = c_generate_batch(session%handle, address_i32(prompts, size(prompts, kind=c_int64_t)), c_loc(offsets(1)), &
+                          c_loc(lengths(1)), n_seqs, int(n_new, c_int32_t), temperature, int(top_k, c_int32_t), &
+                          top_p, seed, stop_ptr, n_stop, address_i32(new_ids, n_new * n_seqs), &
+                          address_i32(new_lengths, n_seqs))
   end function
 
   ! The last error on this thread ('' when none).
