@@ -238,6 +238,8 @@ TEST_F(CApi, TheLibraryIsQuietUnlessAsked) {
   bad.c.log_file = "/nonexistent-folder/x.log";
   EXPECT_EQ(gpumix_session_create(&bad.c), nullptr);
   EXPECT_NE(error().find("/nonexistent-folder/x.log"), std::string::npos) << error();
+}
+
 // Prompts of lengths 3, 1 and 7 in one flat array: sequence 0 is gpumix_generate's; each
 // sequence's ids depend neither on how many there are nor on the others' prompts; a stop id
 // ends its sequence only (kept, then -1); top-p changes the samples.
