@@ -77,12 +77,12 @@ void adamw_step(float* param, bf16* param_bf16, const float* grad, float* m, flo
                    detail::aligned16(v) && ((uintptr_t)param_bf16 & 7u) == 0;
   const int64_t nvec = vec ? n / 4 : 0;
   if (nvec > 0) {
-    adamw_vec_kernel<<<detail::grid_for(nvec, 256), 256, 0, stream>>>(
+    GPUMIX_LAUNCH(adamw_vec_kernel, detail::grid_for(nvec, 256), 256, 0, stream, 
         (float4*)param, (uint2*)param_bf16, (const float4*)grad, (float4*)m, (float4*)v, nvec, a);
     CUDA_CHECK_LAST();
   }
   if (nvec * 4 < n) {
-    adamw_kernel<<<detail::grid_for(n - nvec * 4, 256), 256, 0, stream>>>(
+    GPUMIX_LAUNCH(adamw_kernel, detail::grid_for(n - nvec * 4, 256), 256, 0, stream, 
         param, param_bf16, grad, m, v, nvec * 4, n, a);
     CUDA_CHECK_LAST();
   }

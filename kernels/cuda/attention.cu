@@ -68,8 +68,8 @@ __global__ void __launch_bounds__(Shape<D>::THREADS) flash_forward_kernel(
     int NH, float scale_log2) {
   using S = Shape<D>;
   constexpr int G = S::G, P = S::P;
-  __shared__ float Ks[kTile * S::ROW];
-  __shared__ float Vs[kTile * S::ROW];
+  GPUMIX_SHARED(float, Ks, [kTile * S::ROW]);
+  GPUMIX_SHARED(float, Vs, [kTile * S::ROW]);
   const int part = threadIdx.x % G;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;  // longest tiles first
   const int qi = q0 + threadIdx.x / G;
@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(Shape<D>::THREADS) flash_backward_dq_kernel(
     int T, int C, int NH, float scale, float scale_log2) {
   using S = Shape<D>;
   constexpr int G = S::G, P = S::P;
-  __shared__ float Ks[kTile * S::ROW];
-  __shared__ float Vs[kTile * S::ROW];
+  GPUMIX_SHARED(float, Ks, [kTile * S::ROW]);
+  GPUMIX_SHARED(float, Vs, [kTile * S::ROW]);
   const int part = threadIdx.x % G;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
   const int qi = q0 + threadIdx.x / G;
@@ -197,10 +197,10 @@ __global__ void __launch_bounds__(Shape<D>::THREADS) flash_backward_dkv_kernel(
     float scale, float scale_log2) {
   using S = Shape<D>;
   constexpr int G = S::G, P = S::P;
-  __shared__ float Qs[kTile * S::ROW];
-  __shared__ float Gs[kTile * S::ROW];  // dO
-  __shared__ float Ls[kTile];            // lse in the log2 domain
-  __shared__ float Ds[kTile];            // Delta
+  GPUMIX_SHARED(float, Qs, [kTile * S::ROW]);
+  GPUMIX_SHARED(float, Gs, [kTile * S::ROW]);  // dO
+  GPUMIX_SHARED(float, Ls, [kTile]);            // lse in the log2 domain
+  GPUMIX_SHARED(float, Ds, [kTile]);            // Delta
   const int part = threadIdx.x % G;
   const int k0 = blockIdx.x * kRows;  // the first key tiles have the most queries: first
   const int kj = k0 + threadIdx.x / G;
@@ -283,7 +283,7 @@ void flash_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, 
                    cudaStream_t stream) {
   const dim3 grid(detail::ceil_div(T, kRows), B * NH);
   const float scale_log2 = kLog2e / sqrtf((float)D);
-  flash_forward_kernel<D><<<grid, Shape<D>::THREADS, 0, stream>>>(out, lse, qkv, T, C, NH,
+  GPUMIX_LAUNCH(flash_forward_kernel<D>, grid, Shape<D>::THREADS, 0, stream, out, lse, qkv, T, C, NH,
                                                                   scale_log2);
   CUDA_CHECK_LAST();
 }
@@ -295,10 +295,10 @@ void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* o
   const float scale = 1.0f / sqrtf((float)D);
   const float scale_log2 = kLog2e * scale;
   float* delta = (float*)detail::scratch_alloc(sizeof(float) * (size_t)B * NH * T, stream);
-  flash_backward_dq_kernel<D><<<grid, Shape<D>::THREADS, 0, stream>>>(
+  GPUMIX_LAUNCH(flash_backward_dq_kernel<D>, grid, Shape<D>::THREADS, 0, stream, 
       dqkv, delta, dout, qkv, out, lse, T, C, NH, scale, scale_log2);
   CUDA_CHECK_LAST();
-  flash_backward_dkv_kernel<D><<<grid, Shape<D>::THREADS, 0, stream>>>(
+  GPUMIX_LAUNCH(flash_backward_dkv_kernel<D>, grid, Shape<D>::THREADS, 0, stream, 
       dqkv, delta, dout, qkv, lse, T, C, NH, scale, scale_log2);
   CUDA_CHECK_LAST();
   detail::scratch_free(delta, stream);
@@ -454,11 +454,11 @@ void attention_forward_ref(bf16* out, float* lse, const bf16* qkv, int B, int T,
   const float scale = 1.0f / sqrtf((float)(C / NH));
   const int64_t nTT = (int64_t)BH * T * T;
   float* S = (float*)detail::scratch_alloc(sizeof(float) * nTT, stream);
-  ref_scores_kernel<<<detail::grid_for(nTT, 256), 256, 0, stream>>>(S, qkv, B, T, C, NH, scale);
+  GPUMIX_LAUNCH(ref_scores_kernel, detail::grid_for(nTT, 256), 256, 0, stream, S, qkv, B, T, C, NH, scale);
   CUDA_CHECK_LAST();
-  ref_softmax_kernel<<<detail::grid_for((int64_t)BH * T, 128), 128, 0, stream>>>(S, lse, BH, T);
+  GPUMIX_LAUNCH(ref_softmax_kernel, detail::grid_for((int64_t)BH * T, 128), 128, 0, stream, S, lse, BH, T);
   CUDA_CHECK_LAST();
-  ref_out_kernel<<<detail::grid_for((int64_t)B * T * C, 256), 256, 0, stream>>>(out, S, qkv, B, T,
+  GPUMIX_LAUNCH(ref_out_kernel, detail::grid_for((int64_t)B * T * C, 256), 256, 0, stream, out, S, qkv, B, T,
                                                                                 C, NH);
   CUDA_CHECK_LAST();
   detail::scratch_free(S, stream);
@@ -475,16 +475,16 @@ void attention_backward_ref(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   const int64_t nTT = (int64_t)BH * T * T;
   float* Pm = (float*)detail::scratch_alloc(sizeof(float) * nTT, stream);
   float* dS = (float*)detail::scratch_alloc(sizeof(float) * nTT, stream);
-  ref_scores_kernel<<<detail::grid_for(nTT, 256), 256, 0, stream>>>(Pm, qkv, B, T, C, NH, scale);
+  GPUMIX_LAUNCH(ref_scores_kernel, detail::grid_for(nTT, 256), 256, 0, stream, Pm, qkv, B, T, C, NH, scale);
   CUDA_CHECK_LAST();
-  ref_softmax_kernel<<<detail::grid_for((int64_t)BH * T, 128), 128, 0, stream>>>(Pm, nullptr, BH,
+  GPUMIX_LAUNCH(ref_softmax_kernel, detail::grid_for((int64_t)BH * T, 128), 128, 0, stream, Pm, nullptr, BH,
                                                                                  T);
   CUDA_CHECK_LAST();
-  ref_dp_kernel<<<detail::grid_for(nTT, 256), 256, 0, stream>>>(dS, dout, qkv, B, T, C, NH);
+  GPUMIX_LAUNCH(ref_dp_kernel, detail::grid_for(nTT, 256), 256, 0, stream, dS, dout, qkv, B, T, C, NH);
   CUDA_CHECK_LAST();
-  ref_ds_kernel<<<detail::grid_for((int64_t)BH * T, 128), 128, 0, stream>>>(dS, Pm, BH, T);
+  GPUMIX_LAUNCH(ref_ds_kernel, detail::grid_for((int64_t)BH * T, 128), 128, 0, stream, dS, Pm, BH, T);
   CUDA_CHECK_LAST();
-  ref_dqkv_kernel<<<detail::grid_for((int64_t)B * T * 3 * C, 256), 256, 0, stream>>>(
+  GPUMIX_LAUNCH(ref_dqkv_kernel, detail::grid_for((int64_t)B * T * 3 * C, 256), 256, 0, stream, 
       dqkv, dS, Pm, dout, qkv, B, T, C, NH, scale);
   CUDA_CHECK_LAST();
   detail::scratch_free(dS, stream);

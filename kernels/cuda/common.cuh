@@ -9,6 +9,7 @@
 #include "kernels/bf16.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace gpumix::kernels::cuda::detail {
 
@@ -70,7 +71,7 @@ void scratch_trim_all();  // release_resources
 // sums of row chunks into scratch, then a fixed-order sum of the partials.
 template <int NV, typename F>
 __global__ void colreduce_partial_kernel(float* partial, int N, int C, int rows_per_chunk, F f) {
-  __shared__ float sh[NV][8][33];
+  GPUMIX_SHARED(float, sh, [NV][8][33]);
   const int c = blockIdx.x * 32 + threadIdx.x;
   const int r0 = blockIdx.y * rows_per_chunk;
   const int r1 = min(N, r0 + rows_per_chunk);
@@ -120,10 +121,11 @@ void colreduce(float* dst0, float* dst1, int N, int C, F f, cudaStream_t stream)
   const int chunks = ceil_div(N, rows_per_chunk);
   float* partial = (float*)scratch_alloc(sizeof(float) * NV * (size_t)chunks * C, stream);
   const dim3 grid(ceil_div(C, 32), chunks);
-  colreduce_partial_kernel<NV, F><<<grid, dim3(32, 8), 0, stream>>>(partial, N, C,
+  auto* colreduce_partial = &colreduce_partial_kernel<NV, F>;
+  GPUMIX_LAUNCH(colreduce_partial, grid, dim3(32, 8), 0, stream, partial, N, C,
                                                                      rows_per_chunk, f);
   CUDA_CHECK_LAST();
-  colreduce_final_kernel<NV><<<ceil_div(C, 256), 256, 0, stream>>>(dst0, dst1, partial,
+  GPUMIX_LAUNCH(colreduce_final_kernel<NV>, ceil_div(C, 256), 256, 0, stream, dst0, dst1, partial,
                                                                     chunks, C);
   CUDA_CHECK_LAST();
   scratch_free(partial, stream);

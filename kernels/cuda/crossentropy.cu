@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads) crossentropy_forward_kernel(
     MaxSum b{__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o)};
     a = merge(a, b);
   }
-  __shared__ MaxSum sh[kThreads / 32];
+  GPUMIX_SHARED(MaxSum, sh, [kThreads / 32]);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (lane == 0) sh[warp] = a;
   __syncthreads();
@@ -110,10 +110,10 @@ void crossentropy_forward(float* losses, float* lse, const bf16* logits, const i
                           int N, int V, int32_t ignore_index, cudaStream_t stream) {
   if (N <= 0) return;
   if (V % 8 == 0 && detail::aligned16(logits))
-    crossentropy_forward_kernel<true><<<N, kThreads, 0, stream>>>(losses, lse, logits, targets, V,
+    GPUMIX_LAUNCH(crossentropy_forward_kernel<true>, N, kThreads, 0, stream, losses, lse, logits, targets, V,
                                                                   ignore_index);
   else
-    crossentropy_forward_kernel<false><<<N, kThreads, 0, stream>>>(losses, lse, logits, targets, V,
+    GPUMIX_LAUNCH(crossentropy_forward_kernel<false>, N, kThreads, 0, stream, losses, lse, logits, targets, V,
                                                                    ignore_index);
   CUDA_CHECK_LAST();
 }
@@ -123,10 +123,10 @@ void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
                            int32_t ignore_index, bool accumulate, cudaStream_t stream) {
   if (N <= 0) return;
   if (V % 8 == 0 && detail::aligned16(logits) && detail::aligned16(dlogits))
-    crossentropy_backward_kernel<true><<<N, kThreads, 0, stream>>>(
+    GPUMIX_LAUNCH(crossentropy_backward_kernel<true>, N, kThreads, 0, stream, 
         dlogits, logits, lse, targets, dloss, scale, V, ignore_index, accumulate);
   else
-    crossentropy_backward_kernel<false><<<N, kThreads, 0, stream>>>(
+    GPUMIX_LAUNCH(crossentropy_backward_kernel<false>, N, kThreads, 0, stream, 
         dlogits, logits, lse, targets, dloss, scale, V, ignore_index, accumulate);
   CUDA_CHECK_LAST();
 }

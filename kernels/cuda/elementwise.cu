@@ -75,7 +75,7 @@ __global__ void fill_i32_kernel(int32_t* out, int32_t value, int64_t n) {
 
 void fill(int32_t* out, int32_t value, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  fill_i32_kernel<<<detail::grid_for(n, 256), 256, 0, stream>>>(out, value, n);
+  GPUMIX_LAUNCH(fill_i32_kernel, detail::grid_for(n, 256), 256, 0, stream, out, value, n);
   CUDA_CHECK_LAST();
 }
 

@@ -89,7 +89,7 @@ __global__ void check_tokens_kernel(int32_t* __restrict__ out, const int32_t* __
 void check_tokens(int32_t* out, const int32_t* tokens, int64_t n, int V,
                   unsigned long long* first_bad, cudaStream_t stream) {
   if (n <= 0) return;
-  check_tokens_kernel<<<detail::grid_for(n, 256), 256, 0, stream>>>(out, tokens, n, V, first_bad);
+  GPUMIX_LAUNCH(check_tokens_kernel, detail::grid_for(n, 256), 256, 0, stream, out, tokens, n, V, first_bad);
   CUDA_CHECK_LAST();
 }
 
@@ -101,10 +101,10 @@ void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const 
                    detail::aligned16(wpe);
   const int64_t work = N * (vec ? C / 8 : C);
   if (vec)
-    embedding_forward_kernel<true><<<detail::grid_for(work, 256), 256, 0, stream>>>(
+    GPUMIX_LAUNCH(embedding_forward_kernel<true>, detail::grid_for(work, 256), 256, 0, stream, 
         out, tokens, wte, wpe, N, T, C);
   else
-    embedding_forward_kernel<false><<<detail::grid_for(work, 256), 256, 0, stream>>>(
+    GPUMIX_LAUNCH(embedding_forward_kernel<false>, detail::grid_for(work, 256), 256, 0, stream, 
         out, tokens, wte, wpe, N, T, C);
   CUDA_CHECK_LAST();
 }
@@ -114,7 +114,7 @@ void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_
   const int N = B * T;
   if (N <= 0 || C <= 0) return;
   if (dwpe) {
-    dwpe_kernel<<<detail::grid_for((int64_t)T * C, 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
+    GPUMIX_LAUNCH(dwpe_kernel, detail::grid_for((int64_t)T * C, 256), 256, 0, stream, dwpe, dout, B, T, C);
     CUDA_CHECK_LAST();
   }
   if (!dwte) return;
@@ -122,7 +122,7 @@ void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_
   int32_t* rows_in = buf;
   int32_t* keys_out = buf + N;
   int32_t* rows_out = buf + 2 * (size_t)N;
-  iota_kernel<<<detail::grid_for(N, 256), 256, 0, stream>>>(rows_in, N);
+  GPUMIX_LAUNCH(iota_kernel, detail::grid_for(N, 256), 256, 0, stream, rows_in, N);
   CUDA_CHECK_LAST();
   size_t temp_bytes = 0;
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, tokens, keys_out, rows_in,
@@ -130,7 +130,7 @@ void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_
   void* temp = detail::scratch_alloc(temp_bytes, stream);
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, keys_out, rows_in, rows_out,
                                              N, 0, 32, stream));
-  dwte_kernel<<<N, 128, 0, stream>>>(dwte, dout, keys_out, rows_out, N, C);
+  GPUMIX_LAUNCH(dwte_kernel, N, 128, 0, stream, dwte, dout, keys_out, rows_out, N, C);
   CUDA_CHECK_LAST();
   detail::scratch_free(temp, stream);
   detail::scratch_free(buf, stream);

@@ -157,10 +157,10 @@ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, con
   const bool vec = C % 8 == 0 && detail::aligned16(out) && detail::aligned16(inp) &&
                    detail::aligned16(weight) && detail::aligned16(bias);
   if (vec)
-    layernorm_forward_kernel<true><<<grid, kThreads, 0, stream>>>(out, mean, rstd, inp, weight,
+    GPUMIX_LAUNCH(layernorm_forward_kernel<true>, grid, kThreads, 0, stream, out, mean, rstd, inp, weight,
                                                                   bias, N, C);
   else
-    layernorm_forward_kernel<false><<<grid, kThreads, 0, stream>>>(out, mean, rstd, inp, weight,
+    GPUMIX_LAUNCH(layernorm_forward_kernel<false>, grid, kThreads, 0, stream, out, mean, rstd, inp, weight,
                                                                    bias, N, C);
   CUDA_CHECK_LAST();
 }
@@ -174,10 +174,10 @@ void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* do
     const bool vec = C % 8 == 0 && detail::aligned16(dinp) && detail::aligned16(dout) &&
                      detail::aligned16(inp) && detail::aligned16(weight);
     if (vec)
-      layernorm_backward_dinp_kernel<true><<<grid, kThreads, 0, stream>>>(dinp, dout, inp, weight,
+      GPUMIX_LAUNCH(layernorm_backward_dinp_kernel<true>, grid, kThreads, 0, stream, dinp, dout, inp, weight,
                                                                           mean, rstd, N, C);
     else
-      layernorm_backward_dinp_kernel<false><<<grid, kThreads, 0, stream>>>(
+      GPUMIX_LAUNCH(layernorm_backward_dinp_kernel<false>, grid, kThreads, 0, stream, 
           dinp, dout, inp, weight, mean, rstd, N, C);
     CUDA_CHECK_LAST();
   }

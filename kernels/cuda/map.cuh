@@ -57,11 +57,13 @@ void launch_map(TO* out, const TA* a, const TB* b, Op op, int64_t n, cudaStream_
   const bool vec = aligned16(out) && aligned16(a) && aligned16(b);
   const int64_t nvec = vec ? n / 8 : 0;
   if (nvec > 0) {
-    map_vec_kernel<<<grid_for(nvec, 256), 256, 0, stream>>>(out, a, b, op, nvec);
+    auto* map_vec = &map_vec_kernel<TO, TA, TB, Op>;
+    GPUMIX_LAUNCH(map_vec, grid_for(nvec, 256), 256, 0, stream, out, a, b, op, nvec);
     CUDA_CHECK_LAST();
   }
   if (nvec * 8 < n) {
-    map_kernel<<<grid_for(n - nvec * 8, 256), 256, 0, stream>>>(out, a, b, op, nvec * 8, n);
+    auto* map_scalar = &map_kernel<TO, TA, TB, Op>;
+    GPUMIX_LAUNCH(map_scalar, grid_for(n - nvec * 8, 256), 256, 0, stream, out, a, b, op, nvec * 8, n);
     CUDA_CHECK_LAST();
   }
 }

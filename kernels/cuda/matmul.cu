@@ -277,7 +277,7 @@ void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
 void bias_add(bf16* out, const bf16* inp, const bf16* bias, int N, int C, cudaStream_t stream) {
   const int64_t n = (int64_t)N * C;
   if (n <= 0) return;
-  bias_add_kernel<<<detail::grid_for(n, 256), 256, 0, stream>>>(out, inp, bias, n, C);
+  GPUMIX_LAUNCH(bias_add_kernel, detail::grid_for(n, 256), 256, 0, stream, out, inp, bias, n, C);
   CUDA_CHECK_LAST();
 }
 

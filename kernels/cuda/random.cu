@@ -33,7 +33,8 @@ __global__ void generate_kernel(T* out, int64_t n, F value_at) {
 template <typename T, typename F>
 void generate(T* out, int64_t n, F value_at, cudaStream_t stream) {
   if (n <= 0) return;
-  generate_kernel<<<detail::grid_for(n, 256), 256, 0, stream>>>(out, n, value_at);
+  auto* generate = &generate_kernel<T, F>;
+  GPUMIX_LAUNCH(generate, detail::grid_for(n, 256), 256, 0, stream, out, n, value_at);
   CUDA_CHECK_LAST();
 }
 

@@ -18,7 +18,7 @@ __device__ __forceinline__ double warp_sum_d(double v) {
 
 // Block-wide sum; the result is valid in thread 0.
 __device__ double block_sum_d(double v) {
-  __shared__ double sh[32];
+  GPUMIX_SHARED(double, sh, [32]);
   v = warp_sum_d(v);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (lane == 0) sh[warp] = v;
@@ -53,10 +53,11 @@ void reduce(double* out, const T* a, int64_t n, cudaStream_t stream) {
   const int blocks = n > 0 ? detail::grid_for(n, kThreads) : 1;
   double* partial = (double*)detail::scratch_alloc(sizeof(double) * blocks, stream);
   if (n > 0) {
-    reduce_partial_kernel<SQUARE, T><<<blocks, kThreads, 0, stream>>>(partial, a, n);
+    auto* reduce_partial = &reduce_partial_kernel<SQUARE, T>;
+    GPUMIX_LAUNCH(reduce_partial, blocks, kThreads, 0, stream, partial, a, n);
     CUDA_CHECK_LAST();
   }
-  reduce_final_kernel<<<1, 1024, 0, stream>>>(out, partial, n > 0 ? blocks : 0);
+  GPUMIX_LAUNCH(reduce_final_kernel, 1, 1024, 0, stream, out, partial, n > 0 ? blocks : 0);
   CUDA_CHECK_LAST();
   detail::scratch_free(partial, stream);
 }
@@ -79,7 +80,7 @@ __global__ void scale_to_f32_kernel(float* out, const double* in, double scale) 
 }  // namespace
 
 void scale_to_f32(float* out, const double* in, double scale, cudaStream_t stream) {
-  scale_to_f32_kernel<<<1, 1, 0, stream>>>(out, in, scale);
+  GPUMIX_LAUNCH(scale_to_f32_kernel, 1, 1, 0, stream, out, in, scale);
   CUDA_CHECK_LAST();
 }
 

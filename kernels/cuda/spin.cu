@@ -6,9 +6,13 @@ namespace gpumix::kernels::cuda {
 
 namespace {
 __device__ __forceinline__ uint64_t global_ns() {
+#ifdef GPUMIX_CUDA_EMULATOR
+  return cuda_emulator::global_timer_ns();
+#else
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+#endif
 }
 
 __global__ void spin_kernel(int64_t ns) {
@@ -19,7 +23,7 @@ __global__ void spin_kernel(int64_t ns) {
 
 void spin_ns(int64_t ns, cudaStream_t stream) {
   if (ns <= 0) return;
-  spin_kernel<<<1, 1, 0, stream>>>(ns);
+  GPUMIX_LAUNCH(spin_kernel, 1, 1, 0, stream, ns);
   CUDA_CHECK_LAST();
 }
 

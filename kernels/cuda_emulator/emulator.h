@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*, as in the real runtime
@@ -40,5 +41,22 @@ void require_device(const void* p, size_t bytes, const char* what);
 // cudaEventSynchronize, cudaDeviceSynchronize, blocking cudaMemcpy, cudaMemcpyAsync to
 // pageable host memory): a test reads it before and after a training step.
 int64_t host_sync_count();
+
+// Added by agreement (NOTES-emu.md):
+// Sets the calling host thread's last error (a cudaError_t), what cudaGetLastError returns
+// and resets next: the launcher's launch-configuration failures.
+void set_last_error(int cuda_error);
+
+// Thrown from inside enqueued work, gives the stream's device this sticky error (a
+// cudaError_t); any other exception escaping work gives cudaErrorLaunchFailure. Either way
+// the message is printed to stderr at once.
+class WorkError : public std::runtime_error {
+ public:
+  WorkError(int cuda_error, const std::string& what) : std::runtime_error(what), error(cuda_error) {}
+  int error;
+};
+
+// The device ordinal of a stream (nullptr: the current device's legacy default stream).
+int stream_device(CUstream_st* stream);
 
 }  // namespace cuda_emulator
