@@ -94,12 +94,12 @@ def pack(a):
     intro = json.loads(subprocess.run(["meson", "introspect", "--buildoptions", build], check=True,
                                       capture_output=True, text=True).stdout)
     opts = {o["name"]: o["value"] for o in intro}
-    emulated = bool(opts.get("cuda_emulator", False))
+    emulated = bool(opts.get("emulated_cuda", False))  # meson_options.txt
     source = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     tests = gpu_tests.gpu_tests(build)
     if not tests:
         die(f"{a.build} has no GPU tests (meson tests named cuda/gpu/nccl): was it configured with -Dcuda=enabled"
-            f"{' or -Dcuda_emulator=true' if not emulated else ''}?")
+            f"{' or -Demulated_cuda=true' if not emulated else ''}?")
     programs = sorted(set(PROGRAMS) | set(gpu_tests.targets(build)))
     missing = [p for p in programs if not os.path.isfile(os.path.join(build, p))]
     if missing:

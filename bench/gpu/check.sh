@@ -32,7 +32,7 @@
 # Here (no GPU) it rehearses everything up to the point where a GPU is needed:
 #   bench/gpu/rehearse.sh            # unpacks .gpudeps into a fresh copy of the tree, as there
 #   GPUMIX_CHECK_SCALE=4 OUT=/tmp/gpucheck-rehearsal bash bench/gpu/check.sh   # in place
-# And against the emulated CUDA device (-Dcuda_emulator=true) from a carried emulated build,
+# And against the emulated CUDA device (-Demulated_cuda=true) from a carried emulated build,
 # where every GPU stage really runs (reduced shapes: the emulator is slow) and every figure
 # is marked "emulated, not a GPU":
 #   GPUMIX_CHECK_EMULATED=1 bench/gpu/prepare.sh && GPUMIX_CHECK_EMULATED=1 bench/gpu/rehearse.sh
@@ -136,6 +136,8 @@ NVCC=$(command -v nvcc || true)
 # The GPU's compute capability (e.g. 90); 90 when no GPU answers (the rehearsal).
 CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
 CC_NOTE=""
+# GPUMIX_CHECK_CC: the rehearsal of another GPU (e.g. 80: the carried sm_90 build is refused).
+[ -n "${GPUMIX_CHECK_CC:-}" ] && { CC=$GPUMIX_CHECK_CC; CC_NOTE=" (GPUMIX_CHECK_CC)"; }
 [ -z "$CC" ] && { CC=90; CC_NOTE=" (no GPU answered: 90 assumed)"; }
 
 # ---- the carried build (bench/gpu/prepare.sh, made on the development machine) ---------------
@@ -148,10 +150,16 @@ if [ -f "$CARRIED_TAR" ]; then
   if [ $? -eq 0 ]; then
     C_ARCHS=$(python3 "$ROOT/bench/gpu/carried.py" manifest "$CARRIED" gpu_archs)
     C_EMU=$(python3 "$ROOT/bench/gpu/carried.py" manifest "$CARRIED" emulated)
-    C_WHAT="commit $(python3 "$ROOT/bench/gpu/carried.py" manifest "$CARRIED" commit | cut -c1-12) of $(python3 "$ROOT/bench/gpu/carried.py" manifest "$CARRIED" date)"
+    C_COMMIT=$(python3 "$ROOT/bench/gpu/carried.py" manifest "$CARRIED" commit)
+    C_WHAT="commit ${C_COMMIT:0:12} of $(python3 "$ROOT/bench/gpu/carried.py" manifest "$CARRIED" date)"
+    [ "$(python3 "$ROOT/bench/gpu/carried.py" manifest "$CARRIED" dirty)" = 1 ] && C_WHAT="$C_WHAT, with uncommitted changes"
+    # A build of another commit than this tree's measures other code: said, not refused.
+    HEAD_COMMIT=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || true)
+    [ -n "$HEAD_COMMIT" ] && [ "$HEAD_COMMIT" != "$C_COMMIT" ] &&
+      C_WHAT="$C_WHAT; WARNING: this tree is at ${HEAD_COMMIT:0:12}, rerun bench/gpu/prepare.sh"
     if [ "$EMULATED" = 1 ] && [ "$C_EMU" = 1 ]; then
       USE_CARRIED=1
-      echo "carried EMULATED build (-Dcuda_emulator=true, $C_WHAT): emulated, not a GPU; no compilation here" > "$LOGS/build.txt"
+      echo "carried EMULATED build (-Demulated_cuda=true, $C_WHAT): emulated, not a GPU; no compilation here" > "$LOGS/build.txt"
     elif [ "$EMULATED" = 1 ]; then
       WHY="GPUMIX_CHECK_EMULATED=1 but the carried build is the nvcc one: GPUMIX_CHECK_EMULATED=1 bench/gpu/prepare.sh packs the emulated build"
     elif [ "$C_EMU" = 1 ]; then

@@ -20,7 +20,7 @@
 #       fortunes; downloaded with apt-get download, unpacked with `dpkg -x` (never into /).
 #
 # GPUMIX_CHECK_EMULATED=1: the carried build is the EMULATED one instead
-# (-Dcuda_emulator=true in $GPUMIX_CARRY_BUILD, default build-emu-carry), for the rehearsal
+# (-Demulated_cuda=true in $GPUMIX_CARRY_BUILD, default build-emu-carry), for the rehearsal
 # of check.sh here (bench/gpu/rehearse.sh); never carried to a GPU (check.sh refuses it).
 # GPUMIX_PREPARE_DEPS=0 skips deps.tar.xz (no fallback build there); GPUMIX_JOBS (default 2)
 # the ninja jobs. The first sm_90 build takes long on 2 shared cores (nice; ccache after).
@@ -55,7 +55,7 @@ fi
 # ---- the carried build -------------------------------------------------------------------------
 if [ "$EMULATED" = 1 ]; then
   B=${GPUMIX_CARRY_BUILD:-build-emu-carry}
-  OPTS=(-Dcuda_emulator=true -Dmpi=disabled -Dfortran=disabled -Dbuildtype=release)
+  OPTS=(-Demulated_cuda=true -Dmpi=disabled -Dfortran=disabled -Dbuildtype=release)
 else
   B=${GPUMIX_CARRY_BUILD:-build-gpu90}
   OPTS=(-Dgpu_archs=90 -Dcuda=enabled -Dmpi=disabled -Dfortran=disabled -Dbuildtype=release)
