@@ -49,6 +49,7 @@ EMULATED=${GPUMIX_CHECK_EMULATED:-0}
 BUDGET=${GPUMIX_CHECK_BUDGET:-280}
 BUDGET=$(( BUDGET * SCALE ))  # seconds for all stages; the device tool's call gets 340
 CARRIED_TAR="$ROOT/.gpudeps/build.tar.xz"
+[ "$EMULATED" = 1 ] && CARRIED_TAR="$ROOT/.gpudeps-emu/build.tar.xz"  # never carried to a GPU
 CARRIED=${GPUMIX_CARRIED_DIR:-/tmp/gpumix-carried}  # unpacked outside the working tree
 BUILD=${GPUMIX_BUILD:-/tmp/gpumix-build-gpu}        # used when the check has to build here
 rm -rf "$LOGS" && mkdir -p "$LOGS" "$RES"
@@ -174,7 +175,7 @@ if [ -f "$CARRIED_TAR" ]; then
     WHY="the carried build does not run here: $(grep -A3 'cannot run here' "$LOGS/build.log" | tail -n +2 | tr '\n' ' ' | cut -c1-300)"
   fi
 else
-  WHY="no .gpudeps/build.tar.xz (bench/gpu/prepare.sh makes it; carry .gpudeps)"
+  WHY="no ${CARRIED_TAR#$ROOT/} ($([ "$EMULATED" = 1 ] && echo "GPUMIX_CHECK_EMULATED=1 ")bench/gpu/prepare.sh makes it; carry .gpudeps)"
 fi
 if [ "$USE_CARRIED" = 1 ]; then
   BUILD="$CARRIED/build"

@@ -19,7 +19,7 @@
 #       GoogleTest, Google Benchmark, oneDNN, nlohmann-json, CLI11, PCRE2, xxHash, pkgconf,
 #       fortunes; downloaded with apt-get download, unpacked with `dpkg -x` (never into /).
 #
-# GPUMIX_CHECK_EMULATED=1: the carried build is the EMULATED one instead
+# GPUMIX_CHECK_EMULATED=1: packs the EMULATED build instead, into .gpudeps-emu/build.tar.xz
 # (-Demulated_cuda=true in $GPUMIX_CARRY_BUILD, default build-emu-carry), for the rehearsal
 # of check.sh here (bench/gpu/rehearse.sh); never carried to a GPU (check.sh refuses it).
 # GPUMIX_PREPARE_DEPS=0 skips deps.tar.xz (no fallback build there); GPUMIX_JOBS (default 2)
@@ -27,9 +27,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-DEPS=.gpudeps
 LIMIT_MIB=64   # the device tool: the working tree and every carried path together
 EMULATED=${GPUMIX_CHECK_EMULATED:-0}
+# The emulated build goes to its own folder (git ignores .gpudeps*/), so that .gpudeps keeps
+# the one that travels to the GPU.
+DEPS=.gpudeps; [ "$EMULATED" = 1 ] && DEPS=.gpudeps-emu
 mkdir -p "$DEPS"
 
 # ---- the fallback's Debian packages ----------------------------------------------------------
@@ -48,8 +50,6 @@ if [ "${GPUMIX_PREPARE_DEPS:-1}" = 1 ] && [ "$EMULATED" = 0 ]; then
   tar -C "$DEPS" -cJf "$DEPS/deps.tar.xz" root
   rm -rf "$DEPS/debs" "$DEPS/root"
   echo "prepare.sh: $(du -h "$DEPS/deps.tar.xz" | cut -f1) in $DEPS/deps.tar.xz (packages: ${PKGS[*]})"
-elif [ "$EMULATED" = 1 ]; then
-  rm -f "$DEPS/deps.tar.xz"  # the emulated rehearsal never builds there
 fi
 
 # ---- the carried build -------------------------------------------------------------------------
@@ -72,12 +72,13 @@ echo "prepare.sh: building $B (${OPTS[*]}): tools/gpumix bench/nn/bench_train be
 nice ninja -C "$B" -j"${GPUMIX_JOBS:-2}" tools/gpumix bench/nn/bench_train bench/cuda/bench_cuda "${TARGETS[@]}"
 
 # What else travels: the tracked files and the untracked ones git does not ignore, and
-# .gpudeps' other files (deps.tar.xz).
+# the folder's other files (deps.tar.xz).
 TREE=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
 OTHER=$(find "$DEPS" -type f ! -name 'build.tar.xz*' -printf '%s\n' | awk '{s += $1} END {print s + 0}')
 python3 bench/gpu/carried.py pack "$B" "$DEPS/build.tar.xz" --limit-mib "$LIMIT_MIB" --tree-bytes $(( TREE + OTHER ))
 TOTAL=$(( TREE + $(du -cb "$DEPS" | tail -1 | cut -f1) ))
-echo "prepare.sh: .gpudeps $(du -sh "$DEPS" | cut -f1) ($(ls "$DEPS" | tr '\n' ' ')); with the tree $(( TOTAL / 1048576 )) MiB of $LIMIT_MIB travel"
+echo "prepare.sh: $DEPS $(du -sh "$DEPS" | cut -f1) ($(ls "$DEPS" | tr '\n' ' ')); with the tree $(( TOTAL / 1048576 )) MiB of $LIMIT_MIB travel"
 [ "$TOTAL" -le $(( LIMIT_MIB * 1048576 )) ] ||
   { echo "prepare.sh: REFUSED: $TOTAL bytes would travel, over $LIMIT_MIB MiB" >&2; exit 1; }
+[ "$EMULATED" = 1 ] && { echo "prepare.sh: the emulated rehearsal: GPUMIX_CHECK_EMULATED=1 bench/gpu/rehearse.sh"; exit 0; }
 echo "prepare.sh: device tool call: run(command=\"bash bench/gpu/check.sh\", carry=[\".gpudeps\"], timeout_s=340)"

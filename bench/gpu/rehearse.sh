@@ -20,12 +20,13 @@ FRESH=${GPUMIX_REHEARSAL_TREE:-/tmp/gpucheck-fresh$SUFFIX}
 export OUT=${OUT:-/tmp/gpucheck-rehearsal$SUFFIX}
 export GPUMIX_CHECK_SCALE=${GPUMIX_CHECK_SCALE:-$([ "$EMU" = 1 ] && echo 20 || echo 4)}
 export GPUMIX_CARRIED_DIR=/tmp/gpumix-carried$SUFFIX GPUMIX_CHECK_LOGS=/tmp/gpucheck-logs$SUFFIX
-[ -f .gpudeps/build.tar.xz ] || { echo "rehearse.sh: no .gpudeps/build.tar.xz: run bench/gpu/prepare.sh first" >&2; exit 1; }
+DEPS=.gpudeps; [ "$EMU" = 1 ] && DEPS=.gpudeps-emu
+[ -f $DEPS/build.tar.xz ] || { echo "rehearse.sh: no $DEPS/build.tar.xz: run $([ "$EMU" = 1 ] && echo "GPUMIX_CHECK_EMULATED=1 ")bench/gpu/prepare.sh first" >&2; exit 1; }
 rm -rf "$FRESH" "$OUT" && mkdir -p "$FRESH/repo"
 { git ls-files -z; git ls-files -z --others --exclude-standard; } | \
   rsync -a --from0 --files-from=- ./ "$FRESH/repo/" 2>/dev/null ||
   { git ls-files -z; git ls-files -z --others --exclude-standard; } | tar -c --null -T - -f - | tar -C "$FRESH/repo" -x
-cp -r .gpudeps "$FRESH/repo/"
+cp -r $DEPS "$FRESH/repo/"
 echo "rehearse.sh: $(du -sh "$FRESH/repo" | cut -f1) in $FRESH/repo (what the device tool sends); OUT=$OUT"
 HIDE=$(dirname "$SRC")
 RUN="bash '$FRESH/repo/bench/gpu/check.sh'"
