@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -299,18 +300,30 @@ def run_tests(a):
         print(f"==================================== {i}/{len(names)} ====================================\n"
               f"test:  {name}\ncommand: {' '.join(t['cmd'])}\ntimeout: {limit} s", flush=True)
         s = time.time()
-        try:
-            p = subprocess.run(t["cmd"], cwd=t.get("workdir") or build, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, errors="replace", timeout=limit)
-            out, rc = p.stdout, p.returncode
+        # Streamed as it comes (tests.log shows a test that hangs or is cut off by the stage's
+        # limit), and kept for testlog.json.
+        p = subprocess.Popen(t["cmd"], cwd=t.get("workdir") or build, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, errors="replace")
+        chunks, timer = [], None
+        if limit:
+            timer = threading.Timer(limit, p.kill)
+            timer.start()
+        for line in p.stdout:
+            sys.stdout.write(line)
+            chunks.append(line)
+        rc = p.wait()
+        timed_out = timer is not None and not timer.is_alive() and rc == -9
+        if timer:
+            timer.cancel()
+        out = "".join(chunks)
+        if timed_out:
+            result = "TIMEOUT"
+        else:
             result = "OK" if rc == 0 else ("SKIP" if rc == 77 else "FAIL")
             if t.get("should_fail"):
                 result = "OK" if rc not in (0, 77) else "UNEXPECTEDPASS"
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-            rc, result = -15, "TIMEOUT"
+        sys.stdout.flush()
         d = time.time() - s
-        sys.stdout.write(out)
         print(f"{i}/{len(names)} {name} {result} {d:.2f}s (exit status {rc})", flush=True)
         bad += result not in ("OK", "SKIP")
         log.write(json.dumps({"name": name, "result": result, "duration": d, "returncode": rc,

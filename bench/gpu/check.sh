@@ -300,6 +300,8 @@ GPUMIX="$BUILD/tools/gpumix"
 # ---- 1. tests ----------------------------------------------------------------------------------------
 # One at a time (they share the GPU), their whole output in tests.log.
 mapfile -t TEST_NAMES < <(pyrun "$ROOT/bench/gpu/gpu_tests.py" names "$BUILD" 2>/dev/null)
+# GPUMIX_CHECK_TESTS="cuda engine_cuda": only those (a rerun of the failed ones).
+[ -n "${GPUMIX_CHECK_TESTS:-}" ] && read -r -a TEST_NAMES <<< "$GPUMIX_CHECK_TESTS"
 if [ "$USE_CARRIED" = 1 ]; then
   stage tests-gpu 100 tests.log python3 "$ROOT/bench/gpu/carried.py" test --timeout-multiplier "$TEST_MULT" \
     "$CARRIED" "${TEST_NAMES[@]}"
