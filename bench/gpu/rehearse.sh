@@ -19,7 +19,7 @@ SUFFIX=$([ "$EMU" = 1 ] && echo -emu || true)
 FRESH=${GPUMIX_REHEARSAL_TREE:-/tmp/gpucheck-fresh$SUFFIX}
 export OUT=${OUT:-/tmp/gpucheck-rehearsal$SUFFIX}
 export GPUMIX_CHECK_SCALE=${GPUMIX_CHECK_SCALE:-$([ "$EMU" = 1 ] && echo 20 || echo 4)}
-export GPUMIX_CARRIED_DIR=/tmp/gpumix-carried$SUFFIX GPUMIX_CHECK_LOGS=/tmp/gpucheck-logs$SUFFIX
+export GPUMIX_CARRIED_DIR=${GPUMIX_CARRIED_DIR:-/tmp/gpumix-carried$SUFFIX} GPUMIX_CHECK_LOGS=${GPUMIX_CHECK_LOGS:-/tmp/gpucheck-logs$SUFFIX}
 DEPS=.gpudeps; [ "$EMU" = 1 ] && DEPS=.gpudeps-emu
 [ -f $DEPS/build.tar.xz ] || { echo "rehearse.sh: no $DEPS/build.tar.xz: run $([ "$EMU" = 1 ] && echo "GPUMIX_CHECK_EMULATED=1 ")bench/gpu/prepare.sh first" >&2; exit 1; }
 rm -rf "$FRESH" "$OUT" && mkdir -p "$FRESH/repo"
