@@ -138,7 +138,9 @@ def pack(a):
     manifest = {
         "source_root": source, "build_root": build,
         "gpu_archs": opts.get("gpu_archs"), "emulated": emulated, "buildtype": opts.get("buildtype"),
-        "mpi": opts.get("mpi"), "commit": git(source, "rev-parse", "HEAD"),
+        "mpi": opts.get("mpi"),
+        # Packed without building (GPUMIX_PREPARE_NO_BUILD=1): the programs may be older than HEAD.
+        "commit": ("not-rebuilt-" if a.not_rebuilt else "") + git(source, "rev-parse", "HEAD"),
         "dirty": git(source, "status", "--porcelain", "--untracked-files=no") not in ("", "?"),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "glibc": os.confstr("CS_GNU_LIBC_VERSION"), "programs": programs,
@@ -341,6 +343,7 @@ def main():
     p.add_argument("tarball")
     p.add_argument("--limit-mib", type=float, default=64)
     p.add_argument("--tree-bytes", type=int, default=0, help="the rest of what travels")
+    p.add_argument("--not-rebuilt", action="store_true", help="BUILD was not brought up to date first")
     p.set_defaults(fn=pack)
     p = sub.add_parser("setup")
     p.add_argument("tarball")

@@ -23,7 +23,8 @@
 # (-Demulated_cuda=true in $GPUMIX_CARRY_BUILD, default build-emu-carry), for the rehearsal
 # of check.sh here (bench/gpu/rehearse.sh); never carried to a GPU (check.sh refuses it).
 # GPUMIX_PREPARE_DEPS=0 skips deps.tar.xz (no fallback build there); GPUMIX_JOBS (default 2)
-# the ninja jobs. The first sm_90 build takes long on 2 shared cores (nice; ccache after).
+# the ninja jobs; GPUMIX_PREPARE_NO_BUILD=1 packs the build folder as it is (a rehearsal of
+# the packing; the manifest says so). The first sm_90 build takes long on 2 shared cores (nice; ccache after).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -68,14 +69,22 @@ else
 fi
 mapfile -t TARGETS < <(python3 bench/gpu/gpu_tests.py targets "$B")
 [ ${#TARGETS[@]} -gt 0 ] || { echo "prepare.sh: $B has no GPU tests: was it configured with ${OPTS[*]}?" >&2; exit 1; }
-echo "prepare.sh: building $B (${OPTS[*]}): tools/gpumix bench/nn/bench_train bench/cuda/bench_cuda ${TARGETS[*]}"
-nice ninja -C "$B" -j"${GPUMIX_JOBS:-2}" tools/gpumix bench/nn/bench_train bench/cuda/bench_cuda "${TARGETS[@]}"
+PACK_FLAGS=()
+if [ "${GPUMIX_PREPARE_NO_BUILD:-0}" = 1 ]; then
+  # A rehearsal of the packing only: the manifest's commit says "not-rebuilt-", and check.sh
+  # then warns that the programs may be older than the tree.
+  echo "prepare.sh: GPUMIX_PREPARE_NO_BUILD=1: packing $B as it is, NOT brought up to date"
+  PACK_FLAGS=(--not-rebuilt)
+else
+  echo "prepare.sh: building $B (${OPTS[*]}): tools/gpumix bench/nn/bench_train bench/cuda/bench_cuda ${TARGETS[*]}"
+  nice ninja -C "$B" -j"${GPUMIX_JOBS:-2}" tools/gpumix bench/nn/bench_train bench/cuda/bench_cuda "${TARGETS[@]}"
+fi
 
 # What else travels: the tracked files and the untracked ones git does not ignore, and
 # the folder's other files (deps.tar.xz).
 TREE=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
 OTHER=$(find "$DEPS" -type f ! -name 'build.tar.xz*' -printf '%s\n' | awk '{s += $1} END {print s + 0}')
-python3 bench/gpu/carried.py pack "$B" "$DEPS/build.tar.xz" --limit-mib "$LIMIT_MIB" --tree-bytes $(( TREE + OTHER ))
+python3 bench/gpu/carried.py pack "$B" "$DEPS/build.tar.xz" --limit-mib "$LIMIT_MIB" --tree-bytes $(( TREE + OTHER )) "${PACK_FLAGS[@]}"
 TOTAL=$(( TREE + $(du -cb "$DEPS" | tail -1 | cut -f1) ))
 echo "prepare.sh: $DEPS $(du -sh "$DEPS" | cut -f1) ($(ls "$DEPS" | tr '\n' ' ')); with the tree $(( TOTAL / 1048576 )) MiB of $LIMIT_MIB travel"
 [ "$TOTAL" -le $(( LIMIT_MIB * 1048576 )) ] ||
