@@ -152,7 +152,8 @@ if [ -f "$CARRIED_TAR" ]; then
     C_ARCHS=$(python3 "$ROOT/bench/gpu/carried.py" manifest "$CARRIED" gpu_archs)
     C_EMU=$(python3 "$ROOT/bench/gpu/carried.py" manifest "$CARRIED" emulated)
     C_COMMIT=$(python3 "$ROOT/bench/gpu/carried.py" manifest "$CARRIED" commit)
-    C_WHAT="commit ${C_COMMIT:0:12} of $(python3 "$ROOT/bench/gpu/carried.py" manifest "$CARRIED" date)"
+    C_SHORT=${C_COMMIT:0:12}; [[ "$C_COMMIT" == not-rebuilt-* ]] && C_SHORT="${C_COMMIT:12:12} (NOT rebuilt before packing: programs maybe older)"
+    C_WHAT="commit $C_SHORT of $(python3 "$ROOT/bench/gpu/carried.py" manifest "$CARRIED" date)"
     [ "$(python3 "$ROOT/bench/gpu/carried.py" manifest "$CARRIED" dirty)" = 1 ] && C_WHAT="$C_WHAT, with uncommitted changes"
     # A build of another commit than this tree's measures other code: said, not refused.
     HEAD_COMMIT=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || true)
