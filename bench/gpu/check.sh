@@ -38,7 +38,7 @@
 #   GPUMIX_CHECK_EMULATED=1 bench/gpu/prepare.sh && GPUMIX_CHECK_EMULATED=1 bench/gpu/rehearse.sh
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$ROOT"
+cd "$ROOT" || exit 1
 RES=${OUT:-$ROOT/bench/results/gpu-$(date +%Y%m%d-%H%M%S)}
 LOGS=${GPUMIX_CHECK_LOGS:-/tmp/gpucheck-logs}  # tarred into $RES: the device tool returns 8 files at most
 # Knobs (defaults are for the GPU machine): GPUMIX_CHECK_SCALE multiplies every time limit

@@ -27,7 +27,6 @@
 # the packing; the manifest says so). The first sm_90 build takes long on 2 shared cores (nice; ccache after).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
 LIMIT_MIB=64   # the device tool: the working tree and every carried path together
 EMULATED=${GPUMIX_CHECK_EMULATED:-0}
 # The emulated build goes to its own folder (git ignores .gpudeps*/), so that .gpudeps keeps
