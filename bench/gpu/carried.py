@@ -264,7 +264,7 @@ def setup(a):
         problems.append(f"tools/gpumix --help exited {runs.returncode}: {(runs.stderr or runs.stdout).strip()[-300:]}")
     with open(os.path.join(dest, "env.sh"), "w") as f:
         f.write(f"export LD_LIBRARY_PATH=\"{':'.join(path)}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}\"\n")
-    print(f"carried build of {m['date']} (commit {m['commit'][:12]}{', uncommitted changes' if m['dirty'] else ''}, "
+    print(f"carried build of {m['date']} (commit {m['commit'][:24 if m['commit'].startswith('not-rebuilt-') else 12]}{', uncommitted changes' if m['dirty'] else ''}, "
           f"gpu_archs {' '.join(m['gpu_archs'] or [])}, {'EMULATED' if m['emulated'] else 'nvcc'}, built on "
           f"{m['glibc']}) in {dest}; LD_LIBRARY_PATH starts {':'.join(path)}")
     for soname, r in sorted(ldd(os.path.join(build, "tools/gpumix"), env).items()):
