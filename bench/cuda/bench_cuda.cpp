@@ -103,7 +103,7 @@ void BM_copy(benchmark::State& state) {
   char* a = dev_alloc<char>(bytes);
   char* b = dev_alloc<char>(bytes);
   fill_random((float*)a, bytes / 4);
-  run_timed(state, [&] { CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); },
+  run_timed(state, [&] { CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, nullptr)); },
             2.0 * bytes, 0);
   cudaFree(a);
   cudaFree(b);
@@ -356,7 +356,7 @@ double measure_copy_gbps() {
   std::vector<float> ms;
   for (int i = 0; i < 12; ++i) {
     CUDA_CHECK(cudaEventRecord(s, nullptr));
-    CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, nullptr));
     CUDA_CHECK(cudaEventRecord(e, nullptr));
     CUDA_CHECK(cudaEventSynchronize(e));
     float t = 0;

@@ -32,6 +32,10 @@ def read(name):
 
 gpu = read("gpu.txt").strip() or "none: the check did not look"
 no_gpu = gpu.startswith("none")
+# The rehearsal against the emulated CUDA device (GPUMIX_CHECK_EMULATED=1): its figures say
+# what ran and what it printed, never a speed; each carries EMU.
+emulated = gpu.startswith("emulated")
+EMU = " [emulated, not a GPU]" if emulated else ""
 stages = [l.split("\t") for l in read("stages.tsv").splitlines() if l.count("\t") == 2]
 stage_result = {s[0]: s[1] for s in stages}
 
@@ -148,6 +152,8 @@ rows = []
 
 
 def target(name, measured, goal, met):
+    if emulated:
+        measured, met = f"{measured}{EMU}", "- (emulated, not a GPU)"
     rows.append(f"| {name} | {measured} | {goal} | {met} |")
 
 
@@ -206,13 +212,13 @@ for key, goal, tol in (("compute", "time within 15 % per rank", 0.15), ("memory"
 # ---- results.md ---------------------------------------------------------------------------------
 md = [f"# GPU check, {read('date.txt').strip()}", "",
       f"Device: {gpu}", f"Build: {read('build.txt').strip() or 'n/a'}", "",
-      "## Targets (issue 13)", "", "| target | measured | target | met |", "|---|---|---|---|", *rows, "",
+      f"## Targets (issue 13){EMU}", "", "| target | measured | target | met |", "|---|---|---|---|", *rows, "",
       "## Stages", "", "| stage | result | seconds |", "|---|---|---|",
       *[f"| {s[0]} | {s[1]} | {s[2]} |" for s in stages], "",
-      "## CUDA tests", "", "| test | result | seconds | passed | failed | skipped | skip reason, failed cases |",
+      f"## CUDA tests{EMU}", "", "| test | result | seconds | passed | failed | skipped | skip reason, failed cases |",
       "|---|---|---|---|---|---|---|", *test_rows, ""]
 cfg = re.search(r"^bench_train: (L=.*)$", read("e2e_gpumix.txt"), re.MULTILINE)
-md += ["## End-to-end training: gpt2 124M, T=1024, bf16", "",
+md += [f"## End-to-end training: gpt2 124M, T=1024, bf16{EMU}", "",
        f"Same model, B, T and steps for all three (bench/nn/bench_train.cpp, bench/gpu/torch_compare.py --e2e): "
        f"{cfg.group(1) if cfg else read('e2e.txt').strip()}. Each step timed to a device synchronise at its end; "
        f"medians of the timed steps after the warm-up.",
@@ -224,24 +230,27 @@ for k, label in (("gpumix", "GPUMix"), ("eager", "PyTorch eager"), ("compile", "
         md.append(f"| {label} | {why_missing(e2e_stage[k])} | | | | |")
         continue
     g = rate("gpumix")
-    md.append(f"| {label} | {r.get('ms_per_step', 'n/a')} | {fmt(rate(k))} | {fmt(mfu(rate(k)), '.1f', ' %')} | "
+    md.append(f"| {label}{EMU} | {r.get('ms_per_step', 'n/a')} | {fmt(rate(k))} | {fmt(mfu(rate(k)), '.1f', ' %')} | "
               f"{r.get('peak_mib', 'n/a')} | {fmt(g / rate(k) if g and rate(k) else None, '.2f', 'x')} |")
 compile_note = re.search(r"^warm-up \(compilation included\) took .*$", read("e2e_compile.txt"), re.MULTILINE)
 if compile_note:
     md += ["", f"torch.compile: {compile_note.group(0)}."]
-md += ["", "## Heterogeneous run: three emulated devices on one GPU", ""]
+md += ["", f"## Heterogeneous run: three emulated devices on one GPU{EMU}", ""]
+if emulated:
+    md += ["Emulated, not a GPU: the step times, speed-ups and predicted / measured ratios below are those of "
+           "the CPU emulator (kernels/cuda_emulator) at reduced shapes, never a speed.", ""]
 if hetero_cfg:
     md += [f"`gpumix train --model {hetero_cfg.get('model', '?')} --devices {hetero_cfg['devices']}` "
            f"({hetero_cfg.get('what', '')}), {hetero_cfg['steps']} steps per plan, re-planning off; "
            "medians over steps 3 and later (bench/hetero/summarize.py).", ""]
 md += [hetero_md or why_missing("hetero-gpumix"), ""]
-md += ["## CUDA kernels (bench_cuda: CUDA events, L2 flushed for memory-bound kernels, random data)", ""]
+md += [f"## CUDA kernels (bench_cuda: CUDA events, L2 flushed for memory-bound kernels, random data){EMU}", ""]
 ctx = json.loads(read("bench.json") or "{}").get("context", {}) if bench else {}
 if bench:
     md += [f"Device {ctx.get('device', '?')}; measured copy bandwidth {num(ctx.get('copy_GBps')) or 0:.0f} GB/s.", "",
            "| kernel | us | GB/s | % copy | TFLOP/s |", "|---|---|---|---|---|"]
     for b in bench:
-        md.append(f"| {b['name'].split('/manual_time')[0]} | {fmt(b.get('us'), '.1f')} | {fmt(b.get('GB/s'))} | "
+        md.append(f"| {b['name'].split('/manual_time')[0]}{EMU} | {fmt(b.get('us'), '.1f')} | {fmt(b.get('GB/s'))} | "
                   f"{fmt(b.get('%copy'))} | {fmt(b.get('TFLOP/s'), '.1f')} |")
 else:
     md.append(why_missing("bench-cuda") + ": " + (read("bench.txt").strip().splitlines() or [""])[-1])
