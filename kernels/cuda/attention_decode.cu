@@ -47,13 +47,13 @@ __device__ float block_reduce(float v, float* red, bool is_max) {
 
 // grid (B*NH), block kThreads; dynamic shared memory: HS + pos + 1 + groups * HS floats.
 __global__ void decode_kernel(bf16* out, const bf16* qkv, int Tc, int C, int NH, int pos, float scale) {
-  extern __shared__ float sm[];
+  GPUMIX_SHARED_DYNAMIC(float, sm);
   const int HS = C / NH, b = blockIdx.x / NH, h = blockIdx.x % NH;
   const int64_t C3 = 3 * (int64_t)C;
   float* q = sm;              // (HS)
   float* s = q + HS;          // (pos + 1) scores, then probabilities
   float* part = s + pos + 1;  // (groups, HS) partial outputs
-  __shared__ float red[kWarps];
+  GPUMIX_SHARED(float, red, [kWarps]);
   const bf16* base = qkv + (int64_t)b * Tc * C3 + h * HS;
   for (int d = threadIdx.x; d < HS; d += kThreads) q[d] = ld_bf16(base[pos * C3 + d]);
   __syncthreads();
