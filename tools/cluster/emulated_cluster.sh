@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # An emulated cluster on this machine, for real Open MPI runs across "nodes" (issue 23).
 #
-#   emulated_cluster.sh up [--nodes K] [--slots S] [--rate RATE] [--delay MS]
+#   emulated_cluster.sh up [--nodes K] [--slots S] [--rate RATE] [--delay MS] [--slurm]
 #   emulated_cluster.sh run -- CMD...      CMD on the login node, with the MPI settings below
 #   emulated_cluster.sh shape RATE|none    re-shape every node link of the cluster that is up
 #   emulated_cluster.sh kill NODE          SIGKILL every process of NODE (a machine lost)
@@ -22,6 +22,10 @@
 #     port egress); latency through netem where the kernel has it (--delay), else said;
 #   - a hostfile (S slots per node) and /etc/netns/NODE/hosts, which `ip netns exec`
 #     mounts over /etc/hosts inside that namespace (the cluster's name service).
+# --slurm: Slurm too (Debian's slurm-wlm): slurmctld on the login node, one slurmd per node
+# (S CPUs each, auth/none, no cgroups, each with a /tmp of its own as a real node has), so
+# that `srun -N K --ntasks-per-node S --mpi=pmix CMD` runs CMD across the nodes; the run
+# folder must then be on the "shared file system": anywhere but /tmp.
 # Open MPI: rsh launch through rsh_agent.sh, TCP only between nodes and shared memory
 # (vader) within one: btl tcp,self,vader with btl_tcp_if_include and oob_tcp_if_include
 # 127.200.0.0/24, so no byte between nodes goes through anything but the shaped veth.
@@ -168,6 +172,49 @@ mpi_env() {
   export GPUMIX_CLUSTER="$here/emulated_cluster.sh"
   export GPUMIX_CLUSTER_HOSTFILE="$state/hostfile"
   GPUMIX_CLUSTER_NODES=$(tr '\n' ' ' < "$state/nodes"); export GPUMIX_CLUSTER_NODES
+  if [ -f "$state/slurm/slurm.conf" ]; then export SLURM_CONF="$state/slurm/slurm.conf"; fi
+}
+
+# Slurm on the cluster: a controller on the login node, a slurmd per node. slurmd runs under
+# nsenter (the network namespace alone: `ip netns exec` would mount a /sys without the
+# cgroup hierarchy, and slurmd refuses to start without it) in a mount namespace with a /tmp
+# of its own (the PMIx plugin's per-job folders in /tmp would collide between the nodes).
+slurm_up() {
+  local slots=$1 d=$state/slurm node
+  command -v slurmctld >/dev/null && command -v slurmd >/dev/null ||
+    die "--slurm needs Slurm's daemons: apt-get install slurm-wlm"
+  mkdir -p "$d/spool/ctld" "$d/log"
+  {
+    echo "ClusterName=$prefix"
+    echo "SlurmctldHost=$head(127.200.0.1)"
+    echo "AuthType=auth/none"; echo "CredType=cred/none"  # one machine, one root: nothing to authenticate
+    echo "SlurmUser=root"; echo "SlurmdUser=root"
+    echo "StateSaveLocation=$d/spool/ctld"; echo "SlurmdSpoolDir=$d/spool/%n"
+    echo "SlurmctldPidFile=$d/slurmctld.pid"; echo "SlurmdPidFile=$d/slurmd-%n.pid"
+    echo "SlurmctldLogFile=$d/log/slurmctld.log"; echo "SlurmdLogFile=$d/log/slurmd-%n.log"
+    echo "ProctrackType=proctrack/linuxproc"; echo "TaskPlugin=task/none"
+    echo "JobAcctGatherType=jobacct_gather/none"; echo "MpiDefault=pmix"; echo "ReturnToService=2"
+    echo "SelectType=select/cons_tres"; echo "SelectTypeParameters=CR_Core"
+    local i=0
+    for node in $(nodes_up); do
+      echo "NodeName=$node NodeAddr=127.200.0.$((10 + i)) CPUs=$slots State=UNKNOWN"; i=$((i + 1))
+    done
+    echo "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+  } > "$d/slurm.conf"
+  ip netns exec "$head" unshare --uts sh -c 'hostname "$1"; slurmctld -f "$2"' sh "$head" "$d/slurm.conf"
+  for node in $(nodes_up); do
+    mkdir -p "$d/spool/$node" "$d/tmp-$node"
+    nsenter --net="/run/netns/$node" unshare --uts --mount --propagation private \
+      sh -c 'hostname "$1"; mount --bind "$2" /tmp; slurmd -f "$3" -N "$1"' sh "$node" "$d/tmp-$node" "$d/slurm.conf"
+  done
+  local k try idle
+  k=$(wc -l < "$state/nodes")
+  for try in $(seq 1 30); do
+    idle=$(ip netns exec "$head" env SLURM_CONF="$d/slurm.conf" sinfo -h -t idle -o %D 2>/dev/null | head -1)
+    [ "${idle:-0}" = "$k" ] && { note "slurm: controller on $head, $k slurmd idle (srun --mpi=pmix)"; return 0; }
+    sleep 1
+  done
+  die "slurm: only ${idle:-0} of $k slurmd came up idle in 30 s; see $d/log/"
 }
 
 # CMD on the login node (its namespace and hostname) with the MPI settings.
@@ -177,14 +224,15 @@ in_head() {
 }
 
 cmd_up() {
-  local k=2 slots=2 rate=none delay=""
+  local k=2 slots=2 rate=none delay="" slurm=0
   while [ $# -gt 0 ]; do
     case $1 in
       --nodes) k=$2; shift 2 ;;
       --slots) slots=$2; shift 2 ;;
       --rate) rate=$2; shift 2 ;;
       --delay) delay=$2; shift 2 ;;
-      *) die "unknown option '$1' for up; the options are --nodes K --slots S --rate RATE --delay MS" ;;
+      --slurm) slurm=1; shift ;;
+      *) die "unknown option '$1' for up; the options are --nodes K --slots S --rate RATE --delay MS --slurm" ;;
     esac
   done
   [[ $k =~ ^[0-9]+$ ]] && [ "$k" -ge 1 ] && [ "$k" -le 200 ] || die "--nodes $k must be a number from 1 to 200 (addresses 127.200.0.10-209)"
@@ -224,6 +272,7 @@ cmd_up() {
   shape_all "$rate" "$delay"
   clean_session_files
   check_launch
+  [ $slurm = 0 ] || slurm_up "$slots"
   trap - ERR
   note "up: $k nodes x $slots slots ($(tr '\n' ' ' < "$state/nodes")), hostfile $state/hostfile"
 }
