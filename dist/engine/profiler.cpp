@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <memory>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -338,9 +339,10 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
   return d;
 }
 
-// Times of all_gather_v and reduce_scatter_v at a few sizes, even and uneven; fits the ring
-// model's latency and bandwidth.
-CommProfile measure_comm(Comm& comm, Device device, int repeats) {
+// Times of all_gather_v and reduce_scatter_v over `comm` at a few sizes, even and uneven;
+// fits the ring model's latency and bandwidth (into intra_node) and the uneven factor.
+// `free_bytes`: the smallest free memory of the ranks that measure with it.
+CommProfile fit_collectives(Comm& comm, Device device, int repeats, double free_bytes) {
   const int n = comm.size();
   CommProfile result;
   if (n == 1) {
@@ -373,10 +375,8 @@ CommProfile measure_comm(Comm& comm, Device device, int repeats) {
   // Elements (fp32) of the two sizes; the large one is at most 1M and its full buffer and
   // slice take at most half of the smallest free memory among the ranks (they all must use
   // the same sizes).
-  const AllocatorStats mem = allocator(device).stats();
-  const double smallest_free = -comm.all_reduce_max(-(double)(mem.capacity - mem.in_use));
   const int64_t small = 1 << 10;
-  const int64_t large = std::max<int64_t>(8 * small, std::min<int64_t>(1 << 20, (int64_t)(smallest_free / 16)));
+  const int64_t large = std::max<int64_t>(8 * small, std::min<int64_t>(1 << 20, (int64_t)(free_bytes / 16)));
   for (bool gather : {true, false}) {
     const double t_small = time_op(small, true, gather), t_large = time_op(large, true, gather);
     const double t_uneven = time_op(large, false, gather);
@@ -386,6 +386,24 @@ CommProfile measure_comm(Comm& comm, Device device, int repeats) {
     c.intra_node.bandwidth_Bps = 1.0 / per_byte;
     c.intra_node.latency_s = std::max(0.0, (t_small - (n - 1.0) / n * 4.0 * small * per_byte) / (n - 1));
     c.uneven_factor = std::max(1.0, t_uneven / t_large);
+  }
+  return result;
+}
+
+// The collectives of the run's communicator. On one node: its fit is the intra-node link.
+// Across nodes: the whole communicator's fit is the inter-node link (what a collective that
+// spans the nodes costs, bottlenecked by the link between them). The intra-node link of a
+// multi-node run needs the ranks of each node on a communicator of their own, which Comm
+// cannot make yet (Comm::split is coming with the hierarchical collectives); until then it
+// is the inter-node fit, an upper bound, and is priced only where a collective stays inside
+// one node (a plan leaving the other nodes out).
+CommProfile measure_comm(Comm& comm, Device device, int repeats) {
+  const AllocatorStats mem = allocator(device).stats();
+  const double smallest_free = -comm.all_reduce_max(-(double)(mem.capacity - mem.in_use));
+  CommProfile result = fit_collectives(comm, device, repeats, smallest_free);
+  if (comm.nodes() > 1) {
+    result.all_gather.inter_node = result.all_gather.intra_node;
+    result.reduce_scatter.inter_node = result.reduce_scatter.intra_node;
   }
   return result;
 }
@@ -471,7 +489,10 @@ Profile profile_cluster(const GPTConfig& model, int seq_len, DType dtype, const 
     bool known = false;
     for (const DeviceProfile& e : p.devices) known = known || e.name == device_profile.name;
     if (!known) p.devices.push_back(device_profile);
-    p.ranks.push_back({device_profile.name, 0});
+    // The node of each rank as the communicator learnt it (MPI: who shares memory, named by
+    // the processor name), so that the cost model prices collectives across the node boundary.
+    const int node = comm.node_of_rank().at(r);
+    p.ranks.push_back({device_profile.name, node, comm.node_names().at(node)});
   }
   p.comm = measure_comm(comm, device, o.repeats);
   p.validate();
