@@ -342,8 +342,11 @@ case ${1:-} in
     trap 'cmd_down' EXIT
     trap 'note "interrupted"; exit 130' INT TERM
     cmd_up "${up_args[@]}"
+    # In the background with `wait`, so that a signal to this script tears down at once
+    # (bash runs traps only between foreground commands); stdin stays the terminal's.
+    in_head "$@" <&0 &
     status=0
-    in_head "$@" || status=$?
+    wait $! || status=$?
     exit $status ;;
   *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
