@@ -61,6 +61,18 @@ bool read_exact(int fd, void* buf, size_t n) {
   return true;
 }
 
+// Collective: true when no rank found `error`. Otherwise watching is off on every rank (the
+// run goes on: mpirun still ends the job when a node is lost, only without the naming), and
+// the highest rank that found a problem says it on stderr.
+bool all_ready(Comm& comm, const std::string& error) {
+  const double worst = comm.all_reduce_max(error.empty() ? -1.0 : (double)comm.rank());
+  if (worst < 0) return true;
+  if ((int)worst == comm.rank())
+    std::fprintf(stderr, "gpumix: warning: rank %d: %s; a lost node will not be named (peer watch off)\n",
+                 comm.rank(), error.c_str());
+  return false;
+}
+
 std::string join_ranks(const std::vector<int>& ranks) {
   std::string s;
   for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
@@ -125,14 +137,17 @@ PeerWatch::PeerWatch(Comm& comm, std::string hint) : rank_(comm.rank()), hint_(s
     error = "peer watch: cannot listen on a TCP port: " + errno_text();
   const uint32_t ip = host_address(host);
   if (error.empty() && ip == 0)
-    error = "peer watch: this node's name '" + host + "' does not resolve to an IPv4 address (getaddrinfo); "
-            "the other ranks cannot reach this one: give the node a name in DNS or /etc/hosts";
+    error = "peer watch: this node's name '" + host + "' does not resolve to an IPv4 address (getaddrinfo), "
+            "so the other ranks cannot reach this one: give the node a name in DNS or /etc/hosts";
 
   std::vector<int32_t> mine(kEntryInts, 0);
   mine[0] = (int32_t)ip;
   mine[1] = ntohs(addr.sin_port);
   std::memcpy(&mine[2], host.data(), host.size());
-  comm.agree("peer watch: every rank listening", {}, error);
+  if (!all_ready(comm, error)) {
+    if (listener >= 0) close(listener);
+    return;
+  }
   Tensor in = Tensor::from_vector(mine, {kEntryInts});
   Tensor all = Tensor::zeros({(int64_t)n * kEntryInts}, DType::i32);
   comm.all_gather_v(in, all, std::vector<int64_t>(n, kEntryInts));
@@ -177,7 +192,11 @@ PeerWatch::PeerWatch(Comm& comm, std::string hint) : rank_(comm.rank()), hint_(s
     fds_[who] = fd;
   }
   if (listener >= 0) close(listener);
-  comm.agree("peer watch: every rank connected", {}, error);
+  if (!all_ready(comm, error)) {
+    for (int& fd : fds_)
+      if (fd >= 0) close(fd), fd = -1;
+    return;
+  }
   for (int fd : fds_)
     if (fd >= 0) keepalive(fd);
   thread_ = std::thread([this] { run(); });

@@ -9,6 +9,9 @@
 // and ranks were lost and how to resume, and ends this process (exit status 75): every
 // surviving rank ends within seconds, with the error, whatever collective it is in.
 //
+// Where it cannot be set up (a node's name does not resolve, a port cannot be reached) it
+// is off on every rank, said once on stderr, and the run goes on.
+//
 // Orderly ends say goodbye (the destructor; stand_down() before this rank aborts the job on
 // its own error), so a finished or failing peer is never reported as lost. Watching needs
 // N-1 sockets per rank: above kMaxWatchedRanks ranks it is off (said once on rank 0).
@@ -34,7 +37,8 @@ std::string peer_loss_message(int self, const std::vector<std::string>& hosts, c
 
 class PeerWatch {
  public:
-  // Collective over `comm` (every rank constructs it at the same point). `hint`: what to
+  // Collective over `comm` (every rank constructs it at the same point); never throws for
+  // a watch it cannot set up (see above). `hint`: what to
   // do next, appended to the report (e.g. how to resume the run).
   PeerWatch(Comm& comm, std::string hint);
   ~PeerWatch();  // says goodbye to every peer and stops the thread

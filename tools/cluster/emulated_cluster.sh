@@ -184,7 +184,8 @@ mpi_env() {
 # Slurm on the cluster: a controller on the login node, a slurmd per node. slurmd runs under
 # nsenter (the network namespace alone: `ip netns exec` would mount a /sys without the
 # cgroup hierarchy, and slurmd refuses to start without it) in a mount namespace with a /tmp
-# of its own (the PMIx plugin's per-job folders in /tmp would collide between the nodes).
+# of its own (the PMIx plugin's per-job folders in /tmp would collide between the nodes) and
+# the cluster's /etc/hosts (what `ip netns exec` mounts; GPUMix's peer watch resolves names).
 slurm_up() {
   local slots=$1 d=$state/slurm node
   command -v slurmctld >/dev/null && command -v slurmd >/dev/null ||
@@ -211,7 +212,8 @@ slurm_up() {
   for node in $(nodes_up); do
     mkdir -p "$d/spool/$node" "$d/tmp-$node"
     nsenter --net="/run/netns/$node" unshare --uts --mount --propagation private \
-      sh -c 'hostname "$1"; mount --bind "$2" /tmp; slurmd -f "$3" -N "$1"' sh "$node" "$d/tmp-$node" "$d/slurm.conf"
+      sh -c 'hostname "$1"; mount --bind "$2" /tmp; mount --bind "/etc/netns/$1/hosts" /etc/hosts; slurmd -f "$3" -N "$1"' \
+      sh "$node" "$d/tmp-$node" "$d/slurm.conf"
   done
   local k try idle
   k=$(wc -l < "$state/nodes")
