@@ -1,7 +1,7 @@
 // PeerWatch (dist/engine/peer_watch.h): the report of what was lost, and the connections of
 // thread ranks made and closed in order (no rank is reported lost when all say goodbye).
 // The loss itself, a node's processes killed under mpirun, is tested on the emulated cluster
-// (tests/tools/cluster_lose_node.sh).
+// (tools/cluster/lose_node.sh, the cluster_mpi_lose_node test).
 #include <gtest/gtest.h>
 
 #include "dist/engine/peer_watch.h"
