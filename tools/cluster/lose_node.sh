@@ -48,6 +48,7 @@ read -r -a nodes <<< "$GPUMIX_CLUSTER_NODES"
 lost=${nodes[1]} left=${nodes[0]}
 if [ $quick = 1 ]; then
   model=(--model gpt-nano --layers 2 --channels 32 --seq 16 --batch 8)
+  profile_model=(--model gpt-nano --seq 16) batch=8  # `gpumix profile` takes presets only
   steps=10 ckpt=2 kill_after=5
   plan=(--batches 1,3,1,3 --micro-batches 1,1,1,1 --shares 0.1,0.4,0.1,0.4)
   # Steps of a few ms could all be over before the kill lands: from step 6 on, the second
@@ -56,6 +57,7 @@ if [ $quick = 1 ]; then
   slow_after_kill=2:slow:$((kill_after + 1)):40,3:slow:$((kill_after + 1)):40
 else
   model=(--model gpt-nano --seq 128 --batch 16)
+  profile_model=(--model gpt-nano --seq 128) batch=16
   steps=40 ckpt=10 kill_after=25
   plan=(--batches 2,6,2,6 --micro-batches 1,2,1,2 --shares 0.1,0.4,0.1,0.4)
 fi
@@ -82,7 +84,28 @@ echo "== 1. one process, 4 thread ranks, the same plan (the reference)"
 "$gpumix" train "${common[@]}" --ranks 4 "${plan[@]}" --devices "$devices" --ckpt-interval 0 --quiet \
   --out "$out/reference" > "$out/reference.txt" 2>&1 || { cat "$out/reference.txt"; fail "the reference run failed"; }
 
-echo "== 2. mpirun --hostfile: 2 nodes x 2 ranks, links $(cat /run/"${GPUMIX_CLUSTER_PREFIX:-gpumix}"-cluster/shaped)"
+echo "== 2. the ranks' nodes, as MPI tells them: mpirun gpumix profile, then gpumix plan"
+mpirun --hostfile "$GPUMIX_CLUSTER_HOSTFILE" -np 4 "$gpumix" profile --devices "$devices" "${profile_model[@]}" \
+  --dtype fp32 --max-micro-batch 2 --repeats 1 --cache - --out "$out/profile.json" > "$out/profile.txt" 2>&1 ||
+  { cat "$out/profile.txt"; fail "mpirun gpumix profile failed"; }
+"$gpumix" plan --profile "$out/profile.json" --global-batch $batch --out "$out/plan.json" > "$out/plan.txt" 2>&1 ||
+  { cat "$out/plan.txt"; fail "gpumix plan failed"; }
+grep -E "^ +[0-9]+ " "$out/plan.txt" | sed 's/^/  /'
+python3 - "$out" "$left" "$lost" <<'EOF'
+import json, sys
+out, left, lost = sys.argv[1:]
+want = [left, left, lost, lost]
+prof = json.load(open(out + "/profile.json"))
+got = [r.get("node_name") for r in prof["ranks"]]
+if got != want: sys.exit(f"FAIL: the profile names the ranks' nodes {got}, not {want}")
+if [r["node"] for r in prof["ranks"]] != [0, 0, 1, 1]: sys.exit("FAIL: the profile's node numbers are not 0, 0, 1, 1")
+if "inter_node" not in prof["comm"]["all_gather"]: sys.exit("FAIL: the profile has no inter-node link")
+plan = json.load(open(out + "/plan.json"))
+if [r.get("node_name") for r in plan["ranks"]] != want: sys.exit("FAIL: the plan file does not name the ranks' nodes")
+EOF
+grep -q "$lost" "$out/plan.txt" || fail "the plan table does not name node $lost"
+
+echo "== 3. mpirun --hostfile: 2 nodes x 2 ranks, links $(cat /run/"${GPUMIX_CLUSTER_PREFIX:-gpumix}"-cluster/shaped)"
 GPUMIX_FAULT=${slow_after_kill:-} mpirun --hostfile "$GPUMIX_CLUSTER_HOSTFILE" -np 4 -x GPUMIX_FAULT "$gpumix" train "${common[@]}" "${plan[@]}" --devices "$devices" \
   --ckpt-interval $ckpt --out "$out/run" > "$out/cluster.txt" 2>&1 &
 mpirun_pid=$!
@@ -106,7 +129,7 @@ for r in 0 1; do
     { cat "$out/cluster.txt"; fail "rank $r did not report 'lost node $lost (ranks 2, 3)'"; }
 done
 
-echo "== 3. --resume on the node left ($left): 2 ranks, re-planned from its devices"
+echo "== 4. --resume on the node left ($left): 2 ranks, re-planned from its devices"
 mpirun --host "$left:2" -np 2 "$gpumix" train "${common[@]}" --devices cpu:mem=1GiB:slow=2,cpu:mem=1GiB \
   --resume "$out/run" --out "$out/resumed" > "$out/resume.txt" 2>&1 || { cat "$out/resume.txt"; fail "the resumed run failed"; }
 grep -m1 -i "resum" "$out/resume.txt" | sed 's/^/  /' || true
