@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPUMix across two emulated nodes, one of them lost mid-run (issue 23, items 2 and 4), in
-# one command: builds the cluster (emulated_cluster.sh), trains an uneven plan on 2 nodes x 2
-# ranks through `mpirun --hostfile`, kills every process of the second node during a step,
+# one command: builds the cluster (emulated_cluster.sh), profiles the devices under mpirun
+# and plans (the profile, the plan file and its table must name every rank's node), trains an
+# uneven plan on 2 nodes x 2 ranks through `mpirun --hostfile`, kills every process of the second node during a step,
 # checks that the surviving ranks end within 10 s naming the lost node and its ranks, resumes
 # with `gpumix train --resume` on the surviving node alone (2 ranks, re-planned), and tears
 # the cluster down. The losses of both parts must equal one process's (4 thread ranks, the
