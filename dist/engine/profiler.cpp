@@ -392,19 +392,29 @@ CommProfile fit_collectives(Comm& comm, Device device, int repeats, double free_
 
 // The collectives of the run's communicator. On one node: its fit is the intra-node link.
 // Across nodes: the whole communicator's fit is the inter-node link (what a collective that
-// spans the nodes costs, bottlenecked by the link between them). The intra-node link of a
-// multi-node run needs the ranks of each node on a communicator of their own, which Comm
-// cannot make yet (Comm::split is coming with the hierarchical collectives); until then it
-// is the inter-node fit, an upper bound, and is priced only where a collective stays inside
-// one node (a plan leaving the other nodes out).
+// spans the nodes costs, bottlenecked by the link between them), and each node's ranks,
+// split off, measure their own collectives at the same time (as the nodes of a
+// hierarchical collective run them): the slowest node's fit is the intra-node link.
 CommProfile measure_comm(Comm& comm, Device device, int repeats) {
   const AllocatorStats mem = allocator(device).stats();
   const double smallest_free = -comm.all_reduce_max(-(double)(mem.capacity - mem.in_use));
-  CommProfile result = fit_collectives(comm, device, repeats, smallest_free);
-  if (comm.nodes() > 1) {
-    result.all_gather.inter_node = result.all_gather.intra_node;
-    result.reduce_scatter.inter_node = result.reduce_scatter.intra_node;
-  }
+  const CommProfile whole = fit_collectives(comm, device, repeats, smallest_free);
+  if (comm.nodes() == 1) return whole;
+  CommProfile result = whole;
+  result.all_gather.inter_node = whole.all_gather.intra_node;
+  result.reduce_scatter.inter_node = whole.reduce_scatter.intra_node;
+  const std::unique_ptr<Comm> node = comm.split(comm.node());
+  const bool measured = node->size() > 1;  // a node of one rank has no intra-node collective
+  const CommProfile local = fit_collectives(*node, device, repeats, smallest_free);
+  if (comm.all_reduce_max(measured ? 1.0 : 0.0) == 0) return result;  // one rank per node: intra never priced
+  auto slowest = [&](const LinkProfile& mine) {
+    LinkProfile l;
+    l.latency_s = comm.all_reduce_max(measured ? mine.latency_s : 0.0);
+    l.bandwidth_Bps = -comm.all_reduce_max(measured ? -mine.bandwidth_Bps : -1e300);
+    return l;
+  };
+  result.all_gather.intra_node = slowest(local.all_gather.intra_node);
+  result.reduce_scatter.intra_node = slowest(local.reduce_scatter.intra_node);
   return result;
 }
 

@@ -87,20 +87,26 @@ echo "== 1. one process, 4 thread ranks, the same plan (the reference)"
 
 echo "== 2. the ranks' nodes, as MPI tells them: mpirun gpumix profile, then gpumix plan"
 mpirun --hostfile "$GPUMIX_CLUSTER_HOSTFILE" -np 4 "$gpumix" profile --devices "$devices" "${profile_model[@]}" \
-  --dtype fp32 --max-micro-batch 2 --repeats 1 --cache - --out "$out/profile.json" > "$out/profile.txt" 2>&1 ||
+  --dtype fp32 --max-micro-batch 2 --repeats 3 --cache - --out "$out/profile.json" > "$out/profile.txt" 2>&1 ||
   { cat "$out/profile.txt"; fail "mpirun gpumix profile failed"; }
 "$gpumix" plan --profile "$out/profile.json" --global-batch $batch --out "$out/plan.json" > "$out/plan.txt" 2>&1 ||
   { cat "$out/plan.txt"; fail "gpumix plan failed"; }
 grep -E "^ +[0-9]+ " "$out/plan.txt" | sed 's/^/  /'
-python3 - "$out" "$left" "$lost" <<'EOF'
+python3 - "$out" "$left" "$lost" "$rate" <<'EOF'
 import json, sys
-out, left, lost = sys.argv[1:]
+out, left, lost, rate = sys.argv[1:]
 want = [left, left, lost, lost]
 prof = json.load(open(out + "/profile.json"))
 got = [r.get("node_name") for r in prof["ranks"]]
 if got != want: sys.exit(f"FAIL: the profile names the ranks' nodes {got}, not {want}")
 if [r["node"] for r in prof["ranks"]] != [0, 0, 1, 1]: sys.exit("FAIL: the profile's node numbers are not 0, 0, 1, 1")
-if "inter_node" not in prof["comm"]["all_gather"]: sys.exit("FAIL: the profile has no inter-node link")
+for kind in ("all_gather", "reduce_scatter"):
+    c = prof["comm"][kind]
+    if "inter_node" not in c: sys.exit(f"FAIL: the profile's {kind} has no inter-node link")
+    intra, inter = c["intra_node"]["bandwidth_Bps"], c["inter_node"]["bandwidth_Bps"]
+    print(f"  {kind}: intra-node {intra / 1e6:.0f} MB/s, inter-node {inter / 1e6:.1f} MB/s (measured apart)")
+    # Shared memory within a node against the shaped link: far apart, unless both were the same fit.
+    if rate != "none" and not intra > 2 * inter: sys.exit(f"FAIL: {kind}'s intra-node link ({intra:.3g} B/s) is not faster than the inter-node one ({inter:.3g} B/s)")
 plan = json.load(open(out + "/plan.json"))
 if [r.get("node_name") for r in plan["ranks"]] != want: sys.exit("FAIL: the plan file does not name the ranks' nodes")
 EOF
