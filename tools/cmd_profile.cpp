@@ -1,6 +1,8 @@
 // gpumix profile: measures a set of (emulated) devices on a model, as the planner needs
 // them (dist/engine/profiler.h), and writes the profile file that `gpumix plan --profile` reads.
-// The ranks run as threads of this process, one per --devices entry.
+// The ranks run as threads of this process, one per --devices entry, or, under mpirun (or
+// srun), as the job's processes: then the profile knows each rank's node and measures the
+// collectives across the nodes, as `gpumix train` under mpirun does.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -8,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include <omp.h>
 
 #include "core/precision.h"
 #include "dist/engine/launch.h"
@@ -60,16 +64,33 @@ int cmd_profile(int argc, char** argv) {
   options.cache_dir = cache_dir;
   const int ranks = (int)devices.size();
   const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
-  dist::run_local(ranks, [&](dist::Comm& comm) {
-    dist::EngineOptions rank;
-    dist::start_local_rank(comm, devices, cores, rank);
+  auto measure = [&](dist::Comm& comm, const dist::EngineOptions& rank) {
     const dist::Profile profile =
         dist::profile_cluster(model, T, dtype, rank.device_label, rank.device, comm, options);
     if (comm.rank() == 0) {
       dist::write_profile(profile, out_path);
-      std::printf("wrote %s: %d device type(s), %d rank(s), %s at T = %d in %s\n", out_path.c_str(),
-                  (int)profile.devices.size(), profile.num_ranks(), model.name.c_str(), T, dtype_name(dtype));
+      std::printf("wrote %s: %d device type(s), %d rank(s) on %d node(s), %s at T = %d in %s\n", out_path.c_str(),
+                  (int)profile.devices.size(), profile.num_ranks(), profile.num_nodes(), model.name.c_str(), T,
+                  dtype_name(dtype));
     }
+  };
+  if (dist::launched_by_mpi()) {
+    dist::MpiSession mpi(nullptr, nullptr);
+    auto comm = dist::make_mpi_comm();
+    if (ranks != comm->size())
+      throw std::invalid_argument("--devices lists " + std::to_string(ranks) + " devices but mpirun started " +
+                                  std::to_string(comm->size()) + " ranks; give one device per rank");
+    dist::EngineOptions rank;
+    dist::configure_rank_device(rank, Device::cpu(), devices[comm->rank()]);
+    // Processes on one node share its cores (as in `gpumix train`).
+    omp_set_num_threads(std::max(1, cores / (int)comm->ranks_of_node(comm->node()).size()));
+    measure(*comm, rank);
+    return 0;
+  }
+  dist::run_local(ranks, [&](dist::Comm& comm) {
+    dist::EngineOptions rank;
+    dist::start_local_rank(comm, devices, cores, rank);
+    measure(comm, rank);
   });
   return 0;
 }

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "dist/engine/launch.h"
+#include "dist/engine/peer_watch.h"
 #include "dist/engine/stop.h"
 #include "dist/plan/plan.h"
 #include "nn/train.h"
@@ -148,6 +149,9 @@ int cmd_train(int argc, char** argv) {
     gpumix::dist::MpiSession mpi(nullptr, nullptr);
     auto comm = gpumix::dist::make_mpi_comm();
     const gpumix::LogScope log_scope(nullptr, comm->rank());  // the console, rank 0's lines
+    // A lost node or rank ends every survivor at once, naming what was lost (peer_watch.h).
+    gpumix::dist::PeerWatch watch(*comm, "resume from the last checkpoint on the nodes left: mpirun -np N gpumix train "
+                                         "--resume " + o.out + " (re-planned for the ranks there)");
     if (!devices.empty()) {
       if ((int)devices.size() != comm->size())
         throw std::invalid_argument("--devices lists " + std::to_string(devices.size()) + " devices but mpirun started " +
@@ -171,6 +175,7 @@ int cmd_train(int argc, char** argv) {
       return 1;
     } catch (const std::exception& e) {
       // This rank's own failure, which its peers may not know of: end the job.
+      watch.stand_down();
       comm->abort(std::string("rank ") + std::to_string(comm->rank()) + ": " + e.what());
     }
     return exit_code(result);

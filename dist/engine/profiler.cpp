@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <memory>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -338,9 +339,10 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
   return d;
 }
 
-// Times of all_gather_v and reduce_scatter_v at a few sizes, even and uneven; fits the ring
-// model's latency and bandwidth.
-CommProfile measure_comm(Comm& comm, Device device, int repeats) {
+// Times of all_gather_v and reduce_scatter_v over `comm` at a few sizes, even and uneven;
+// fits the ring model's latency and bandwidth (into intra_node) and the uneven factor.
+// `free_bytes`: the smallest free memory of the ranks that measure with it.
+CommProfile fit_collectives(Comm& comm, Device device, int repeats, double free_bytes) {
   const int n = comm.size();
   CommProfile result;
   if (n == 1) {
@@ -373,10 +375,8 @@ CommProfile measure_comm(Comm& comm, Device device, int repeats) {
   // Elements (fp32) of the two sizes; the large one is at most 1M and its full buffer and
   // slice take at most half of the smallest free memory among the ranks (they all must use
   // the same sizes).
-  const AllocatorStats mem = allocator(device).stats();
-  const double smallest_free = -comm.all_reduce_max(-(double)(mem.capacity - mem.in_use));
   const int64_t small = 1 << 10;
-  const int64_t large = std::max<int64_t>(8 * small, std::min<int64_t>(1 << 20, (int64_t)(smallest_free / 16)));
+  const int64_t large = std::max<int64_t>(8 * small, std::min<int64_t>(1 << 20, (int64_t)(free_bytes / 16)));
   for (bool gather : {true, false}) {
     const double t_small = time_op(small, true, gather), t_large = time_op(large, true, gather);
     const double t_uneven = time_op(large, false, gather);
@@ -387,6 +387,34 @@ CommProfile measure_comm(Comm& comm, Device device, int repeats) {
     c.intra_node.latency_s = std::max(0.0, (t_small - (n - 1.0) / n * 4.0 * small * per_byte) / (n - 1));
     c.uneven_factor = std::max(1.0, t_uneven / t_large);
   }
+  return result;
+}
+
+// The collectives of the run's communicator. On one node: its fit is the intra-node link.
+// Across nodes: the whole communicator's fit is the inter-node link (what a collective that
+// spans the nodes costs, bottlenecked by the link between them), and each node's ranks,
+// split off, measure their own collectives at the same time (as the nodes of a
+// hierarchical collective run them): the slowest node's fit is the intra-node link.
+CommProfile measure_comm(Comm& comm, Device device, int repeats) {
+  const AllocatorStats mem = allocator(device).stats();
+  const double smallest_free = -comm.all_reduce_max(-(double)(mem.capacity - mem.in_use));
+  const CommProfile whole = fit_collectives(comm, device, repeats, smallest_free);
+  if (comm.nodes() == 1) return whole;
+  CommProfile result = whole;
+  result.all_gather.inter_node = whole.all_gather.intra_node;
+  result.reduce_scatter.inter_node = whole.reduce_scatter.intra_node;
+  const std::unique_ptr<Comm> node = comm.split(comm.node());
+  const bool measured = node->size() > 1;  // a node of one rank has no intra-node collective
+  const CommProfile local = fit_collectives(*node, device, repeats, smallest_free);
+  if (comm.all_reduce_max(measured ? 1.0 : 0.0) == 0) return result;  // one rank per node: intra never priced
+  auto slowest = [&](const LinkProfile& mine) {
+    LinkProfile l;
+    l.latency_s = comm.all_reduce_max(measured ? mine.latency_s : 0.0);
+    l.bandwidth_Bps = -comm.all_reduce_max(measured ? -mine.bandwidth_Bps : -1e300);
+    return l;
+  };
+  result.all_gather.intra_node = slowest(local.all_gather.intra_node);
+  result.reduce_scatter.intra_node = slowest(local.reduce_scatter.intra_node);
   return result;
 }
 
@@ -471,7 +499,10 @@ Profile profile_cluster(const GPTConfig& model, int seq_len, DType dtype, const 
     bool known = false;
     for (const DeviceProfile& e : p.devices) known = known || e.name == device_profile.name;
     if (!known) p.devices.push_back(device_profile);
-    p.ranks.push_back({device_profile.name, 0});
+    // The node of each rank as the communicator learnt it (MPI: who shares memory, named by
+    // the processor name), so that the cost model prices collectives across the node boundary.
+    const int node = comm.node_of_rank().at(r);
+    p.ranks.push_back({device_profile.name, node, comm.node_names().at(node)});
   }
   p.comm = measure_comm(comm, device, o.repeats);
   p.validate();

@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -219,6 +220,7 @@ class Training {
   double evaluate(int64_t total);
   void take_rows();
   ShardLayout agreed_layout() const;
+  json collectives_vs_plan();
   std::vector<double> gather_ranks(double x) const;
   std::string plan_text() const;
   int64_t micro_batch() const { return std::max<int64_t>(1, work_[rank_].micro_batch); }
@@ -721,6 +723,8 @@ TrainResult Training::finish() {
   const std::vector<double> peak = gather_ranks((double)memory().stats().peak);
   final_line["peak_bytes"] = peak;
   if (planner_) final_line["predicted_bytes"] = planner_->predicted_bytes();
+  const json collectives = planner_ && ranks_ > 1 ? collectives_vs_plan() : json();
+  if (!collectives.is_null()) final_line["collectives"] = collectives;
   if (result_.stop_signal) {
     final_line["stopped"] = signal_name(result_.stop_signal);
     if (result_.step != last_) final_line.erase("val_loss");  // not validated at its end
@@ -729,6 +733,17 @@ TrainResult Training::finish() {
   if (lead_) {
     if (planner_ && !busy_history_.empty())
       log_info(prediction_table(planner_->plan(), busy_history_, peak));
+    if (!collectives.is_null()) {
+      std::string text = "predicted vs measured, per collective kind (one block, " + collectives["over"].get<std::string>() + ")\n";
+      for (const char* kind : {"all_gather", "reduce_scatter"}) {
+        const json& c = collectives[kind];
+        char row[200];
+        std::snprintf(row, sizeof row, "%-15s %8.2f ms predicted %8.2f ms measured  ratio %.2f\n", kind,
+                      c["predicted_ms"].get<double>(), c["measured_ms"].get<double>(), c["ratio"].get<double>());
+        text += row;
+      }
+      log_info(text);
+    }
     if (!result_.stop_signal || result_.step == last_) {  // a stopped run was not validated at its end
       char line[256];
       std::snprintf(line, sizeof line, "validation loss %.4f nats/token (%lld windows) vs unigram baseline %.4f "
@@ -784,6 +799,41 @@ ShardLayout Training::agreed_layout() const {
   const ShardLayout layout(unit_sizes, shares);
   comm_.agree("shard layout", {(int64_t)layout.fingerprint(), (int64_t)config_.total_params()});
   return layout;
+}
+
+// The cost model's per-block all-gather and reduce-scatter against the same collectives
+// timed now on the running layout: a block's parameters in the compute dtype gathered, its
+// fp32 gradients reduce-scattered, over the communicator the engine uses. Collective; each
+// the fastest of 5 (the others measure the wait for ranks the scheduler did not run, as in
+// the profiler), the slowest rank's. Only a plan with predictions (a planner's) has them.
+json Training::collectives_vs_plan() {
+  const ShardLayout layout = agreed_layout();
+  const int unit = config_.num_units() > 1 ? 1 : 0;  // unit 1: the first block
+  const std::vector<int64_t> counts = layout.counts(unit);
+  const int64_t n = layout.unit_size(unit), mine = counts[rank_];
+  Comm& comm = engine_comm();
+  Tensor full = Tensor::zeros({n}, dtype_.dtype, device_), part = Tensor::zeros({mine}, dtype_.dtype, device_);
+  Tensor grads = Tensor::zeros({n}, DType::f32, device_), slice = Tensor::zeros({mine}, DType::f32, device_);
+  auto fastest = [&](const std::function<void()>& op) {
+    double best = 1e30;
+    for (int i = 0; i < 6; ++i) {
+      comm.barrier();
+      const double t0 = detail::now_seconds();
+      op();
+      if (i > 0) best = std::min(best, detail::seconds_since(t0));  // the first warms up
+    }
+    return comm.all_reduce_max(best);
+  };
+  const double ag = fastest([&] { comm.all_gather_v(part, full, counts); });
+  const double rs = fastest([&] { comm.reduce_scatter_v(grads, slice, counts); });
+  const PlanPrediction& p = planner_->plan().predicted;
+  auto entry = [](double predicted, double measured) {
+    return json{{"predicted_ms", predicted * 1e3}, {"measured_ms", measured * 1e3},
+                {"ratio", predicted > 0 ? measured / predicted : 0.0}};
+  };
+  const int nodes = comm.nodes();
+  return json{{"over", str(ranks_, " ranks on ", nodes, nodes == 1 ? " node" : " nodes")},
+              {"all_gather", entry(p.ag_s, ag)}, {"reduce_scatter", entry(p.rs_s, rs)}};
 }
 
 // Every rank's value of x, on every rank.

@@ -51,6 +51,7 @@ Plan make_plan(const CostModel& cost, const std::string& planner, int64_t global
     r.rank = (int)i;
     r.device = prof.ranks[i].device;
     r.node = prof.ranks[i].node;
+    r.node_name = prof.ranks[i].node_name;
     r.batch = c.b;
     r.micro_batch = c.b > 0 ? (int)std::min<int64_t>(c.m, c.b) : 0;
     r.num_micro_batches = c.b > 0 ? (c.b + r.micro_batch - 1) / r.micro_batch : 0;
@@ -129,6 +130,7 @@ json plan_to_json(const Plan& p) {
                        {"busy", r.busy_s},
                        {"comm", r.comm_s},
                        {"idle", r.idle_s}}}});
+    if (!r.node_name.empty()) ranks.back()["node_name"] = r.node_name;
   }
   const PlanPrediction& pr = p.predicted;
   return json{{"format", "gpumix-plan"},
@@ -193,6 +195,7 @@ Plan plan_from_json(const json& j) {
     if (r.rank != (int)i) format_error(wr + ".rank", "must be " + std::to_string(i));
     r.device = string_field(jr, "device", wr);
     r.node = (int)int_field_or(jr, "node", wr, 0);
+    r.node_name = string_field_or(jr, "node_name", wr, "");
     r.batch = int_field(jr, "batch", wr);
     if (r.batch < 0) format_error(wr + ".batch", "must be >= 0");
     r.micro_batch = (int)int_field_or(jr, "micro_batch", wr, 0);

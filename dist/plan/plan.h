@@ -20,6 +20,7 @@ struct RankPlan {
   int rank = 0;
   std::string device;
   int node = 0;
+  std::string node_name;         // the node's host name ("" : not known, e.g. a simulated cluster)
   int64_t batch = 0;             // b_i
   int micro_batch = 0;           // m_i (0 when b_i = 0)
   int64_t num_micro_batches = 0; // ceil(b_i / m_i); the last one may be smaller

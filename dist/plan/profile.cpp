@@ -171,7 +171,11 @@ json profile_to_json(const Profile& p) {
                        {"samples", samples}});
   }
   json ranks = json::array();
-  for (const RankInfo& r : p.ranks) ranks.push_back({{"device", r.device}, {"node", r.node}});
+  for (const RankInfo& r : p.ranks) {
+    json e{{"device", r.device}, {"node", r.node}};
+    if (!r.node_name.empty()) e["node_name"] = r.node_name;
+    ranks.push_back(e);
+  }
   return json{{"format", "gpumix-profile"},
               {"version", 1},
               {"model", config_to_json(p.model)},
@@ -243,6 +247,7 @@ Profile profile_from_json(const json& j) {
     } else {
       info.device = string_field(ranks[r], "device", wr);
       info.node = (int)int_field_or(ranks[r], "node", wr, 0);
+      info.node_name = string_field_or(ranks[r], "node_name", wr, "");
     }
     p.ranks.push_back(info);
   }

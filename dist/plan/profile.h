@@ -67,6 +67,7 @@ struct CommProfile {
 struct RankInfo {
   std::string device;  // a key of Profile::devices
   int node = 0;
+  std::string node_name;  // the node's host name where the profiler ran ("" : not known)
 };
 
 struct Profile {

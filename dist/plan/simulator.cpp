@@ -163,15 +163,26 @@ std::string plan_table(const Plan& p) {
   std::string out = "plan (" + p.planner + "): " + p.model.name + ", T = " + std::to_string(p.seq_len) + ", " +
                     dtype_name(p.dtype) + ", global batch " + std::to_string(p.global_batch) + "\n";
   char line[640];
-  std::snprintf(line, sizeof line, "%4s %-26s %4s %6s %5s %5s %8s %4s %10s %10s %10s %10s %10s %10s %9s %9s\n",
-                "rank", "device", "node", "batch", "micro", "n", "share", "offl", "state", "gathered", "activ",
+  // The node column: host names where the profile knew them (a run), else numbers.
+  bool named = false;
+  size_t node_width = 4;
+  for (const RankPlan& r : p.ranks) {
+    named = named || !r.node_name.empty();
+    node_width = std::max(node_width, std::min<size_t>(24, r.node_name.size()));
+  }
+  auto node_of = [&](const RankPlan& r) {
+    const std::string s = named && !r.node_name.empty() ? r.node_name.substr(0, 24) : std::to_string(r.node);
+    return std::string(node_width > s.size() ? node_width - s.size() : 0, ' ') + s;
+  };
+  std::snprintf(line, sizeof line, "%4s %-26s %s %6s %5s %5s %8s %4s %10s %10s %10s %10s %10s %10s %9s %9s\n",
+                "rank", "device", (std::string(node_width - 4, ' ') + "node").c_str(), "batch", "micro", "n", "share", "offl", "state", "gathered", "activ",
                 "buffers", "total", "capacity", "block ms", "busy %");
   out += line;
   const double MiB = 1024.0 * 1024;
   for (const RankPlan& r : p.ranks) {
     std::snprintf(line, sizeof line,
-                  "%4d %-26s %4d %6lld %5d %5lld %8.5f %4s %9.0fM %9.0fM %9.0fM %9.0fM %9.0fM %9.0fM %9.2f %8.1f%s\n",
-                  r.rank, r.device.substr(0, 26).c_str(), r.node, (long long)r.batch, r.micro_batch,
+                  "%4d %-26s %s %6lld %5d %5lld %8.5f %4s %9.0fM %9.0fM %9.0fM %9.0fM %9.0fM %9.0fM %9.2f %8.1f%s\n",
+                  r.rank, r.device.substr(0, 26).c_str(), node_of(r).c_str(), (long long)r.batch, r.micro_batch,
                   (long long)r.num_micro_batches, r.share, r.offload ? "yes" : "no", r.memory.state / MiB,
                   r.memory.gathered / MiB, r.memory.activations() / MiB, r.memory.buffers() / MiB,
                   r.memory.total() / MiB, r.capacity / MiB, 1e3 * r.block_s,

@@ -222,5 +222,31 @@ TEST(PlanFile, BaselinesAndSimulatorJson) {
   EXPECT_NE(simulation_table(sim).find("gpumix"), std::string::npos);
 }
 
+// Ranks' node names (from the communicator's topology, issue 23) go from the profile into
+// the plan, its file and its table; files without them still read.
+TEST(PlanFile, NodeNamesFromTheProfile) {
+  Profile p = sample_profile();
+  for (size_t r = 0; r < p.ranks.size(); ++r) {
+    p.ranks[r].node = (int)(r % 2);
+    p.ranks[r].node_name = r % 2 ? "gpumix-node1" : "gpumix-node0";
+  }
+  p.comm.all_gather.inter_node = p.comm.all_gather.intra_node;  // two nodes need the link between them
+  p.comm.reduce_scatter.inter_node = p.comm.reduce_scatter.intra_node;
+  const Profile pb = profile_from_json(profile_to_json(p));
+  ASSERT_EQ(pb.ranks.size(), p.ranks.size());
+  EXPECT_EQ(pb.ranks[1].node_name, "gpumix-node1");
+  const Plan plan = plan_gpumix(pb, 7);
+  const Plan back = plan_from_json(plan_to_json(plan));
+  EXPECT_EQ(back.ranks[0].node_name, "gpumix-node0");
+  EXPECT_EQ(back.ranks[1].node_name, "gpumix-node1");
+  EXPECT_EQ(back.ranks[1].node, 1);
+  const std::string table = plan_table(back);
+  EXPECT_NE(table.find("gpumix-node1"), std::string::npos) << table;
+  json old = plan_to_json(plan);
+  for (auto& r : old["ranks"]) r.erase("node_name");
+  EXPECT_EQ(plan_from_json(old).ranks[1].node_name, "");
+  EXPECT_EQ(plan_table(plan_from_json(old)).find("gpumix-node"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpumix::dist

@@ -33,6 +33,64 @@ Tensor tensor_of(const std::vector<float>& v) {
   return Tensor::from_vector(v, Shape{(int64_t)v.size()});
 }
 
+// ---- topology --------------------------------------------------------------------------------
+
+TEST(CommLocal, TopologyDefaultsToOneNodeNamedAfterTheHost) {
+  run_local(3, [](Comm& c) {
+    EXPECT_EQ(c.nodes(), 1);
+    EXPECT_EQ(c.node_of_rank(), (std::vector<int>{0, 0, 0}));
+    EXPECT_EQ(c.node_names(), (std::vector<std::string>{detail::host_name()}));
+    EXPECT_EQ(c.node(), 0);
+  });
+}
+
+TEST(CommLocal, TopologyFromOptionsIsRenumberedInRankOrder) {
+  LocalOptions o = quick();
+  o.node_of_rank = {7, 7, 3, 9, 3};  // labels, not indices
+  run_local(5, [](Comm& c) {
+    EXPECT_EQ(c.node_of_rank(), (std::vector<int>{0, 0, 1, 2, 1}));
+    EXPECT_EQ(c.node_names(), (std::vector<std::string>{"node0", "node1", "node2"}));
+    EXPECT_EQ(c.nodes(), 3);
+    EXPECT_EQ(c.node(), c.node_of_rank()[c.rank()]);
+    EXPECT_EQ(c.ranks_of_node(1), (std::vector<int>{2, 4}));
+  }, o);
+}
+
+TEST(CommLocal, TopologyOfTheWrongLengthIsRefused) {
+  LocalOptions o = quick();
+  o.node_of_rank = {0, 1};
+  try {
+    LocalGroup g(3, o);
+    FAIL() << "a 2-entry topology for 3 ranks was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("node of 2 ranks but the group has 3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CommLocal, SplitMakesGroupsWithTheirNodes) {
+  LocalOptions o = quick();
+  o.node_of_rank = {0, 0, 1, 1, 2};
+  run_local(5, [](Comm& c) {
+    // By parity: {0, 2, 4} and {1, 3}; twice, so that successive splits do not mix.
+    for (int round = 0; round < 2; ++round) {
+      std::unique_ptr<Comm> sub = c.split(c.rank() % 2);
+      const bool even = c.rank() % 2 == 0;
+      EXPECT_EQ(sub->size(), even ? 3 : 2);
+      EXPECT_EQ(sub->rank(), c.rank() / 2);
+      EXPECT_EQ(sub->backend(), "local");
+      // The parent's nodes and names, renumbered in the group.
+      EXPECT_EQ(sub->node_of_rank(), even ? (std::vector<int>{0, 1, 2}) : (std::vector<int>{0, 1}));
+      EXPECT_EQ(sub->node_names(), even ? (std::vector<std::string>{"node0", "node1", "node2"})
+                                        : (std::vector<std::string>{"node0", "node1"}));
+      // Collectives stay inside the group: the sum of the group's ranks.
+      Tensor t = Tensor::full({3}, (float)c.rank());
+      sub->all_reduce_sum(t);
+      EXPECT_EQ(t.to_vector()[0], even ? 0.0f + 2 + 4 : 1.0f + 3) << "rank " << c.rank();
+      EXPECT_EQ(sub->all_reduce_sum(1.0), even ? 3.0 : 2.0);
+    }
+  }, o);
+}
+
 // ---- correctness against the sequential reference -------------------------------------------
 
 TEST(CommLocal, AllGatherVMatchesReferenceBitwise) {
