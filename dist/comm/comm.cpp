@@ -9,6 +9,8 @@
 #include <cstring>
 #include <new>
 
+#include <unistd.h>
+
 #include "core/error.h"
 
 namespace gpumix::dist {
@@ -130,6 +132,30 @@ void Comm::record(CommOp op, const CommBytes& bytes, double seconds) {
   s.seconds += seconds;
 }
 
+std::vector<int> Comm::ranks_of_node(int n) const {
+  std::vector<int> out;
+  for (size_t r = 0; r < node_of_rank_.size(); ++r)
+    if (node_of_rank_[r] == n) out.push_back((int)r);
+  return out;
+}
+
+void Comm::set_topology(const std::vector<int>& node_of_rank, std::vector<std::string> names) {
+  GPUMIX_CHECK((int)node_of_rank.size() == size(), "the topology names the node of ",
+               node_of_rank.size(), " ranks but the communicator has ", size());
+  std::vector<int> label_order;  // labels in order of first appearance
+  node_of_rank_.assign(node_of_rank.size(), 0);
+  for (size_t r = 0; r < node_of_rank.size(); ++r) {
+    const auto it = std::find(label_order.begin(), label_order.end(), node_of_rank[r]);
+    node_of_rank_[r] = (int)(it - label_order.begin());
+    if (it == label_order.end()) label_order.push_back(node_of_rank[r]);
+  }
+  if (names.empty())
+    for (size_t n = 0; n < label_order.size(); ++n) names.push_back(str("node", n));
+  GPUMIX_CHECK(names.size() == label_order.size(), "the topology has ", label_order.size(),
+               " nodes but ", names.size(), " node names");
+  node_names_ = std::move(names);
+}
+
 void Comm::record_seconds(CommOp op, double seconds) {
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_[op].seconds += seconds;
@@ -183,6 +209,12 @@ std::string local_error_of(const std::exception& e, bool for_all) {
 }
 
 namespace detail {
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0 || buf[0] == 0) return "localhost";
+  return buf;
+}
 
 double now_seconds() {
   using clock = std::chrono::steady_clock;

@@ -174,19 +174,44 @@ class Comm {
   CommStats stats() const;
   void reset_stats();
 
+  // ---- topology: which node (machine) each rank runs on ----
+  // node_of_rank()[r] is rank r's node, 0..nodes()-1, nodes numbered in the order of their
+  // lowest rank (rank 0 is on node 0); node_names()[n] names node n (its host name under
+  // MPI and NCCL). Every rank holds the same vectors. MPI learns them from the library
+  // (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) says who shares memory, MPI_Get_processor_name
+  // names the node), NCCL from its MPI bootstrap, the local backend from
+  // LocalOptions::node_of_rank (default: one node).
+  const std::vector<int>& node_of_rank() const { return node_of_rank_; }
+  const std::vector<std::string>& node_names() const { return node_names_; }
+  int nodes() const { return (int)node_names_.size(); }
+  int node() const { return node_of_rank_.at((size_t)rank()); }  // this rank's node
+  // The ranks on node n, in rank order.
+  std::vector<int> ranks_of_node(int n) const;
+
  protected:
   void record(CommOp op, const CommBytes& bytes, double seconds);
   void record_seconds(CommOp op, double seconds);
+  // Called once by each backend's constructor. `node_of_rank` holds any labels (one per
+  // rank); they are renumbered in order of first appearance. `names` gives each label's
+  // name in that new order (empty: "node0", "node1", ...).
+  void set_topology(const std::vector<int>& node_of_rank, std::vector<std::string> names = {});
 
  private:
   mutable std::mutex stats_mu_;
   CommStats stats_;
+  std::vector<int> node_of_rank_;
+  std::vector<std::string> node_names_;
 };
 
 // ---- local backend: N ranks as threads of one process --------------------------------------
 
 struct LocalOptions {
   double timeout_s = 300;  // a collective that waits longer for the other ranks throws
+  // The node of each rank, to simulate several machines in one process (tests, the
+  // planner's node boundary): any labels, one per rank, e.g. {0, 0, 1, 1, 1}; renumbered in
+  // order of first appearance and named "node0", "node1", .... Empty: every rank on one
+  // node, named after this host.
+  std::vector<int> node_of_rank;
 };
 
 namespace detail {
@@ -366,6 +391,8 @@ uint64_t agreement_hash(const std::string& what, const std::vector<int64_t>& val
 // Sum in rank order 0 + 1 + ... (fp32) of `ranks` arrays at [begin, end) into out.
 void sum_in_rank_order(const std::vector<const float*>& ranks, int64_t begin, int64_t end,
                        float* out);
+// This machine's host name (gethostname), "localhost" if it has none.
+std::string host_name();
 // The steady clock in seconds (also the trainer's and the profiler's).
 double seconds_since(double start);
 double now_seconds();

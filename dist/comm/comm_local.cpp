@@ -408,7 +408,13 @@ class LocalRequest : public CommRequest {
 class LocalComm : public Comm {
  public:
   LocalComm(std::shared_ptr<LocalGroupState> group, int rank)
-      : g_(std::move(group)), rank_(rank) {}
+      : g_(std::move(group)), rank_(rank) {
+    const std::vector<int>& nodes = g_->options.node_of_rank;
+    if (nodes.empty())
+      set_topology(std::vector<int>((size_t)g_->n, 0), {detail::host_name()});
+    else
+      set_topology(nodes);
+  }
 
   ~LocalComm() override {
     const bool unwinding = std::uncaught_exceptions() > 0;
@@ -829,6 +835,9 @@ LocalGroup::LocalGroup(int n, LocalOptions options) {
   GPUMIX_CHECK(n >= 1, "a local group needs at least 1 rank, got ", n);
   GPUMIX_CHECK(options.timeout_s > 0, "the local comm timeout must be positive, got ",
                options.timeout_s, " s");
+  GPUMIX_CHECK(options.node_of_rank.empty() || (int)options.node_of_rank.size() == n,
+               "LocalOptions::node_of_rank names the node of ", options.node_of_rank.size(),
+               " ranks but the group has ", n, "; give one label per rank, or none for one node");
   state_ = std::make_shared<detail::LocalGroupState>(n, options);
 }
 

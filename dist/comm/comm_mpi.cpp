@@ -129,6 +129,31 @@ class MpiComm : public Comm {
     GPUMIX_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     GPUMIX_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     GPUMIX_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    learn_topology();
+  }
+
+  // Which ranks share a node: MPI_COMM_TYPE_SHARED groups the ranks that share memory
+  // (the library's own notion of a node); each node is labelled by its lowest rank, and
+  // named by that rank's MPI_Get_processor_name. Collective over comm_.
+  void learn_topology() {
+    MPI_Comm shared = MPI_COMM_NULL;
+    GPUMIX_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &shared));
+    int leader = rank_;
+    const int rc = MPI_Allreduce(&rank_, &leader, 1, MPI_INT, MPI_MIN, shared);
+    MPI_Comm_free(&shared);
+    GPUMIX_MPI_CHECK(rc);
+    std::vector<int> leaders((size_t)size_);
+    GPUMIX_MPI_CHECK(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm_));
+    char name[MPI_MAX_PROCESSOR_NAME + 1] = {0};
+    int len = 0;
+    GPUMIX_MPI_CHECK(MPI_Get_processor_name(name, &len));
+    std::vector<char> all_names((size_t)size_ * (MPI_MAX_PROCESSOR_NAME + 1));
+    GPUMIX_MPI_CHECK(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME + 1, MPI_CHAR, all_names.data(),
+                                   MPI_MAX_PROCESSOR_NAME + 1, MPI_CHAR, comm_));
+    std::vector<std::string> names;  // in order of first appearance, as set_topology numbers them
+    for (int r = 0; r < size_; ++r)
+      if (leaders[(size_t)r] == r) names.emplace_back(&all_names[(size_t)r * (MPI_MAX_PROCESSOR_NAME + 1)]);
+    set_topology(leaders, names);
   }
 
   ~MpiComm() override {

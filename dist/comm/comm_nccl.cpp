@@ -128,6 +128,7 @@ class NcclComm : public DeviceComm {
     host_ = make_mpi_comm(mo);
     rank_ = host_->rank();
     size_ = host_->size();
+    set_topology(host_->node_of_rank(), host_->node_names());  // NCCL's ranks are MPI's
     if (const char* env = std::getenv("GPUMIX_NCCL_UNEVEN")) {
       const std::string v = env;
       if (v == "padded")

@@ -33,6 +33,40 @@ Tensor tensor_of(const std::vector<float>& v) {
   return Tensor::from_vector(v, Shape{(int64_t)v.size()});
 }
 
+// ---- topology --------------------------------------------------------------------------------
+
+TEST(CommLocal, TopologyDefaultsToOneNodeNamedAfterTheHost) {
+  run_local(3, [](Comm& c) {
+    EXPECT_EQ(c.nodes(), 1);
+    EXPECT_EQ(c.node_of_rank(), (std::vector<int>{0, 0, 0}));
+    EXPECT_EQ(c.node_names(), (std::vector<std::string>{detail::host_name()}));
+    EXPECT_EQ(c.node(), 0);
+  });
+}
+
+TEST(CommLocal, TopologyFromOptionsIsRenumberedInRankOrder) {
+  LocalOptions o = quick();
+  o.node_of_rank = {7, 7, 3, 9, 3};  // labels, not indices
+  run_local(5, [](Comm& c) {
+    EXPECT_EQ(c.node_of_rank(), (std::vector<int>{0, 0, 1, 2, 1}));
+    EXPECT_EQ(c.node_names(), (std::vector<std::string>{"node0", "node1", "node2"}));
+    EXPECT_EQ(c.nodes(), 3);
+    EXPECT_EQ(c.node(), c.node_of_rank()[c.rank()]);
+    EXPECT_EQ(c.ranks_of_node(1), (std::vector<int>{2, 4}));
+  }, o);
+}
+
+TEST(CommLocal, TopologyOfTheWrongLengthIsRefused) {
+  LocalOptions o = quick();
+  o.node_of_rank = {0, 1};
+  try {
+    LocalGroup g(3, o);
+    FAIL() << "a 2-entry topology for 3 ranks was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("node of 2 ranks but the group has 3"), std::string::npos) << e.what();
+  }
+}
+
 // ---- correctness against the sequential reference -------------------------------------------
 
 TEST(CommLocal, AllGatherVMatchesReferenceBitwise) {

@@ -5,6 +5,8 @@
 // counts beyond MpiOptions::max_count; disagreement and bad sizes: a clear error on every
 // rank; byte counters. Only rank 0 prints the run; every rank prints its own failures, and
 // all ranks exit with the worst rank's status.
+#include <mpi.h>
+
 #include <cstdio>
 #include <memory>
 
@@ -107,6 +109,22 @@ TEST(CommMpi, Basics) {
   EXPECT_GE(g_comm->size(), 1);
   EXPECT_TRUE(mpi_built());
   EXPECT_TRUE(launched_by_mpi());
+}
+
+// Every rank of this test runs on one host: one node, named by MPI_Get_processor_name,
+// the same on every rank (a node-split over namespaces is tools/cluster's to show).
+TEST(CommMpi, TopologyFromTheLibrary) {
+  Comm& c = *g_comm;
+  ASSERT_EQ((int)c.node_of_rank().size(), c.size());
+  EXPECT_EQ(c.nodes(), 1);
+  EXPECT_EQ(c.node(), 0);
+  for (int r = 0; r < c.size(); ++r) EXPECT_EQ(c.node_of_rank()[r], 0) << "rank " << r;
+  char name[MPI_MAX_PROCESSOR_NAME + 1] = {0};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  ASSERT_EQ(c.node_names().size(), 1u);
+  EXPECT_EQ(c.node_names()[0], std::string(name));
+  EXPECT_EQ(c.ranks_of_node(0).size(), (size_t)c.size());
 }
 
 TEST(CommMpi, CollectivesMatchTheReference) { check_collectives(*g_comm, false); }
