@@ -171,6 +171,13 @@ class Comm {
   // is torn down (MPI_Abort: mpi, nccl). Does not return for mpi and nccl.
   virtual void abort(const std::string& reason) = 0;
 
+  // A communicator of the same backend over the ranks that pass the same `color` (>= 0),
+  // ranked in this communicator's rank order, with their nodes (node_of_rank) and, for
+  // nccl, the same GPU. Collective: every rank calls it at the same point. Hybrid sharding
+  // splits the ranks into groups and into the replicas of each position; topology-aware
+  // collectives into nodes and node leaders.
+  virtual std::unique_ptr<Comm> split(int color) = 0;
+
   CommStats stats() const;
   void reset_stats();
 

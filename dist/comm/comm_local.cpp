@@ -39,6 +39,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <exception>
 #include <optional>
 #include <thread>
@@ -99,6 +100,7 @@ struct LocalGroupState {
 
   const int n;
   const LocalOptions options;
+  std::vector<std::string> node_names;  // set before the comms are made; empty: the default
   std::mutex mu;
   std::condition_variable cv;
   uint64_t generation = 0;  // completed rounds
@@ -112,6 +114,13 @@ struct LocalGroupState {
   int failed_rank = -1;
   std::string failure;                      // "rank 2 failed: <message>"
   std::vector<std::vector<float>> scratch;  // all_reduce: rank r's reduced chunk
+  // Groups being split off (Comm::split): per (split number, color), the new group's state
+  // and how many of its ranks have taken it (erased when all have).
+  struct Split {
+    std::shared_ptr<LocalGroupState> state;
+    int taken = 0;
+  };
+  std::map<std::pair<uint64_t, int>, Split> splits;
 
   // Callers hold mu.
   void fail_locked(int rank, const std::string& message) {
@@ -413,7 +422,50 @@ class LocalComm : public Comm {
     if (nodes.empty())
       set_topology(std::vector<int>((size_t)g_->n, 0), {detail::host_name()});
     else
-      set_topology(nodes);
+      set_topology(nodes, g_->node_names);
+  }
+
+  std::unique_ptr<Comm> split(int color) override {
+    GPUMIX_CHECK(color >= 0, "Comm::split: the color must be >= 0, got ", color, " on rank ", rank_);
+    // Every rank's color, on every rank (this also checks that all of them split here).
+    Tensor mine = Tensor::empty({1}, DType::i32, Device::cpu());
+    mine.data<int32_t>()[0] = color;
+    Tensor all = Tensor::empty({(int64_t)g_->n}, DType::i32, Device::cpu());
+    all_gather_v(mine, all, std::vector<int64_t>((size_t)g_->n, 1));
+    std::vector<int> members;
+    for (int r = 0; r < g_->n; ++r)
+      if (all.data<int32_t>()[r] == color) members.push_back(r);
+    const int new_rank = (int)(std::find(members.begin(), members.end(), rank_) - members.begin());
+    const uint64_t number = splits_made_++;  // the same on every rank: splits are collective
+    std::shared_ptr<LocalGroupState> sub;
+    {
+      std::lock_guard<std::mutex> lock(g_->mu);
+      const auto key = std::make_pair(number, color);
+      LocalGroupState::Split& slot = g_->splits[key];
+      if (!slot.state) {
+        LocalOptions o = g_->options;
+        o.node_of_rank.clear();
+        std::vector<std::string> names;  // the parent's, in order of first appearance
+        std::vector<int> seen;
+        for (int r : members) {
+          const int node = node_of_rank()[(size_t)r];
+          o.node_of_rank.push_back(node);
+          if (std::find(seen.begin(), seen.end(), node) == seen.end()) {
+            seen.push_back(node);
+            names.push_back(node_names()[(size_t)node]);
+          }
+        }
+        slot.state = std::make_shared<LocalGroupState>((int)members.size(), o);
+        slot.state->node_names = names;
+      }
+      sub = slot.state;
+      if (++slot.taken == (int)members.size()) g_->splits.erase(key);
+    }
+    {
+      std::lock_guard<std::mutex> lock(sub->mu);
+      sub->taken[(size_t)new_rank] = 1;
+    }
+    return std::make_unique<LocalComm>(sub, new_rank);
   }
 
   ~LocalComm() override {
@@ -511,6 +563,7 @@ class LocalComm : public Comm {
  private:
   std::shared_ptr<LocalGroupState> g_;
   const int rank_;
+  uint64_t splits_made_ = 0;
 
   // Worker: runs queued collectives in order.
   std::mutex qmu_;

@@ -166,6 +166,15 @@ class MpiComm : public Comm {
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
 
+  std::unique_ptr<Comm> split(int color) override {
+    GPUMIX_CHECK(color >= 0, "Comm::split: the color must be >= 0, got ", color, " on rank ", rank_);
+    MPI_Comm sub = MPI_COMM_NULL;
+    GPUMIX_MPI_CHECK(MPI_Comm_split(comm_, color, rank_, &sub));
+    auto made = std::make_unique<MpiComm>(sub, opt_);  // its own duplicate, topology from the library
+    MPI_Comm_free(&sub);
+    return made;
+  }
+
   void all_gather_v(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
     if (on_device(in) || on_device(out)) {
       Tensor host_out = host_copy(out);

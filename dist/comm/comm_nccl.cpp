@@ -35,6 +35,7 @@
 #include "core/error.h"
 #include "core/stream.h"
 #include "dist/comm/comm.h"
+#include "dist/comm/comm_mpi.h"
 
 #define GPUMIX_CUDA_CHECK(expr)                                                          \
   do {                                                                                   \
@@ -122,10 +123,12 @@ class NcclRequest : public CommRequest {
 
 class NcclComm : public DeviceComm {
  public:
-  explicit NcclComm(const NcclOptions& options) : opt_(options) {
+  // Over the ranks of `base` (MPI_COMM_WORLD, or a split of it); collective over base.
+  NcclComm(MPI_Comm base, const NcclOptions& options) : opt_(options) {
     MpiOptions mo;
     mo.validate = true;
-    host_ = make_mpi_comm(mo);
+    host_ = make_mpi_comm(base, mo);
+    if (MPI_Comm_dup(base, &mpi_) != MPI_SUCCESS) throw Error("MPI_Comm_dup failed for the NCCL communicator");
     rank_ = host_->rank();
     size_ = host_->size();
     set_topology(host_->node_of_rank(), host_->node_names());  // NCCL's ranks are MPI's
@@ -146,7 +149,7 @@ class NcclComm : public DeviceComm {
     std::string local;
     MPI_Comm node = MPI_COMM_NULL;
     int local_rank = 0;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    if (MPI_Comm_split_type(mpi_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
       node = MPI_COMM_NULL;
     if (node != MPI_COMM_NULL) MPI_Comm_rank(node, &local_rank);
     int ndev = 0;
@@ -173,7 +176,7 @@ class NcclComm : public DeviceComm {
       if (r != ncclSuccess) local = str("ncclGetUniqueId failed: ", ncclGetErrorString(r));
     }
     host_->agree("nccl bootstrap", {}, local);
-    if (MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+    if (MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, mpi_) != MPI_SUCCESS)
       host_->abort("MPI_Bcast of the NCCL unique id failed");
     GPUMIX_NCCL_CHECK(nullptr, ncclCommInitRank(&nccl_, size_, id, rank_));
     GPUMIX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -205,6 +208,22 @@ class NcclComm : public DeviceComm {
     if (staging_event_) cudaEventDestroy(staging_event_);
     if (nccl_) ncclCommDestroy(nccl_);
     if (stream_) cudaStreamDestroy(stream_);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && mpi_ != MPI_COMM_NULL) MPI_Comm_free(&mpi_);
+  }
+
+  // A new NCCL communicator over the ranks of one color, on this rank's GPU, bootstrapped
+  // through a split of this one's MPI communicator.
+  std::unique_ptr<Comm> split(int color) override {
+    GPUMIX_CHECK(color >= 0, "Comm::split: the color must be >= 0, got ", color, " on rank ", rank_);
+    MPI_Comm sub = MPI_COMM_NULL;
+    if (MPI_Comm_split(mpi_, color, rank_, &sub) != MPI_SUCCESS) host_->abort("MPI_Comm_split for an NCCL split failed");
+    NcclOptions o = opt_;
+    o.device = device_;
+    auto made = std::make_unique<NcclComm>(sub, o);
+    MPI_Comm_free(&sub);
+    return made;
   }
 
   int rank() const override { return rank_; }
@@ -397,6 +416,7 @@ class NcclComm : public DeviceComm {
  private:
   NcclOptions opt_;
   std::unique_ptr<Comm> host_;
+  MPI_Comm mpi_ = MPI_COMM_NULL;  // this communicator's ranks: the NCCL bootstrap, split()
   int rank_ = 0;
   int size_ = 1;
   int device_ = -1;
@@ -574,7 +594,7 @@ void NcclRequest::wait() {
 }  // namespace
 
 std::unique_ptr<DeviceComm> make_nccl_comm(const NcclOptions& options) {
-  return std::make_unique<NcclComm>(options);
+  return std::make_unique<NcclComm>(MPI_COMM_WORLD, options);
 }
 
 }  // namespace gpumix::dist

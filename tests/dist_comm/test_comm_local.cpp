@@ -67,6 +67,30 @@ TEST(CommLocal, TopologyOfTheWrongLengthIsRefused) {
   }
 }
 
+TEST(CommLocal, SplitMakesGroupsWithTheirNodes) {
+  LocalOptions o = quick();
+  o.node_of_rank = {0, 0, 1, 1, 2};
+  run_local(5, [](Comm& c) {
+    // By parity: {0, 2, 4} and {1, 3}; twice, so that successive splits do not mix.
+    for (int round = 0; round < 2; ++round) {
+      std::unique_ptr<Comm> sub = c.split(c.rank() % 2);
+      const bool even = c.rank() % 2 == 0;
+      EXPECT_EQ(sub->size(), even ? 3 : 2);
+      EXPECT_EQ(sub->rank(), c.rank() / 2);
+      EXPECT_EQ(sub->backend(), "local");
+      // The parent's nodes and names, renumbered in the group.
+      EXPECT_EQ(sub->node_of_rank(), even ? (std::vector<int>{0, 1, 2}) : (std::vector<int>{0, 1}));
+      EXPECT_EQ(sub->node_names(), even ? (std::vector<std::string>{"node0", "node1", "node2"})
+                                        : (std::vector<std::string>{"node0", "node1"}));
+      // Collectives stay inside the group: the sum of the group's ranks.
+      Tensor t = Tensor::full({3}, (float)c.rank());
+      sub->all_reduce_sum(t);
+      EXPECT_EQ(t.to_vector()[0], even ? 0.0f + 2 + 4 : 1.0f + 3) << "rank " << c.rank();
+      EXPECT_EQ(sub->all_reduce_sum(1.0), even ? 3.0 : 2.0);
+    }
+  }, o);
+}
+
 // ---- correctness against the sequential reference -------------------------------------------
 
 TEST(CommLocal, AllGatherVMatchesReferenceBitwise) {

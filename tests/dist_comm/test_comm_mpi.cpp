@@ -127,6 +127,21 @@ TEST(CommMpi, TopologyFromTheLibrary) {
   EXPECT_EQ(c.ranks_of_node(0).size(), (size_t)c.size());
 }
 
+TEST(CommMpi, SplitMakesGroups) {
+  Comm& c = *g_comm;
+  std::unique_ptr<Comm> sub = c.split(c.rank() % 2);
+  const int n = c.size(), mine = (n + 1 - c.rank() % 2) / 2;  // ranks of my parity
+  EXPECT_EQ(sub->size(), mine);
+  EXPECT_EQ(sub->rank(), c.rank() / 2);
+  EXPECT_EQ(sub->nodes(), 1);
+  double expect = 0;
+  for (int r = c.rank() % 2; r < n; r += 2) expect += r;
+  EXPECT_EQ(sub->all_reduce_sum((double)c.rank()), expect);
+  Tensor t = Tensor::full({2}, (float)c.rank());
+  sub->all_reduce_sum(t);
+  EXPECT_EQ(t.to_vector()[1], (float)expect);
+}
+
 TEST(CommMpi, CollectivesMatchTheReference) { check_collectives(*g_comm, false); }
 
 TEST(CommMpi, AsyncFormsGiveTheSameResults) {
