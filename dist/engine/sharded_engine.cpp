@@ -8,7 +8,7 @@ namespace gpumix::dist {
 
 ShardedEngine::ShardedEngine(const GPTConfig& config, const ShardLayout& layout, Comm& comm,
                              Device device, DType compute, uint64_t seed, const AdamWConfig& adam,
-                             bool prefetch, int group_size)
+                             bool prefetch, int group_size, const TopologyLinks& links)
     : config_(config), layout_(layout), comm_(comm), shard_(&comm), device_(device), compute_dtype_(compute),
       model_(config, device, compute), adam_(adam), prefetch_(prefetch) {
   if (group_size > 0) {
@@ -17,6 +17,10 @@ ShardedEngine::ShardedEngine(const GPTConfig& config, const ShardLayout& layout,
     group_ = comm.split(comm.rank() / group_size);
     replicas_ = comm.split(comm.rank() % group_size);
     shard_ = group_.get();
+  }
+  if (shard_->nodes() > 1) {
+    topology_ = std::make_unique<TopologyComm>(*shard_, links);
+    shard_ = topology_.get();
   }
   GPUMIX_CHECK(layout_.num_ranks() == shard_->size(), "the shard layout has ", layout_.num_ranks(),
                " ranks but the engine shards over ", shard_->size(),

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "dist/comm/comm.h"
+#include "dist/comm/hierarchical.h"
 #include "dist/engine/engine.h"
 #include "dist/engine/offload.h"
 #include "nn/gpt.h"
@@ -39,8 +40,13 @@ namespace gpumix::dist {
 class ShardedEngine final : public Engine {
  public:
   // `layout` is over comm.size() ranks (full) or over the group_size positions (hybrid).
+  // Where the shard ranks span several nodes, the unit collectives run through a
+  // TopologyComm (dist/comm/hierarchical.h): flat or hierarchical per call, as its cost
+  // model says for `links` (the profile's; by default TopologyLinks{}). A hierarchical
+  // gather completes before it returns: it does not overlap the compute.
   ShardedEngine(const GPTConfig& config, const ShardLayout& layout, Comm& comm, Device device,
-                DType compute, uint64_t seed, const AdamWConfig& adam, bool prefetch, int group_size = 0);
+                DType compute, uint64_t seed, const AdamWConfig& adam, bool prefetch, int group_size = 0,
+                const TopologyLinks& links = {});
 
   std::vector<Tensor> forward_backward(const Tensor& inputs, const Tensor& targets, int64_t micro,
                                        float scale) override;
@@ -79,6 +85,7 @@ class ShardedEngine final : public Engine {
   ShardLayout layout_;
   Comm& comm_;
   std::unique_ptr<Comm> group_, replicas_;  // hybrid: this rank's group, its position's replicas
+  std::unique_ptr<Comm> topology_;          // the shard ranks through TopologyComm, when on several nodes
   Comm* shard_;                             // the ranks of the layout: the group, or every rank
   int shard_rank() const { return shard_->rank(); }
   Device device_;

@@ -224,6 +224,16 @@ class Training {
   int64_t micro_batch() const { return std::max<int64_t>(1, work_[rank_].micro_batch); }
   Allocator& memory() const { return allocator(device_); }
   Comm& engine_comm() { return device_comm_ ? *device_comm_ : comm_; }
+  // The links the collectives' form is chosen by: the profile's where the run planned
+  // (its all-gather figures), TopologyLinks' defaults otherwise.
+  TopologyLinks topology_links() const {
+    TopologyLinks links;
+    if (!planner_) return links;
+    const CollectiveProfile& ag = planner_->profile().comm.all_gather;
+    links.intra = {ag.intra_node.latency_s, ag.intra_node.bandwidth_Bps};
+    if (ag.inter_node.bandwidth_Bps > 0) links.inter = {ag.inter_node.latency_s, ag.inter_node.bandwidth_Bps};
+    return links;
+  }
   Tensor on_device(const Tensor& host) const { return device_.is_cpu() ? host : host.to(device_); }
   void choose_device_comm();
   void log_line(const json& j);
@@ -400,7 +410,8 @@ void Training::make_engine() {
     engine_ = std::make_unique<WholeModelEngine>(config_, device_, dtype_.dtype, o_.seed, adam, o_.recompute);
   else
     engine_ = std::make_unique<ShardedEngine>(config_, agreed_layout(), engine_comm(), device_, dtype_.dtype,
-                                              o_.seed, adam, engine_options_.prefetch, work_[0].group_size);
+                                              o_.seed, adam, engine_options_.prefetch, work_[0].group_size,
+                                              topology_links());
   engine_->tracer = &tracer_;
   engine_->set_offload(work_[rank_].offload);
 }

@@ -51,7 +51,8 @@ struct Outcome {
 // wrong length), one OpenMP thread each. `tweak` may change one rank's options or plan.
 Outcome run_ranks(const TrainOptions& o, const std::vector<RankWork>& work, const EngineOptions& engine = {},
                   int ranks = 0,
-                  const std::function<void(int, TrainOptions&, std::vector<RankWork>&)>& tweak = {}) {
+                  const std::function<void(int, TrainOptions&, std::vector<RankWork>&)>& tweak = {},
+                  const std::vector<int>& nodes = {}) {
   const int n = ranks > 0 ? ranks : (int)work.size();
   Outcome out;
   out.errors.assign(n, "");
@@ -59,6 +60,7 @@ Outcome run_ranks(const TrainOptions& o, const std::vector<RankWork>& work, cons
   std::mutex mu;
   LocalOptions local;
   local.timeout_s = 60;  // a hang fails the test well inside meson's timeout
+  local.node_of_rank = nodes;  // simulated nodes (empty: one)
   const auto t0 = std::chrono::steady_clock::now();
   try {
     run_local(
@@ -242,6 +244,33 @@ TEST_F(EngineTest, HybridPlanGathersUnitsWithinGroupsOnly) {
   const int64_t f = full.stats[0][CommOp::all_gather_v].bytes_received;
   EXPECT_LT(h * 100, f) << "hybrid " << h << " B vs full " << f << " B on the world communicator";
   EXPECT_EQ(hybrid.stats[0][CommOp::reduce_scatter_v].bytes_received, 0);
+}
+
+// Ranks on two simulated nodes: the unit collectives go through TopologyComm, which
+// chooses the hierarchical form for these small, latency-bound units (the default links);
+// full and hybrid plans still train like one rank on the whole batch.
+TEST_F(EngineTest, PlansOnTwoNodesTrainLikeOneRankWithHierarchicalCollectives) {
+  const TrainOptions ref_o = tiny_options(data_dir(), out("ref"));
+  const Outcome ref = run_one(ref_o);
+  ASSERT_EQ(ref.error, "");
+  const std::vector<int> nodes = {0, 0, 1, 1};
+  const PlanCase plans[] = {
+      {"nodes_full_b1.2.4.1", {1, 2, 4, 1}, {1, 1, 2, 1}, {0.1, 0.4, 0.3, 0.2}, 0},
+      {"nodes_hybrid_g2", {1, 2, 4, 1}, {1, 1, 2, 1}, {0.6, 0.4, 0.6, 0.4}, 2},
+  };
+  for (const PlanCase& plan : plans) {
+    SCOPED_TRACE(plan.name);
+    TrainOptions o = ref_o;
+    o.out = out(plan.name);
+    const Outcome run = run_ranks(o, work_of(plan), {}, 0, {}, nodes);
+    ASSERT_EQ(run.error, "");
+    expect_same_training(o.out, run.result.checkpoint, ref_o.out, ref.result.checkpoint, o.steps, o.lr);
+    if (plan.group_size == 0) {
+      // The units crossed the world communicator only as the leaders' stage, not as every
+      // rank's all-gather: its own counters saw none of their bytes.
+      EXPECT_LT(run.stats[0][CommOp::all_gather_v].bytes_received, 4096) << plan.name;
+    }
+  }
 }
 
 // ---- checkpoints across layouts ---------------------------------------------------------------
