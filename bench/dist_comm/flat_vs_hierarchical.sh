@@ -15,7 +15,7 @@
 # and OUT_DIR/RATE.txt; a summary table of flat vs hierarchical time per case at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out=${1:-bench/results/hier}
+out=$(realpath -m "${1:-bench/results/hier}")
 nodes=${NODES:-2} slots=${SLOTS:-2} rates=${RATES:-"1gbit 100mbit"}
 sizes=${SIZES:-'64KiB|1024KiB|8192KiB'}
 cluster=${CLUSTER_SCRIPT:-tools/cluster/emulated_cluster.sh}  # another checkout's: CLUSTER_SCRIPT=...
@@ -30,8 +30,8 @@ for rate in $rates; do
   echo "== $nodes nodes x $slots ranks, links shaped at $rate"
   bash "$cluster" with --nodes "$nodes" --slots "$slots" --rate "$rate" -- \
     bash -c "mpirun --hostfile \"\$GPUMIX_CLUSTER_HOSTFILE\" -np $np $PWD/$bench \
-      --benchmark_filter='/($sizes)' --benchmark_min_time=0.2s \
-      --benchmark_out=$PWD/$out/$rate.json --benchmark_out_format=json" | tee "$out/$rate.txt"
+      --benchmark_filter='/($sizes)' --benchmark_min_time=${MIN_TIME:-0.2} \
+      --benchmark_out=$out/$rate.json --benchmark_out_format=json" | tee "$out/$rate.txt"
 done
 # Side by side: per op / skew / size, flat vs hierarchical (and what auto ran), per rate.
 python3 - "$out" $rates <<'PY'
