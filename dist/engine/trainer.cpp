@@ -814,6 +814,8 @@ std::string Training::plan_text() const {
   std::string text;
   for (int r = 0; r < ranks_; ++r)
     text += str(r ? ", " : "", work_[r].batch, "/", work_[r].micro_batch, "/", work_[r].share);
+  if (work_[0].group_size > 0)  // the shares are then of each group's state
+    text += str(", hybrid: ", ranks_ / work_[0].group_size, " groups of ", work_[0].group_size);
   return text;
 }
 
