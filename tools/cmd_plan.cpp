@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <stdexcept>
 
@@ -25,6 +26,7 @@ int cmd_plan(int argc, char** argv) {
   std::string profile_path, cluster_path, model_name, out_path, svg_path, planner = "gpumix", dtype_text;
   int64_t global_batch = 0;
   int seq = 0;
+  std::string sharding = "auto";
   bool as_json = false, no_offload = false, no_leave_out = false;
   app.add_option("--profile", profile_path, "profile file (JSON, from `gpumix profile`)");
   app.add_option("--cluster", cluster_path, "cluster file: profiles synthesised from the device catalog");
@@ -40,6 +42,9 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--svg", svg_path, "write a picture of the plan");
   app.add_flag("--no-offload", no_offload, "never offload block inputs to host memory");
   app.add_flag("--no-leave-out", no_leave_out, "use every rank");
+  app.add_option("--sharding", sharding,
+                 "gpumix planner: auto (full or hybrid, whichever the cost model predicts faster; hybrid is "
+                 "tried on clusters of several nodes), full, or G (hybrid in groups of G ranks)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -74,6 +79,17 @@ int cmd_plan(int argc, char** argv) {
   PlannerOptions opts;
   opts.allow_offload = !no_offload;
   opts.allow_leave_out = !no_leave_out;
+  if (sharding == "full") {
+    opts.group_size = 0;
+  } else if (sharding != "auto") {
+    char* end = nullptr;
+    const long g = std::strtol(sharding.c_str(), &end, 10);
+    if (!end || *end || g < 1)
+      throw std::invalid_argument("--sharding " + sharding + " is not auto, full or a group size >= 1");
+    const std::string bad = check_sharding(Sharding{(int)g}, profile.num_ranks());
+    if (!bad.empty()) throw std::invalid_argument("--sharding " + sharding + ": " + bad);
+    opts.group_size = (int)g;
+  }
   const Plan plan = run_planner(planner, profile, global_batch, opts);
   if (!out_path.empty()) write_plan(plan, out_path);
   if (!svg_path.empty()) write_plans_svg({plan}, "gpumix plan: " + profile.model.name, svg_path);

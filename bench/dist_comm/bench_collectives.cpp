@@ -14,6 +14,13 @@
 // of the ranks, stretched to N ranks by repeating the pattern and normalising): even;
 // 0.2/0.5/0.3; one rank with nothing (0/0.5/0.5). bytes_per_second is the full buffer's
 // bytes per collective per second (algorithm bandwidth).
+//
+// Flat vs hierarchical (dist/comm/hierarchical.h): when the ranks span several nodes (MPI
+// across emulated or real nodes: bench/dist_comm/flat_vs_hierarchical.sh; or thread ranks
+// on simulated nodes, GPUMIX_BENCH_NODES=0,0,1,1), every benchmark runs in three forms side
+// by side: flat (the backend's own collective), hierarchical (forced), auto (TopologyComm's
+// cost-model choice, with its default links). Leave GPUMIX_COLLECTIVES unset: it would
+// override the forced forms.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -24,6 +31,7 @@
 #include <vector>
 
 #include "dist/comm/comm.h"
+#include "dist/comm/hierarchical.h"
 
 using namespace gpumix;
 using namespace gpumix::dist;
@@ -32,6 +40,19 @@ namespace {
 
 enum Op : int32_t { kQuit = -1, kAllGather = 0, kReduceScatter = 1 };
 const char* kOpNames[] = {"all_gather_v", "reduce_scatter_v"};
+const char* kFormNames[] = {"flat", "hierarchical", "auto"};
+
+// The forms of the collectives on this rank: [0] the backend itself; on several nodes also
+// [1] hierarchical and [2] automatic TopologyComms over it (made collectively, in order).
+std::vector<Comm*> g_forms;
+std::vector<std::unique_ptr<Comm>> g_owned;
+void make_forms(Comm& base) {
+  g_forms = {&base};
+  if (base.nodes() < 2) return;
+  g_owned.push_back(std::make_unique<TopologyComm>(base, TopologyLinks{}, TopologyComm::Mode::hierarchical));
+  g_owned.push_back(std::make_unique<TopologyComm>(base, TopologyLinks{}, TopologyComm::Mode::automatic));
+  for (auto& c : g_owned) g_forms.push_back(c.get());
+}
 
 struct Skew {
   const char* name;
@@ -91,26 +112,27 @@ void run_once(Comm& comm, int op, Buffers& b) {
     comm.reduce_scatter_v(b.in, b.out, b.counts);
 }
 
-// Rank 0 -> all: {op, skew, total (2 x i32), iterations (2 x i32)}.
-void send_command(Comm& comm, int32_t op, int32_t skew, int64_t total, int64_t iters) {
+// Rank 0 -> all: {op, skew, total (2 x i32), iterations (2 x i32), form}.
+void send_command(Comm& comm, int32_t op, int32_t skew, int64_t total, int64_t iters, int32_t form = 0) {
   std::vector<int32_t> v = {op, skew, (int32_t)(total & 0x7fffffff), (int32_t)(total >> 31),
-                            (int32_t)(iters & 0x7fffffff), (int32_t)(iters >> 31)};
-  Tensor t = Tensor::from_vector(v, Shape{6});
+                            (int32_t)(iters & 0x7fffffff), (int32_t)(iters >> 31), form};
+  Tensor t = Tensor::from_vector(v, Shape{7});
   comm.broadcast(t, 0);
 }
 
 // Ranks other than 0: follow rank 0's commands until it says quit.
-void follow(Comm& comm) {
+void follow(Comm& comm, const std::vector<Comm*>& forms) {
   for (;;) {
-    Tensor t = Tensor::zeros(Shape{6}, DType::i32);
+    Tensor t = Tensor::zeros(Shape{7}, DType::i32);
     comm.broadcast(t, 0);
     const std::vector<int32_t> v = t.to_int_vector();
     if (v[0] == kQuit) return;
     const int64_t total = (int64_t)v[2] | ((int64_t)v[3] << 31);
     const int64_t iters = (int64_t)v[4] | ((int64_t)v[5] << 31);
+    Comm& form = *forms[(size_t)v[6]];
     Buffers b = make_buffers(comm, v[0], v[1], total);
     comm.barrier();
-    for (int64_t i = 0; i < iters; ++i) run_once(comm, v[0], b);
+    for (int64_t i = 0; i < iters; ++i) run_once(form, v[0], b);
   }
 }
 
@@ -118,18 +140,26 @@ void register_all(Comm* comm, const std::string& backend) {
   for (int op : {kAllGather, kReduceScatter}) {
     for (int skew = 0; skew < (int)kSkews.size(); ++skew) {
       for (int64_t bytes : kSizes) {
-        const int64_t total = bytes / 4;
-        const std::string name = std::string(kOpNames[op]) + "/" + backend + "/" +
-                                 kSkews[skew].name + "/" + std::to_string(bytes >> 10) + "KiB";
-        benchmark::RegisterBenchmark(name.c_str(), [comm, op, skew, total, bytes](benchmark::State& st) {
-          Buffers b = make_buffers(*comm, op, skew, total);
-          send_command(*comm, op, skew, total, (int64_t)st.max_iterations);
-          comm->barrier();
-          for (auto _ : st) run_once(*comm, op, b);
-          st.SetBytesProcessed(bytes * (int64_t)st.iterations());
-          st.SetLabel(std::to_string(comm->size()) + " ranks, counts " +
-                      gpumix::dist::detail::format_counts(b.counts));
-        })->UseRealTime()->Unit(benchmark::kMicrosecond);
+        for (int f = 0; f < (int)g_forms.size(); ++f) {
+          const int64_t total = bytes / 4;
+          // One node: the backend only, named as before; several: the form too.
+          const std::string form = g_forms.size() > 1 ? std::string(kFormNames[f]) + "/" : "";
+          const std::string name = std::string(kOpNames[op]) + "/" + backend + "/" + form +
+                                   kSkews[skew].name + "/" + std::to_string(bytes >> 10) + "KiB";
+          benchmark::RegisterBenchmark(name.c_str(), [comm, op, skew, total, bytes, f](benchmark::State& st) {
+            Comm& c = *g_forms[(size_t)f];
+            Buffers b = make_buffers(*comm, op, skew, total);
+            send_command(*comm, op, skew, total, (int64_t)st.max_iterations, f);
+            comm->barrier();
+            for (auto _ : st) run_once(c, op, b);
+            st.SetBytesProcessed(bytes * (int64_t)st.iterations());
+            std::string label = std::to_string(comm->size()) + " ranks on " + std::to_string(comm->nodes()) +
+                                " nodes, counts " + gpumix::dist::detail::format_counts(b.counts);
+            if (auto* t = dynamic_cast<TopologyComm*>(&c))
+              label += std::string(", ran ") + topology_algo_name(t->last_choice().algo);
+            st.SetLabel(label);
+          })->UseRealTime()->Unit(benchmark::kMicrosecond);
+        }
       }
     }
   }
@@ -141,8 +171,9 @@ int main(int argc, char** argv) {
   if (launched_by_mpi() && mpi_built()) {
     MpiSession mpi(&argc, &argv);
     std::unique_ptr<Comm> comm = make_mpi_comm();
+    make_forms(*comm);
     if (comm->rank() != 0) {
-      follow(*comm);
+      follow(*comm, g_forms);
       return 0;
     }
     register_all(comm.get(), "mpi");
@@ -155,15 +186,34 @@ int main(int argc, char** argv) {
 
   int n = 3;
   if (const char* env = std::getenv("GPUMIX_BENCH_RANKS")) n = std::max(1, std::atoi(env));
-  LocalGroup group(n);
+  LocalOptions options;  // GPUMIX_BENCH_NODES=0,0,1,1: the node of each thread rank
+  if (const char* env = std::getenv("GPUMIX_BENCH_NODES")) {
+    for (const char* p = env; *p;) {
+      options.node_of_rank.push_back(std::atoi(p));
+      while (*p && *p != ',') ++p;
+      if (*p == ',') ++p;
+    }
+    n = (int)options.node_of_rank.size();
+  }
+  LocalGroup group(n, options);
+  // The forms are collective to make, on every rank before rank 0 starts the benchmarks;
+  // the forms of thread ranks are per thread, so each thread keeps its own.
   std::vector<std::thread> helpers;
   for (int r = 1; r < n; ++r)
     helpers.emplace_back([&group, r] {
       std::unique_ptr<Comm> comm = group.comm(r);
-      follow(*comm);
+      std::vector<std::unique_ptr<Comm>> mine;
+      std::vector<Comm*> forms = {comm.get()};
+      if (comm->nodes() > 1) {
+        mine.push_back(std::make_unique<TopologyComm>(*comm, TopologyLinks{}, TopologyComm::Mode::hierarchical));
+        mine.push_back(std::make_unique<TopologyComm>(*comm, TopologyLinks{}, TopologyComm::Mode::automatic));
+        for (auto& c : mine) forms.push_back(c.get());
+      }
+      follow(*comm, forms);
     });
   {
     std::unique_ptr<Comm> comm = group.comm(0);
+    make_forms(*comm);
     register_all(comm.get(), "local");
     benchmark::Initialize(&argc, argv);
     benchmark::RunSpecifiedBenchmarks();

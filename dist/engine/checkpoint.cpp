@@ -53,6 +53,7 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
     attempt([&] { tmp = writer.begin(o.out, step, {{"master", P}, {"adam_m", P}, {"adam_v", P}}, nonce); });
   comm.agree("checkpoint: preparing step " + std::to_string(step), {}, error);
   attempt([&] {
+    if (!engine.primary_replica()) return;  // the first group writes; replicas hold the same
     for (const OwnedSlice& s : engine.slices()) {
       const int64_t n = s.master.numel();
       CheckpointWriter::write_slice(tmp, "master", s.flat_offset, host_copy(s.master).data<float>(), n);
@@ -71,7 +72,7 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
     meta.tokenizer_hash = tokenizer_hash;
     json ranks = json::array();
     for (const RankWork& w : work) ranks.push_back({{"batch", w.batch}, {"micro_batch", w.micro_batch}, {"share", w.share}});
-    meta.plan = {{"ranks", ranks}, {"global_batch", o.batch}};
+    meta.plan = {{"ranks", ranks}, {"global_batch", o.batch}, {"group_size", work.empty() ? 0 : work[0].group_size}};
     meta.extra = {{"lr", o.lr}, {"steps", o.steps}, {"seq", o.seq > 0 ? o.seq : (int64_t)config.T}, {"dtype", dtype_name(dtype)}};
     attempt([&] {
       dir = writer.commit(meta);

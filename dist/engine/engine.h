@@ -62,6 +62,10 @@ class Engine {
   // Keep saved block inputs in host memory between forward and backward (RankWork::offload;
   // dist/engine/offload.h). Engines that save no block inputs ignore it.
   virtual void set_offload(bool) {}
+  // False on a rank whose state is a copy of another rank's (hybrid sharding: every group
+  // but the first holds replicas): it writes no checkpoint slices and its gradient slices
+  // are not counted again in the norm.
+  virtual bool primary_replica() const { return true; }
   double wait_s = 0;  // time spent waiting for collectives since the last reset
   Tracer* tracer = nullptr;  // the run's (dist/engine/trace.h); null or idle: no spans
 };

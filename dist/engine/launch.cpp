@@ -92,7 +92,7 @@ std::vector<RankWork> work_from_plan_file(const std::string& path, int64_t globa
                                 " but --batch is " + std::to_string(global_batch) + "; pass --batch " +
                                 std::to_string(plan.global_batch));
   std::vector<RankWork> work;
-  for (const auto& r : plan.ranks) work.push_back({r.batch, r.micro_batch, r.share, r.offload});
+  for (const auto& r : plan.ranks) work.push_back({r.batch, r.micro_batch, r.share, r.offload, plan.sharding.group_size});
   gpumix::dist::validate_work(work, global_batch, ranks);
   return work;
 }

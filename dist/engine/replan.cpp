@@ -37,12 +37,14 @@ Replanner::Replanner(Profile profile, std::string name, int64_t global_batch, co
   // would still hold the gathered units that its memory model does not count.
   options_.allow_leave_out = false;
   plan_ = run_planner(name_, profile_, global_batch_, options_);
+  // The engine re-shards within one group size: re-plans keep the first plan's sharding.
+  options_.group_size = plan_.sharding.group_size;
   watch();
 }
 
 std::vector<RankWork> Replanner::work() const {
   std::vector<RankWork> w;
-  for (const RankPlan& r : plan_.ranks) w.push_back({r.batch, r.micro_batch, r.share, r.offload});
+  for (const RankPlan& r : plan_.ranks) w.push_back({r.batch, r.micro_batch, r.share, r.offload, plan_.sharding.group_size});
   return w;
 }
 
@@ -63,7 +65,7 @@ bool Replanner::observe(const std::vector<double>& busy_s) {
   const std::vector<double> factors = monitor_->observe(busy_s);
   if (factors.empty()) return false;
   profile_ = corrected_profile(profile_, factors);
-  const Plan current = make_plan(CostModel(profile_, options_.memory), name_, global_batch_, plan_.choices());
+  const Plan current = make_plan(CostModel(profile_, options_.memory, 0, plan_.sharding), name_, global_batch_, plan_.choices());
   change_ = {factors, false, current.predicted.step_s, current.predicted.step_s};
   plan_ = current;
   try {

@@ -34,6 +34,7 @@ class Replanner {
   Replanner(Profile profile, std::string name, int64_t global_batch, const DriftOptions& drift);
 
   const Plan& plan() const { return plan_; }
+  const Profile& profile() const { return profile_; }
   const std::string& name() const { return name_; }
   const Change& last_change() const { return change_; }
   std::vector<RankWork> work() const;

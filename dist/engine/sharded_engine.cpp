@@ -8,13 +8,27 @@ namespace gpumix::dist {
 
 ShardedEngine::ShardedEngine(const GPTConfig& config, const ShardLayout& layout, Comm& comm,
                              Device device, DType compute, uint64_t seed, const AdamWConfig& adam,
-                             bool prefetch)
-    : config_(config), layout_(layout), comm_(comm), device_(device), compute_dtype_(compute),
+                             bool prefetch, int group_size, const TopologyLinks& links)
+    : config_(config), layout_(layout), comm_(comm), shard_(&comm), device_(device), compute_dtype_(compute),
       model_(config, device, compute), adam_(adam), prefetch_(prefetch) {
+  if (group_size > 0) {
+    GPUMIX_CHECK(group_size < comm.size() && comm.size() % group_size == 0, "hybrid sharding in groups of ",
+                 group_size, " needs a group size that divides the ", comm.size(), " ranks into at least 2 groups");
+    group_ = comm.split(comm.rank() / group_size);
+    replicas_ = comm.split(comm.rank() % group_size);
+    shard_ = group_.get();
+  }
+  if (shard_->nodes() > 1) {
+    topology_ = std::make_unique<TopologyComm>(*shard_, links);
+    shard_ = topology_.get();
+  }
+  GPUMIX_CHECK(layout_.num_ranks() == shard_->size(), "the shard layout has ", layout_.num_ranks(),
+               " ranks but the engine shards over ", shard_->size(),
+               group_size > 0 ? " (a group)" : " (every rank)");
   allocate_state();
   for (int u = 0; u < layout_.num_units(); ++u) {
     Tensor mine = master_slice(u);
-    GPT::init_slice(model_.layout(), seed, layout_.unit_offset(u) + layout_.slice(u, comm.rank()).offset, mine);
+    GPT::init_slice(model_.layout(), seed, layout_.unit_offset(u) + layout_.slice(u, shard_rank()).offset, mine);
   }
 }
 
@@ -112,7 +126,7 @@ void ShardedEngine::optimizer_step(float lr, int step) {
 std::vector<OwnedSlice> ShardedEngine::slices() {
   std::vector<OwnedSlice> out;
   for (int u = 0; u < layout_.num_units(); ++u)
-    out.push_back({layout_.unit_offset(u) + layout_.slice(u, comm_.rank()).offset, master_slice(u),
+    out.push_back({layout_.unit_offset(u) + layout_.slice(u, shard_rank()).offset, master_slice(u),
                    opts_[u].get()});
   return out;
 }
@@ -122,7 +136,9 @@ std::vector<OwnedSlice> ShardedEngine::slices() {
 // each unit's arrays are all-gathered there, one unit at a time, and the new slices
 // copied to the device.
 void ShardedEngine::reshard(const ShardLayout& next) {
-  const int rank = comm_.rank();
+  GPUMIX_CHECK(next.num_ranks() == layout_.num_ranks(), "re-sharding moves state between layouts of one group "
+               "size: the new layout has ", next.num_ranks(), " ranks, the running one ", layout_.num_ranks());
+  const int rank = shard_rank();
   const ShardLayout old = layout_;
   std::vector<std::vector<float>> staged(3, std::vector<float>((size_t)old.rank_total(rank)));
   const std::vector<OwnedSlice> mine = slices();
@@ -146,7 +162,7 @@ void ShardedEngine::reshard(const ShardLayout& next) {
       Tensor from = Tensor::borrow(staged[a].data() + old.rank_unit_offset(u, rank),
                                    {old.slice(u, rank).count}, DType::f32);
       Tensor gathered = Tensor::borrow(full.data(), {old.unit_size(u)}, DType::f32);
-      comm_.all_gather_v(from, gathered, old.counts(u));
+      shard_->all_gather_v(from, gathered, old.counts(u));
       ops::copy(arrays[a], gathered.flat_slice(s.offset, s.count));
     }
   }
@@ -169,7 +185,7 @@ void ShardedEngine::set_offload(bool on) {
 
 // This rank's master weights and gradient slices (zeros) and an AdamW per unit slice.
 void ShardedEngine::allocate_state() {
-  const int rank = comm_.rank();
+  const int rank = shard_rank();
   master_ = Tensor::empty({layout_.rank_total(rank)}, DType::f32, device_);
   grads_ = Tensor::zeros({layout_.rank_total(rank)}, DType::f32, device_);
   for (int u = 0; u < layout_.num_units(); ++u) {
@@ -180,12 +196,12 @@ void ShardedEngine::allocate_state() {
 }
 
 Tensor ShardedEngine::unit_slice(const Tensor& flat, int u) const {
-  return flat.flat_slice(layout_.rank_unit_offset(u, comm_.rank()), layout_.slice(u, comm_.rank()).count);
+  return flat.flat_slice(layout_.rank_unit_offset(u, shard_rank()), layout_.slice(u, shard_rank()).count);
 }
 
 Tensor ShardedEngine::own_part_of_full(int u, Tensor* mine) {
   Tensor full = Tensor::empty({layout_.unit_size(u)}, compute_dtype_, device_);
-  const Slice& s = layout_.slice(u, comm_.rank());
+  const Slice& s = layout_.slice(u, shard_rank());
   *mine = full.flat_slice(s.offset, s.count);
   if (compute_dtype_ == DType::f32)
     ops::copy(*mine, master_slice(u));
@@ -246,7 +262,7 @@ Tensor ShardedEngine::fetch(int unit, int next) {
     TraceSpan span(tracer, "gather", "collective", unit);
     Tensor mine;
     full = own_part_of_full(unit, &mine);
-    comm_.all_gather_v(mine, full, layout_.counts(unit));  // in place, around this rank's slice
+    shard_->all_gather_v(mine, full, layout_.counts(unit));  // in place, around this rank's slice
   }
   wait_s += detail::seconds_since(t0);
   if (prefetch_ && next >= 0) {
@@ -254,7 +270,7 @@ Tensor ShardedEngine::fetch(int unit, int next) {
     Tensor mine;
     pending_full_ = own_part_of_full(next, &mine);
     pending_issued_ = detail::now_seconds();
-    pending_ = comm_.all_gather_v_async(mine, pending_full_, layout_.counts(next));
+    pending_ = shard_->all_gather_v_async(mine, pending_full_, layout_.counts(next));
     pending_unit_ = next;
   }
   return full;
@@ -265,7 +281,11 @@ void ShardedEngine::reduce(int unit, const Tensor& full_grad) {
   TraceSpan span(tracer, "reduce-scatter", "collective", unit);
   const double t0 = detail::now_seconds();
   Tensor mine = grad_slice(unit);
-  comm_.reduce_scatter_v(full_grad, mine, layout_.counts(unit));
+  shard_->reduce_scatter_v(full_grad, mine, layout_.counts(unit));
+  if (replicas_ && mine.numel() > 0) {  // every replica of the slice gets the sum over the groups
+    TraceSpan ar(tracer, "all-reduce across groups", "collective", unit);
+    replicas_->all_reduce_sum(mine);
+  }
   wait_s += detail::seconds_since(t0);
 }
 

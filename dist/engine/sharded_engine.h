@@ -10,6 +10,13 @@
 // collectives on device tensors start after the compute stream's earlier work and are
 // ordered before its later work), never by a host wait.
 //
+// Hybrid sharding (group_size g > 0, dist/plan/cost_model.h's Sharding): the ranks form
+// groups of g consecutive ranks (Comm::split); the layout is over a group's g positions,
+// every group holds the whole state that way, the units are gathered and their gradients
+// reduce-scattered within the group, and each gradient slice is then all-reduced among the
+// ranks of its position across the groups (the replicas), so that every replica takes the
+// same optimizer step. Full sharding (g = 0): one group of every rank, no replicas.
+//
 // Precision: the master shard, the gradients (accumulated over micro-batches and
 // reduce-scattered) and the AdamW moments are fp32 (16 bytes per parameter of the shard in
 // either compute dtype). Units are gathered in the compute dtype: each rank rounds its
@@ -22,6 +29,7 @@
 #include <vector>
 
 #include "dist/comm/comm.h"
+#include "dist/comm/hierarchical.h"
 #include "dist/engine/engine.h"
 #include "dist/engine/offload.h"
 #include "nn/gpt.h"
@@ -31,8 +39,14 @@ namespace gpumix::dist {
 
 class ShardedEngine final : public Engine {
  public:
+  // `layout` is over comm.size() ranks (full) or over the group_size positions (hybrid).
+  // Where the shard ranks span several nodes, the unit collectives run through a
+  // TopologyComm (dist/comm/hierarchical.h): flat or hierarchical per call, as its cost
+  // model says for `links` (the profile's; by default TopologyLinks{}). A hierarchical
+  // gather completes before it returns: it does not overlap the compute.
   ShardedEngine(const GPTConfig& config, const ShardLayout& layout, Comm& comm, Device device,
-                DType compute, uint64_t seed, const AdamWConfig& adam, bool prefetch);
+                DType compute, uint64_t seed, const AdamWConfig& adam, bool prefetch, int group_size = 0,
+                const TopologyLinks& links = {});
 
   std::vector<Tensor> forward_backward(const Tensor& inputs, const Tensor& targets, int64_t micro,
                                        float scale) override;
@@ -44,6 +58,7 @@ class ShardedEngine final : public Engine {
   void sync_compute_params() override {}  // every gather rounds the master afresh
   void reshard(const ShardLayout& next) override;
   void set_offload(bool on) override;
+  bool primary_replica() const override { return !replicas_ || replicas_->rank() == 0; }
 
  private:
   void allocate_state();
@@ -69,6 +84,10 @@ class ShardedEngine final : public Engine {
   GPTConfig config_;
   ShardLayout layout_;
   Comm& comm_;
+  std::unique_ptr<Comm> group_, replicas_;  // hybrid: this rank's group, its position's replicas
+  std::unique_ptr<Comm> topology_;          // the shard ranks through TopologyComm, when on several nodes
+  Comm* shard_;                             // the ranks of the layout: the group, or every rank
+  int shard_rank() const { return shard_->rank(); }
   Device device_;
   DType compute_dtype_;
   GPT model_;  // unbound: each unit is bound to its gathered parameters as it runs

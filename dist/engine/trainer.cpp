@@ -226,6 +226,16 @@ class Training {
   int64_t micro_batch() const { return std::max<int64_t>(1, work_[rank_].micro_batch); }
   Allocator& memory() const { return allocator(device_); }
   Comm& engine_comm() { return device_comm_ ? *device_comm_ : comm_; }
+  // The links the collectives' form is chosen by: the profile's where the run planned
+  // (its all-gather figures), TopologyLinks' defaults otherwise.
+  TopologyLinks topology_links() const {
+    TopologyLinks links;
+    if (!planner_) return links;
+    const CollectiveProfile& ag = planner_->profile().comm.all_gather;
+    links.intra = {ag.intra_node.latency_s, ag.intra_node.bandwidth_Bps};
+    if (ag.inter_node.bandwidth_Bps > 0) links.inter = {ag.inter_node.latency_s, ag.inter_node.bandwidth_Bps};
+    return links;
+  }
   Tensor on_device(const Tensor& host) const { return device_.is_cpu() ? host : host.to(device_); }
   void choose_device_comm();
   void log_line(const json& j);
@@ -402,7 +412,8 @@ void Training::make_engine() {
     engine_ = std::make_unique<WholeModelEngine>(config_, device_, dtype_.dtype, o_.seed, adam, o_.recompute);
   else
     engine_ = std::make_unique<ShardedEngine>(config_, agreed_layout(), engine_comm(), device_, dtype_.dtype,
-                                              o_.seed, adam, engine_options_.prefetch);
+                                              o_.seed, adam, engine_options_.prefetch, work_[0].group_size,
+                                              topology_links());
   engine_->tracer = &tracer_;
   engine_->set_offload(work_[rank_].offload);
 }
@@ -571,8 +582,9 @@ StepOutcome Training::forward_backward_update(int step) {
   }
   {
     TraceSpan span(&tracer_, "finite check and norm", "collective");
-    s.norm = std::sqrt(
-        comm_.all_reduce_sum(check_finite(numbers, local_loss, comm_, step, config_.L, host_, &s.nonfinite)));
+    // Replicas hold the same reduced slices: the norm counts the first group's only.
+    const double squares = check_finite(numbers, local_loss, comm_, step, config_.L, host_, &s.nonfinite);
+    s.norm = std::sqrt(comm_.all_reduce_sum(engine_->primary_replica() ? squares : 0.0));
   }
   if (!s.nonfinite.empty() && !o_.skip_nonfinite)
     throw Error(s.nonfinite + "; the optimizer step was not applied. Lower --lr, resume from the last "
@@ -794,10 +806,13 @@ void Training::take_rows() {
 ShardLayout Training::agreed_layout() const {
   std::vector<int64_t> unit_sizes;
   for (int u = 0; u < config_.num_units(); ++u) unit_sizes.push_back(config_.unit_params(u));
+  // Hybrid: the layout of a group's positions (the same in every group).
+  const int positions = work_[0].group_size > 0 ? work_[0].group_size : ranks_;
   std::vector<double> shares;
-  for (const RankWork& r : work_) shares.push_back(r.share);
+  for (int r = 0; r < positions; ++r) shares.push_back(work_[r].share);
   const ShardLayout layout(unit_sizes, shares);
-  comm_.agree("shard layout", {(int64_t)layout.fingerprint(), (int64_t)config_.total_params()});
+  comm_.agree("shard layout", {(int64_t)layout.fingerprint(), (int64_t)config_.total_params(),
+                               (int64_t)work_[0].group_size});
   return layout;
 }
 
@@ -849,6 +864,8 @@ std::string Training::plan_text() const {
   std::string text;
   for (int r = 0; r < ranks_; ++r)
     text += str(r ? ", " : "", work_[r].batch, "/", work_[r].micro_batch, "/", work_[r].share);
+  if (work_[0].group_size > 0)  // the shares are then of each group's state
+    text += str(", hybrid: ", ranks_ / work_[0].group_size, " groups of ", work_[0].group_size);
   return text;
 }
 
@@ -874,8 +891,12 @@ void validate_work(const std::vector<RankWork>& work, int64_t global_batch, int 
                      " are running; give one batch, micro-batch and share per rank");
   int64_t batch = 0;
   double share = 0;
+  std::vector<double> shares;
   for (size_t r = 0; r < work.size(); ++r) {
     const RankWork& w = work[r];
+    shares.push_back(w.share);
+    GPUMIX_CHECK_INPUT(w.group_size == work[0].group_size, "rank ", r, " shards in groups of ", w.group_size,
+                       " but rank 0 in groups of ", work[0].group_size, "; one plan has one group size");
     GPUMIX_CHECK_INPUT(w.batch >= 0, "rank ", r, ": batch ", w.batch, " is negative");
     GPUMIX_CHECK_INPUT(w.batch == 0 || w.micro_batch >= 1, "rank ", r, ": micro-batch ", w.micro_batch,
                        " must be at least 1 for its batch of ", w.batch);
@@ -885,6 +906,11 @@ void validate_work(const std::vector<RankWork>& work, int64_t global_batch, int 
   }
   GPUMIX_CHECK_INPUT(batch == global_batch, "the plan's batches sum to ", batch, " but the global batch is ",
                      global_batch, "; make them add up (or change --batch)");
+  if (work[0].group_size > 0) {
+    const std::string bad = check_sharding(Sharding{work[0].group_size}, ranks, shares);
+    GPUMIX_CHECK_INPUT(bad.empty(), bad);
+    return;
+  }
   GPUMIX_CHECK_INPUT(std::fabs(share - 1.0) <= 1e-6, "the plan's shares sum to ", share,
                      ", not 1; every parameter needs exactly one owner");
 }

@@ -38,10 +38,15 @@ struct RankWork {
   // Keep the saved block inputs in host memory between a block's forward and its backward
   // (the planner's `offload`, for GPUs; dist/engine/sharded_engine.h).
   bool offload = false;
+  // Hybrid sharding (the plan's Sharding, the same on every rank): the size of the groups
+  // that each hold the whole state, replicated across groups; `share` is then this rank's
+  // part of its group's state. 0: full sharding over every rank.
+  int group_size = 0;
 };
 
-// Checks a plan against the options (Σ b = global batch, Σ r = 1, m >= 1 where b > 0, one
-// entry per rank); throws Error naming the numbers and the fix.
+// Checks a plan against the options (Σ b = global batch, Σ r = 1 (per group when hybrid),
+// m >= 1 where b > 0, one entry per rank, one group size); throws Error naming the numbers
+// and the fix.
 void validate_work(const std::vector<RankWork>& work, int64_t global_batch, int ranks);
 
 // Even batches and shares (ranks' batches differ by at most one row).

@@ -2,12 +2,52 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <map>
 #include <set>
+
+#include "core/error.h"
 
 namespace gpumix::dist {
 
-CostModel::CostModel(const Profile& profile, MemoryParams memory, int max_m)
-    : profile_(profile), memory_(profile.model, profile.seq_len, profile.dtype, memory) {
+std::string Sharding::describe() const {
+  return hybrid() ? "hybrid, groups of " + std::to_string(group_size) : std::string("full");
+}
+
+std::string check_sharding(const Sharding& s, int ranks, const std::vector<double>& shares) {
+  if (!s.hybrid()) return s.group_size == 0 ? "" : "the shard group size must be >= 0, got " + std::to_string(s.group_size);
+  const int g = s.group_size;
+  if (g >= ranks || ranks % g != 0)
+    return "hybrid sharding needs a group size that divides the " + std::to_string(ranks) +
+           " ranks into at least 2 groups, got " + std::to_string(g) + "; use one of the divisors of " +
+           std::to_string(ranks) + " below it, or full sharding";
+  if (shares.empty()) return "";
+  if ((int)shares.size() != ranks)
+    return "hybrid sharding: " + std::to_string(shares.size()) + " shares for " + std::to_string(ranks) + " ranks";
+  for (int i = 0; i < ranks; i++)
+    if (std::fabs(shares[i] - shares[i % g]) > 1e-9) {
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    "hybrid sharding in groups of %d: rank %d's share %.9g differs from rank %d's %.9g, but every "
+                    "group holds the same positions; give position k the same share in every group",
+                    g, i, shares[i], i % g, shares[i % g]);
+      return buf;
+    }
+  double sum = 0;
+  for (int k = 0; k < g; k++) sum += shares[k];
+  if (std::fabs(sum - 1.0) > 1e-6) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "hybrid sharding in groups of %d: the shares of a group (ranks 0..%d) sum to %.9g, not 1", g, g - 1, sum);
+    return buf;
+  }
+  return "";
+}
+
+CostModel::CostModel(const Profile& profile, MemoryParams memory, int max_m, Sharding sharding)
+    : profile_(profile), memory_(profile.model, profile.seq_len, profile.dtype, memory), sharding_(sharding) {
+  const std::string bad = check_sharding(sharding_, profile.num_ranks());
+  if (!bad.empty()) throw InputError(bad);
   max_m_ = std::max(max_m, 1);
   for (const DeviceProfile& d : profile.devices) {
     DeviceTable t;
@@ -49,14 +89,53 @@ bool shares_even(const std::vector<RankChoice>& choices) {
 }
 
 CommTimes CostModel::comm_for(const std::vector<RankChoice>& choices) const {
-  int n = 0;
-  std::set<int> nodes;
-  for (size_t i = 0; i < choices.size(); i++) {
-    if (!choices[i].takes_part()) continue;
-    n++;
-    nodes.insert(node_of_rank_[i]);
+  const bool even = shares_even(choices);
+  if (!sharding_.hybrid()) {
+    int n = 0;
+    std::set<int> nodes;
+    for (size_t i = 0; i < choices.size(); i++) {
+      if (!choices[i].takes_part()) continue;
+      n++;
+      nodes.insert(node_of_rank_[i]);
+    }
+    return comm(n, (int)nodes.size(), even);
   }
-  return comm(n, (int)nodes.size(), shares_even(choices));
+  // Within a group: the largest group's collectives (every group runs its own at once).
+  const int g = sharding_.group_size, N = (int)choices.size(), G = N / g;
+  int members = 0, group_nodes = 0;
+  for (int first = 0; first < N; first += g) {
+    int n = 0;
+    std::set<int> nodes;
+    for (int i = first; i < first + g; i++)
+      if (choices[i].takes_part()) {
+        n++;
+        nodes.insert(node_of_rank_[i]);
+      }
+    members = std::max(members, n);
+    group_nodes = std::max(group_nodes, (int)nodes.size());
+  }
+  CommTimes c = comm(members, group_nodes, even);
+  // Across groups: the rings of one position each; the busiest node's link carries the sum
+  // of its ranks' shares, on the inter-node link when a ring leaves the node.
+  std::map<int, double> node_share;
+  int ring_nodes = 1;
+  for (int k = 0; k < g; k++) {
+    std::set<int> nodes;
+    for (int i = k; i < N; i += g) nodes.insert(node_of_rank_[i]);
+    ring_nodes = std::max(ring_nodes, (int)nodes.size());
+  }
+  double load = 0;
+  for (int i = 0; i < N; i++) load = std::max(load, node_share[node_of_rank_[i]] += choices[i].r);
+  const GPTConfig& model = profile_.model;
+  const double grad = memory_.params().grad_accum_bytes;
+  auto all_reduce = [&](double elements) {
+    const double bytes = elements * grad * load;  // (G-1)/G of it crosses the busiest link, each half
+    return collective_time(profile_.comm.reduce_scatter, G, ring_nodes, bytes, true) +
+           collective_time(profile_.comm.all_gather, G, ring_nodes, bytes, true);
+  };
+  c.ar = all_reduce((double)model.block_params());
+  c.embed_ar = all_reduce((double)(model.embed_params() + model.head_params()));
+  return c;
 }
 
 RankTimes CostModel::compute_times(int rank, int64_t b, int m, bool offload) const {
@@ -78,8 +157,8 @@ RankTimes CostModel::compute_times(int rank, int64_t b, int m, bool offload) con
 }
 
 void CostModel::apply_comm(RankTimes& t, const CommTimes& c) {
-  t.block = std::max({c.ag, t.fwd, t.offload}) + std::max({c.ag + c.rs, t.bwd, t.offload});
-  t.head = std::max(c.embed_ag + c.embed_rs, t.head_compute);
+  t.block = std::max({c.ag, t.fwd, t.offload}) + std::max({c.ag + c.rs + c.ar, t.bwd, t.offload});
+  t.head = std::max(c.embed_ag + c.embed_rs + c.embed_ar, t.head_compute);
 }
 
 double CostModel::optimizer_time(int rank, double r) const {

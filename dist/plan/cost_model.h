@@ -13,6 +13,14 @@
 // collectives of the embedding unit. AG moves a block's parameters in the compute dtype,
 // RS its fp32 gradients, over the ranks that take part (b > 0 or r > 0), priced by the
 // profile's ring model, with the uneven factor unless all their shares are equal.
+//
+// Hybrid sharding (Sharding below): AG and RS run within a group (its ranks that take part,
+// on the nodes the group spans), and the gradient slices are then all-reduced across the
+// groups, AR, in the backward term: max(AG + RS + AR, G_i). AR is a ring all-reduce (a
+// reduce-scatter and an all-gather) over the G groups: 2(G−1) latencies, and through each
+// node's link 2(G−1)/G × (the sum of the shares of that node's ranks) × the fp32 gradient,
+// since the rings of all positions on a node share its link (a node-wide NIC, as the
+// emulated nodes and most clusters' inter-node fabric per node are modelled here).
 #pragma once
 
 #include <cstdint>
@@ -32,9 +40,27 @@ struct RankChoice {
   bool takes_part() const { return b > 0 || r > 0; }
 };
 
+// How the training state is sharded (METHOD.md §5; FSDP2's HSDP, ZeRO++'s hpZ).
+//   full    group_size 0: every unit is sharded over all the ranks that take part.
+//   hybrid  group_size g (1 <= g < N, g divides N): ranks in rank order form N/g groups of
+//           g; each group holds the whole state, sharded within the group by position
+//           shares that are the same in every group (rank i's share r_i is position
+//           i mod g's, and the shares of a group sum to 1), the groups are replicas:
+//           gradients are reduce-scattered within the group, then all-reduced across the
+//           groups among the ranks of one position.
+struct Sharding {
+  int group_size = 0;
+  bool hybrid() const { return group_size > 0; }
+  std::string describe() const;  // "full" or "hybrid, groups of 8"
+};
+// "" when `s` can shard `ranks` ranks with these shares (per rank, in rank order; empty:
+// not checked), else what is wrong, with the numbers. Groups need not align with nodes.
+std::string check_sharding(const Sharding& s, int ranks, const std::vector<double>& shares = {});
+
 struct CommTimes {
   double ag = 0, rs = 0;              // one block
   double embed_ag = 0, embed_rs = 0;  // the embedding (+ head) unit
+  double ar = 0, embed_ar = 0;        // hybrid: the all-reduce across groups (0 when full)
 };
 
 struct RankTimes {
@@ -54,7 +80,7 @@ struct DeviceTable {
 
 class CostModel {
  public:
-  CostModel(const Profile& profile, MemoryParams memory = {}, int max_m = 0);
+  CostModel(const Profile& profile, MemoryParams memory = {}, int max_m = 0, Sharding sharding = {});
 
   const Profile& profile() const { return profile_; }
   const MemoryModel& memory() const { return memory_; }
@@ -62,8 +88,11 @@ class CostModel {
   int device_index(int rank) const { return table_of_rank_[rank]; }
   int num_device_types() const { return (int)tables_.size(); }
   int max_m() const { return max_m_; }
+  const Sharding& sharding() const { return sharding_; }
 
+  // Full sharding over `participants` ranks on `nodes` nodes.
   CommTimes comm(int participants, int nodes, bool even) const;
+  // The collectives of these choices under this model's sharding.
   CommTimes comm_for(const std::vector<RankChoice>& choices) const;
 
   // Compute part of a rank's times (comm not yet applied): fwd, bwd, offload, head_compute.
@@ -96,6 +125,7 @@ class CostModel {
   std::vector<DeviceTable> tables_;
   std::vector<int> table_of_rank_;
   std::vector<int> node_of_rank_;
+  Sharding sharding_;
 };
 
 // True when the participants' shares are equal (to 1e-9 relative).

@@ -42,6 +42,7 @@ Plan make_plan(const CostModel& cost, const std::string& planner, int64_t global
   p.seq_len = prof.seq_len;
   p.dtype = prof.dtype;
   p.global_batch = global_batch;
+  p.sharding = cost.sharding();
   const CostModel::Step step = cost.evaluate(choices);
   double peak = 0;
   for (size_t i = 0; i < choices.size(); i++) {
@@ -82,6 +83,7 @@ Plan make_plan(const CostModel& cost, const std::string& planner, int64_t global
   pr.optimizer_s = step.optimizer;
   pr.ag_s = step.comm.ag;
   pr.rs_s = step.comm.rs;
+  pr.ar_s = step.comm.ar;
   pr.even_shares = step.even;
   pr.tokens_per_s = step.step > 0 ? (double)global_batch * prof.seq_len / step.step : 0;
   pr.mfu = step.step > 0 && peak > 0 ? global_batch * cost.flops_per_sample() / step.step / peak : 0;
@@ -140,6 +142,10 @@ json plan_to_json(const Plan& p) {
               {"seq_len", p.seq_len},
               {"dtype", dtype_name(p.dtype)},
               {"global_batch", p.global_batch},
+              {"sharding",
+               {{"mode", p.sharding.hybrid() ? "hybrid" : "full"},
+                {"group_size", p.sharding.hybrid() ? p.sharding.group_size : (int)p.ranks.size()},
+                {"groups", p.sharding.hybrid() ? (int)p.ranks.size() / p.sharding.group_size : 1}}},
               {"fits", p.fits()},
               {"predicted",
                {{"step_s", pr.step_s},
@@ -148,6 +154,7 @@ json plan_to_json(const Plan& p) {
                 {"optimizer_s", pr.optimizer_s},
                 {"all_gather_s", pr.ag_s},
                 {"reduce_scatter_s", pr.rs_s},
+                {"all_reduce_s", pr.ar_s},
                 {"even_shares", pr.even_shares},
                 {"tokens_per_s", pr.tokens_per_s},
                 {"mfu", pr.mfu}}},
@@ -179,12 +186,22 @@ Plan plan_from_json(const json& j) {
     pr.optimizer_s = number_field_or(pj, "optimizer_s", wp, 0);
     pr.ag_s = number_field_or(pj, "all_gather_s", wp, 0);
     pr.rs_s = number_field_or(pj, "reduce_scatter_s", wp, 0);
+    pr.ar_s = number_field_or(pj, "all_reduce_s", wp, 0);
     pr.even_shares = bool_field_or(pj, "even_shares", wp, true);
     pr.tokens_per_s = number_field_or(pj, "tokens_per_s", wp, 0);
     pr.mfu = number_field_or(pj, "mfu", wp, 0);
   }
   const json& ranks = array_field(j, "ranks", w);
   if (ranks.empty()) format_error(w + ".ranks", "must list at least one rank");
+  if (has_field(j, "sharding")) {
+    const json& sj = j.at("sharding");
+    const std::string ws = w + ".sharding";
+    const std::string mode = string_field(sj, "mode", ws);
+    if (mode == "hybrid")
+      p.sharding.group_size = (int)int_field(sj, "group_size", ws);
+    else if (mode != "full")
+      format_error(ws + ".mode", "must be \"full\" or \"hybrid\", got \"" + mode + "\"");
+  }
   int64_t sum_b = 0;
   double sum_r = 0;
   for (size_t i = 0; i < ranks.size(); i++) {
@@ -230,7 +247,12 @@ Plan plan_from_json(const json& j) {
   if (sum_b != p.global_batch)
     format_error(w + ".ranks[].batch", "sum to " + std::to_string(sum_b) + ", not global_batch = " +
                                            std::to_string(p.global_batch));
-  if (std::fabs(sum_r - 1.0) > 1e-6) {
+  if (p.sharding.hybrid()) {
+    std::vector<double> shares;
+    for (const RankPlan& r : p.ranks) shares.push_back(r.share);
+    const std::string bad = check_sharding(p.sharding, (int)p.ranks.size(), shares);
+    if (!bad.empty()) format_error(w + ".sharding", bad);
+  } else if (std::fabs(sum_r - 1.0) > 1e-6) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "sum to %.9g, not 1", sum_r);
     format_error(w + ".ranks[].share", buf);
@@ -273,8 +295,15 @@ void validate_plan(const Plan& p, const Profile& profile, const MemoryParams& me
     sum_r += r.share;
   }
   if (sum_b != p.global_batch) format_error(w + ".ranks[].batch", "do not sum to global_batch");
-  if (std::fabs(sum_r - 1.0) > 1e-6) format_error(w + ".ranks[].share", "do not sum to 1");
-  CostModel cost(profile, memory);
+  if (p.sharding.hybrid()) {
+    std::vector<double> shares;
+    for (const RankPlan& r : p.ranks) shares.push_back(r.share);
+    const std::string bad = check_sharding(p.sharding, (int)p.ranks.size(), shares);
+    if (!bad.empty()) format_error(w + ".sharding", bad);
+  } else if (std::fabs(sum_r - 1.0) > 1e-6) {
+    format_error(w + ".ranks[].share", "do not sum to 1");
+  }
+  CostModel cost(profile, memory, 0, p.sharding);
   const Plan fresh = make_plan(cost, p.planner, p.global_batch, p.choices());
   for (size_t i = 0; i < fresh.ranks.size(); i++)
     if (!fresh.ranks[i].fits())

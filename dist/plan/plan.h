@@ -43,6 +43,7 @@ struct PlanPrediction {
   double step_s = 0;
   double block_s = 0, head_s = 0, optimizer_s = 0;  // the three terms of T_step
   double ag_s = 0, rs_s = 0;                         // per block
+  double ar_s = 0;                                   // per block, hybrid: across groups
   bool even_shares = true;
   double tokens_per_s = 0;
   double mfu = 0;  // model FLOPs / (step · Σ peak of all ranks)
@@ -56,6 +57,9 @@ struct Plan {
   // it. Plan files without one are f32, the only dtype training had before.
   DType dtype = DType::f32;
   int64_t global_batch = 0;
+  // Full or hybrid (dist/plan/cost_model.h); in a hybrid plan each rank's share is its
+  // part of its group's state (the shares of each group sum to 1). Files without one: full.
+  Sharding sharding;
   std::vector<RankPlan> ranks;
   PlanPrediction predicted;
 
@@ -65,7 +69,8 @@ struct Plan {
   std::vector<RankChoice> choices() const;
 };
 
-// Builds a plan from choices, with every prediction filled in by the cost model.
+// Builds a plan from choices, with every prediction filled in by the cost model (and its
+// sharding).
 Plan make_plan(const CostModel& cost, const std::string& planner, int64_t global_batch,
                const std::vector<RankChoice>& choices);
 
@@ -75,7 +80,8 @@ Plan read_plan(const std::string& path);
 void write_plan(const Plan& p, const std::string& path);
 
 // Checks a plan against the profile it will run on (same model, sequence length and
-// ranks; Σ b = global batch; Σ r = 1; n = ceil(b/m); every rank fits its memory).
+// ranks; Σ b = global batch; Σ r = 1, per group when hybrid; n = ceil(b/m); every rank
+// fits its memory).
 // Throws FormatError naming the field.
 void validate_plan(const Plan& p, const Profile& profile, const MemoryParams& memory = {});
 

@@ -38,6 +38,9 @@ struct PlannerOptions {
   // Cephalo's own view of communication when it plans: 0 = free (its default); otherwise
   // this times the even collectives, and +25 % when uneven, as the original assumes.
   double cephalo_comm_scale = 0;
+  // The gpumix planner's sharding (dist/plan/cost_model.h): -1 = it chooses full or hybrid,
+  // and the group size, by the predicted step; 0 = full only; g > 0 = hybrid in groups of g.
+  int group_size = -1;
 };
 
 // No plan fits. missing_bytes: how much memory the cluster lacks in total (0 when the
@@ -50,7 +53,23 @@ struct InfeasiblePlan : std::runtime_error {
 // The most sequences per step the planners take (their searches grow with the batch).
 constexpr int64_t kMaxGlobalBatch = int64_t(1) << 16;
 
+// Full sharding as above, and (unless opts.group_size says otherwise) hybrid sharding for
+// every group size of hybrid_group_sizes(): the plan with the shortest predicted step wins
+// (full on a tie). A hybrid plan keeps every rank, gives each position of a group the same
+// share in every group (even shares, or shares in proportion to the positions' free memory
+// when some cannot hold an even one), and splits the batch by bisection on the block time
+// (ranks of one device type and share move together), micro-batches from a 1-2-4-8 grid
+// and the profiled sizes, no offload.
 Plan plan_gpumix(const Profile& profile, int64_t global_batch, const PlannerOptions& opts = {});
+
+// Group sizes g (1 <= g < N, g divides N) whose groups of consecutive ranks each lie in
+// one node or are whole nodes: what the planner tries for hybrid sharding. None on a
+// single node (there the replicas' all-reduce would share the one link with everything).
+std::vector<int> hybrid_group_sizes(const Profile& profile);
+
+// The hybrid plan in groups of g (the planner's, as above); throws InfeasiblePlan when no
+// hybrid plan in groups of g fits.
+Plan plan_hybrid(const Profile& profile, int64_t global_batch, int group_size, const PlannerOptions& opts = {});
 
 // Baselines: they return their plan even when it does not fit (Plan::fits() false,
 // Plan::oom_message() says where), evaluated with the same cost and memory model.

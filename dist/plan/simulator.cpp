@@ -105,6 +105,34 @@ Simulation simulate(const Profile& profile, const std::string& cluster_name, int
       e.error = err.what();
     }
     s.entries.push_back(e);
+    const std::vector<int> sizes = hybrid_group_sizes(profile);
+    if (name != "gpumix" || opts.group_size >= 0 || sizes.empty()) continue;
+    // Both ways beside the choice (on clusters, where hybrid is tried): full sharding, and
+    // the best hybrid group size.
+    SimEntry full, hybrid;
+    full.planner = "gpumix-full";
+    hybrid.planner = "gpumix-hybrid";
+    try {
+      PlannerOptions o = opts;
+      o.group_size = 0;
+      full.plan = plan_gpumix(profile, B, o);
+      full.planned = true;
+    } catch (const InfeasiblePlan& err) {
+      full.error = err.what();
+    }
+    for (int g : sizes) {
+      try {
+        Plan h = plan_hybrid(profile, B, g, opts);
+        if (!hybrid.planned || (h.fits() && h.predicted.step_s < hybrid.plan.predicted.step_s)) {
+          hybrid.plan = std::move(h);
+          hybrid.planned = true;
+        }
+      } catch (const InfeasiblePlan& err) {
+        if (!hybrid.planned) hybrid.error = err.what();
+      }
+    }
+    s.entries.push_back(full);
+    s.entries.push_back(hybrid);
   }
   return s;
 }
@@ -120,16 +148,16 @@ std::string simulation_table(const Simulation& s) {
                     ", T = " + std::to_string(s.seq_len) + ", " + dtype_name(s.dtype) + ", global batch " +
                     std::to_string(s.global_batch) + "\n";
   char line[512];
-  std::snprintf(line, sizeof line, "%-13s %10s %12s %7s %8s %7s %7s %6s  %s\n", "planner", "step (s)", "tokens/s",
-                "MFU", "busy", "comm", "idle", "left", "memory");
+  std::snprintf(line, sizeof line, "%-13s %-22s %10s %12s %7s %8s %7s %7s %6s  %s\n", "planner", "sharding", "step (s)",
+                "tokens/s", "MFU", "busy", "comm", "idle", "left", "memory");
   out += line;
   double best = 0;
   for (const SimEntry& e : s.entries)
     if (e.planned && e.plan.fits()) best = std::max(best, e.plan.predicted.tokens_per_s);
   for (const SimEntry& e : s.entries) {
     if (!e.planned) {
-      std::snprintf(line, sizeof line, "%-13s %10s %12s %7s %8s %7s %7s %6s  %s\n", e.planner.c_str(), "-", "-", "-",
-                    "-", "-", "-", "-", "no plan fits");
+      std::snprintf(line, sizeof line, "%-13s %-22s %10s %12s %7s %8s %7s %7s %6s  %s\n", e.planner.c_str(), "-", "-",
+                    "-", "-", "-", "-", "-", "-", "no plan fits");
       out += line;
       continue;
     }
@@ -151,8 +179,8 @@ std::string simulation_table(const Simulation& s) {
     for (const RankPlan& r : p.ranks) oom += !r.fits();
     const std::string mem = p.fits() ? "fits" : "OOM on " + std::to_string(oom) + " rank" + (oom > 1 ? "s" : "");
     const std::string speed = p.fits() && best > 0 ? fmt(" (%.2fx of best)", p.predicted.tokens_per_s / best) : "";
-    std::snprintf(line, sizeof line, "%-13s %10.3f %12.0f %6.1f%% %7.1f%% %6.1f%% %6.1f%% %6d  %s%s\n",
-                  e.planner.c_str(), p.predicted.step_s, p.predicted.tokens_per_s, 100 * p.predicted.mfu,
+    std::snprintf(line, sizeof line, "%-13s %-22s %10.3f %12.0f %6.1f%% %7.1f%% %6.1f%% %6.1f%% %6d  %s%s\n",
+                  e.planner.c_str(), p.sharding.describe().c_str(), p.predicted.step_s, p.predicted.tokens_per_s, 100 * p.predicted.mfu,
                   100 * busy / step, 100 * comm / step, 100 * idle / step, left, mem.c_str(), speed.c_str());
     out += line;
   }
@@ -161,7 +189,11 @@ std::string simulation_table(const Simulation& s) {
 
 std::string plan_table(const Plan& p) {
   std::string out = "plan (" + p.planner + "): " + p.model.name + ", T = " + std::to_string(p.seq_len) + ", " +
-                    dtype_name(p.dtype) + ", global batch " + std::to_string(p.global_batch) + "\n";
+                    dtype_name(p.dtype) + ", global batch " + std::to_string(p.global_batch) + ", " +
+                    p.sharding.describe() + " sharding" +
+                    (p.sharding.hybrid() ? " (" + std::to_string(p.ranks.size() / p.sharding.group_size) +
+                                               " replicas; each rank's share is of its group's state)"
+                                         : std::string()) + "\n";
   char line[640];
   // The node column: host names where the profile knew them (a run), else numbers.
   bool named = false;
@@ -192,9 +224,10 @@ std::string plan_table(const Plan& p) {
   }
   const PlanPrediction& pr = p.predicted;
   std::snprintf(line, sizeof line,
-                "step %.4f s = L x block %.2f ms + head %.2f ms + optimizer %.2f ms; AG %.2f ms, RS %.2f ms per "
+                "step %.4f s = L x block %.2f ms + head %.2f ms + optimizer %.2f ms; AG %.2f ms, RS %.2f ms%s per "
                 "block (%s shares); %.0f tokens/s, MFU %.1f%%\n",
                 pr.step_s, 1e3 * pr.block_s, 1e3 * pr.head_s, 1e3 * pr.optimizer_s, 1e3 * pr.ag_s, 1e3 * pr.rs_s,
+                p.sharding.hybrid() ? fmt(", AR across groups %.2f ms", 1e3 * pr.ar_s).c_str() : "",
                 pr.even_shares ? "even" : "uneven", pr.tokens_per_s, 100 * pr.mfu);
   out += line;
   if (!p.fits()) out += "OUT OF MEMORY: " + p.oom_message() + "\n";

@@ -50,7 +50,9 @@ struct Simulation {
   int seq_len = 0;
   DType dtype = DType::f32;
   int64_t global_batch = 0;
-  std::vector<SimEntry> entries;  // gpumix, even, proportional, cephalo
+  // gpumix, (on clusters of several nodes: gpumix-full and gpumix-hybrid, the best of each
+  // sharding), even, proportional, cephalo
+  std::vector<SimEntry> entries;
 };
 
 Simulation simulate(const Profile& profile, const std::string& cluster_name, int64_t global_batch,

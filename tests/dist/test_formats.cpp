@@ -213,7 +213,16 @@ TEST(PlanFile, BaselinesAndSimulatorJson) {
   const Profile p = sample_profile();
   const Simulation sim = simulate(p, "test", 7);
   const json j = simulation_to_json(sim);
-  ASSERT_EQ(j["planners"].size(), 4u);
+  // Two nodes: gpumix's choice, then full and hybrid sharding side by side, then the baselines.
+  ASSERT_EQ(j["planners"].size(), 6u);
+  EXPECT_EQ(j["planners"][1]["planner"], "gpumix-full");
+  EXPECT_EQ(j["planners"][1]["plan"]["sharding"]["mode"], "full");
+  EXPECT_EQ(j["planners"][2]["planner"], "gpumix-hybrid");
+  // Groups of 1 (the only size that tiles 2 + 1 ranks) would put the whole state on the
+  // 2 MiB device: no hybrid plan fits, and the entry says why.
+  EXPECT_FALSE(j["planners"][2]["planned"].get<bool>());
+  EXPECT_NE(j["planners"][2]["error"].get<std::string>().find("hybrid sharding in groups of 1"), std::string::npos)
+      << j["planners"][2].dump();
   for (const json& e : j["planners"]) {
     if (e["planned"].get<bool>()) {
       EXPECT_NO_THROW(plan_from_json(e["plan"]));

@@ -35,7 +35,8 @@ void expect_valid(const Plan& plan, const Profile& p, int64_t B) {
     }
   }
   EXPECT_EQ(sb, B);
-  EXPECT_NEAR(sr, 1.0, 1e-9);
+  // Hybrid: each group's shares sum to 1 (the same in every group).
+  EXPECT_NEAR(sr, plan.sharding.hybrid() ? (double)plan.ranks.size() / plan.sharding.group_size : 1.0, 1e-9);
   EXPECT_TRUE(plan.fits()) << plan.oom_message();
   EXPECT_NO_THROW(validate_plan(plan, p));
 }
@@ -48,7 +49,9 @@ TEST(Planner, MatchesExhaustiveSearchOnSmallInstances) {
     const int64_t B = 1 + rng() % (p.num_ranks() <= 2 ? 16 : p.num_ranks() == 3 ? 10 : 7);
     const testing::Exhaustive ex = exhaustive_search(p, B);
     try {
-      const Plan plan = plan_gpumix(p, B);
+      PlannerOptions full;  // the exhaustive search knows full sharding only
+      full.group_size = 0;
+      const Plan plan = plan_gpumix(p, B, full);
       expect_valid(plan, p, B);
       if (ex.found) {
         // Exact: never worse than the best plan on the grid of shares.
@@ -151,7 +154,7 @@ TEST(Planner, RandomisedSweepEveryPlanFits) {
         sr += r.share;
       }
       ASSERT_EQ(sb, B);
-      ASSERT_NEAR(sr, 1.0, 1e-9);
+      ASSERT_NEAR(sr, plan.sharding.hybrid() ? (double)plan.ranks.size() / plan.sharding.group_size : 1.0, 1e-9);
       plans++;
     } catch (const InfeasiblePlan& e) {
       EXPECT_NE(std::string(e.what()).find("no plan fits"), std::string::npos);
@@ -250,6 +253,99 @@ TEST(Planner, FastPathCloseToExact) {
   }
   EXPECT_GT(solved, 50);
   EXPECT_LE(beyond, solved / 20) << beyond << " of " << solved << " beyond 1.5x of the exact plan";
+}
+
+
+// ---- hybrid sharding -------------------------------------------------------------------------
+
+// 4 nodes of 4 equal ranks: the profile's inter-node link (latency x5, bandwidth / 8 of the
+// link inside a node, fake_profile's) or, with `fast_inter`, links as fast as inside a node.
+Profile four_nodes(double latency, bool fast_inter) {
+  const GPTConfig model = tiny_model(2);
+  std::vector<FakeDevice> devs = {{"gpu", 8 * MiB, 1e-4}};
+  std::vector<int> ranks(16, 0), nodes;
+  for (int i = 0; i < 16; i++) nodes.push_back(i / 4);
+  Profile p = fake_profile(model, 32, devs, ranks, 1e9, latency, 1.1, nodes);
+  if (fast_inter)
+    for (CollectiveProfile* c : {&p.comm.all_gather, &p.comm.reduce_scatter}) c->inter_node = c->intra_node;
+  return p;
+}
+
+TEST(Planner, HybridGroupSizesFollowNodeBoundaries) {
+  EXPECT_EQ(hybrid_group_sizes(four_nodes(1e-5, false)), (std::vector<int>{1, 2, 4, 8}));
+  // Nodes of 3 and 1 ranks: only single ranks lie within a node and tile the cluster.
+  const GPTConfig model = tiny_model(2);
+  const Profile uneven = fake_profile(model, 32, {{"gpu", 8 * MiB, 1e-4}}, {0, 0, 0, 0}, 1e9, 1e-5, 1.1, {0, 0, 0, 1});
+  EXPECT_EQ(hybrid_group_sizes(uneven), (std::vector<int>{1}));
+  // One node: never hybrid.
+  const Profile one = fake_profile(model, 32, {{"gpu", 8 * MiB, 1e-4}}, {0, 0, 0, 0});
+  EXPECT_TRUE(hybrid_group_sizes(one).empty());
+  EXPECT_FALSE(plan_gpumix(one, 8).sharding.hybrid());
+}
+
+// A latency-bound ring across the slow link: groups of a node each, replicated across
+// the 4 nodes, beat sharding every unit over all 16 ranks; the plan says so and holds.
+TEST(Planner, ChoosesHybridWhereTheLinkBetweenNodesIsTheBottleneck) {
+  const Profile p = four_nodes(1e-4, false);
+  const int64_t B = 64;
+  PlannerOptions full_only;
+  full_only.group_size = 0;
+  const Plan full = plan_gpumix(p, B, full_only);
+  const Plan chosen = plan_gpumix(p, B);
+  ASSERT_TRUE(chosen.sharding.hybrid());
+  EXPECT_EQ(chosen.sharding.group_size, 4);
+  expect_valid(chosen, p, B);
+  EXPECT_LT(chosen.predicted.step_s, 0.8 * full.predicted.step_s)
+      << "hybrid " << chosen.predicted.step_s << " s vs full " << full.predicted.step_s << " s";
+  for (const RankPlan& r : chosen.ranks) EXPECT_NEAR(r.share, 0.25, 1e-12) << "rank " << r.rank;
+  // The collectives: within a node for AG / RS, the all-reduce across the 4 nodes.
+  const CollectiveProfile& ag = p.comm.all_gather;
+  const double block_bytes = (double)p.model.block_params() * 2;
+  EXPECT_NEAR(chosen.predicted.ag_s, 3 * ag.intra_node.latency_s + 0.75 * block_bytes / ag.intra_node.bandwidth_Bps,
+              1e-12);
+  const double grad = (double)p.model.block_params() * 4;
+  const LinkProfile& inter = p.comm.reduce_scatter.inter_node;
+  EXPECT_NEAR(chosen.predicted.ar_s, 2 * (3 * inter.latency_s + 0.75 * grad / inter.bandwidth_Bps), 1e-12);
+  // Forced group sizes give those plans; each fits.
+  for (int g : {1, 2, 8}) {
+    PlannerOptions o;
+    o.group_size = g;
+    const Plan h = plan_gpumix(p, B, o);
+    EXPECT_EQ(h.sharding.group_size, g);
+    expect_valid(h, p, B);
+    EXPECT_GE(h.predicted.step_s, chosen.predicted.step_s * (1 - 1e-12)) << "g = " << g;
+  }
+}
+
+TEST(Planner, StaysFullWhereTheLinkBetweenNodesIsAsFast) {
+  // Bandwidth-bound and no slower across nodes: the replicas' all-reduce only adds bytes.
+  const Profile p = four_nodes(1e-8, true);
+  const Plan chosen = plan_gpumix(p, 64);
+  EXPECT_FALSE(chosen.sharding.hybrid()) << chosen.sharding.describe();
+}
+
+TEST(Planner, HybridPlanFilesRoundTripAndAreChecked) {
+  const Profile p = four_nodes(1e-4, false);
+  const Plan chosen = plan_gpumix(p, 64);
+  ASSERT_TRUE(chosen.sharding.hybrid());
+  const Plan back = plan_from_json(plan_to_json(chosen));
+  EXPECT_EQ(back.sharding.group_size, chosen.sharding.group_size);
+  EXPECT_EQ(plan_to_json(back)["sharding"]["groups"], 4);
+  EXPECT_NO_THROW(validate_plan(back, p));
+  // Position 1 of the second group with another share: refused, naming the ranks.
+  nlohmann::json j = plan_to_json(chosen);
+  j["ranks"][5]["share"] = 0.3;
+  j["ranks"][6]["share"] = 0.2;
+  try {
+    plan_from_json(j);
+    FAIL() << "a hybrid plan whose groups differ was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 5's share 0.3 differs from rank 1's 0.25"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NE(check_sharding(Sharding{5}, 16).find("divides the 16 ranks"), std::string::npos);
+  EXPECT_NE(check_sharding(Sharding{16}, 16).find("at least 2 groups"), std::string::npos);
+  EXPECT_EQ(check_sharding(Sharding{0}, 16), "");
 }
 
 }  // namespace

@@ -51,7 +51,8 @@ struct Outcome {
 // wrong length), one OpenMP thread each. `tweak` may change one rank's options or plan.
 Outcome run_ranks(const TrainOptions& o, const std::vector<RankWork>& work, const EngineOptions& engine = {},
                   int ranks = 0,
-                  const std::function<void(int, TrainOptions&, std::vector<RankWork>&)>& tweak = {}) {
+                  const std::function<void(int, TrainOptions&, std::vector<RankWork>&)>& tweak = {},
+                  const std::vector<int>& nodes = {}) {
   const int n = ranks > 0 ? ranks : (int)work.size();
   Outcome out;
   out.errors.assign(n, "");
@@ -59,6 +60,7 @@ Outcome run_ranks(const TrainOptions& o, const std::vector<RankWork>& work, cons
   std::mutex mu;
   LocalOptions local;
   local.timeout_s = 60;  // a hang fails the test well inside meson's timeout
+  local.node_of_rank = nodes;  // simulated nodes (empty: one)
   const auto t0 = std::chrono::steady_clock::now();
   try {
     run_local(
@@ -168,7 +170,14 @@ struct PlanCase {
   const char* name;
   std::vector<int64_t> batches, micro;
   std::vector<double> shares;
+  int group_size = 0;  // hybrid sharding: groups of this many ranks; 0: full
 };
+
+std::vector<RankWork> work_of(const PlanCase& plan) {
+  std::vector<RankWork> work = make_work(plan.batches, plan.micro, plan.shares);
+  for (RankWork& w : work) w.group_size = plan.group_size;
+  return work;
+}
 
 // Trains each plan with ref_o's options (into out(plan's name)) and expects the training of
 // `ref`, the run of ref_o on one rank, in ref_o's dtype.
@@ -178,7 +187,7 @@ void expect_plans_train_like(const TrainOptions& ref_o, const TrainResult& ref, 
     SCOPED_TRACE(plan.name);
     TrainOptions o = ref_o;
     o.out = out(plan.name);
-    const Outcome run = run_ranks(o, make_work(plan.batches, plan.micro, plan.shares));
+    const Outcome run = run_ranks(o, work_of(plan));
     ASSERT_EQ(run.error, "");
     EXPECT_EQ(run.result.step, 5);
     expect_same_training(o.out, run.result.checkpoint, ref_o.out, ref.checkpoint, o.steps, o.lr, 1,
@@ -204,7 +213,99 @@ TEST_F(EngineTest, UnevenPlansTrainLikeOneRankOnTheWholeBatch) {
   expect_plans_train_like(ref_o, ref.result, plans, [&](const std::string& name) { return out(name); });
 }
 
+// Hybrid sharding: state sharded unevenly within groups and replicated across them. Any
+// such plan computes the gradient of one rank on the whole batch (the replicas' all-reduce
+// reassociates the sum over groups: within the same fp32 tolerances).
+TEST_F(EngineTest, HybridPlansTrainLikeOneRankOnTheWholeBatch) {
+  const TrainOptions ref_o = tiny_options(data_dir(), out("ref"));
+  const Outcome ref = run_one(ref_o);
+  ASSERT_EQ(ref.error, "");
+  const std::vector<PlanCase> plans = {
+      {"hybrid_g2_b1.2.4.1_r0.3.0.7", {1, 2, 4, 1}, {1, 1, 2, 1}, {0.3, 0.7, 0.3, 0.7}, 2},
+      // Groups of 3 with a position that owns nothing and a rank without rows.
+      {"hybrid_g3_b0.2.1.3.1.1_r0.5.0.0.5", {0, 2, 1, 3, 1, 1}, {0, 1, 1, 2, 1, 1}, {0.5, 0, 0.5, 0.5, 0, 0.5}, 3},
+      // Groups of one: every rank holds the whole state (data parallelism), uneven batches.
+      {"hybrid_g1_b3.5", {3, 5}, {2, 3}, {1.0, 1.0}, 1},
+  };
+  expect_plans_train_like(ref_o, ref.result, plans, [&](const std::string& name) { return out(name); });
+}
+
+// The units move within the groups: on the communicator of every rank only the step's
+// scalars and small exchanges remain, a sliver of what full sharding gathers there.
+TEST_F(EngineTest, HybridPlanGathersUnitsWithinGroupsOnly) {
+  TrainOptions o = tiny_options(data_dir(), out("hybrid_stats"));
+  o.steps = 2;
+  const Outcome hybrid = run_ranks(o, work_of({"g2", {2, 2, 2, 2}, {2, 2, 2, 2}, {0.5, 0.5, 0.5, 0.5}, 2}));
+  ASSERT_EQ(hybrid.error, "");
+  o.out = out("full_stats");
+  const Outcome full = run_ranks(o, work_of({"full", {2, 2, 2, 2}, {2, 2, 2, 2}, {0.25, 0.25, 0.25, 0.25}, 0}));
+  ASSERT_EQ(full.error, "");
+  const int64_t h = hybrid.stats[0][CommOp::all_gather_v].bytes_received;
+  const int64_t f = full.stats[0][CommOp::all_gather_v].bytes_received;
+  EXPECT_LT(h * 100, f) << "hybrid " << h << " B vs full " << f << " B on the world communicator";
+  EXPECT_EQ(hybrid.stats[0][CommOp::reduce_scatter_v].bytes_received, 0);
+}
+
+// Ranks on two simulated nodes: the unit collectives go through TopologyComm, which
+// chooses the hierarchical form for these small, latency-bound units (the default links);
+// full and hybrid plans still train like one rank on the whole batch.
+TEST_F(EngineTest, PlansOnTwoNodesTrainLikeOneRankWithHierarchicalCollectives) {
+  const TrainOptions ref_o = tiny_options(data_dir(), out("ref"));
+  const Outcome ref = run_one(ref_o);
+  ASSERT_EQ(ref.error, "");
+  const std::vector<int> nodes = {0, 0, 1, 1};
+  const PlanCase plans[] = {
+      {"nodes_full_b1.2.4.1", {1, 2, 4, 1}, {1, 1, 2, 1}, {0.1, 0.4, 0.3, 0.2}, 0},
+      {"nodes_hybrid_g2", {1, 2, 4, 1}, {1, 1, 2, 1}, {0.6, 0.4, 0.6, 0.4}, 2},
+  };
+  for (const PlanCase& plan : plans) {
+    SCOPED_TRACE(plan.name);
+    TrainOptions o = ref_o;
+    o.out = out(plan.name);
+    const Outcome run = run_ranks(o, work_of(plan), {}, 0, {}, nodes);
+    ASSERT_EQ(run.error, "");
+    expect_same_training(o.out, run.result.checkpoint, ref_o.out, ref.result.checkpoint, o.steps, o.lr);
+    if (plan.group_size == 0) {
+      // The units crossed the world communicator only as the leaders' stage, not as every
+      // rank's all-gather: its own counters saw none of their bytes.
+      EXPECT_LT(run.stats[0][CommOp::all_gather_v].bytes_received, 4096) << plan.name;
+    }
+  }
+}
+
 // ---- checkpoints across layouts ---------------------------------------------------------------
+
+// A hybrid run's checkpoint is layout-independent: written by the first group, it resumes
+// on full sharding (two ranks) and on one rank, and trains on as the hybrid run did.
+TEST_F(EngineTest, HybridCheckpointResumesOnFullShardingAndOnOneRank) {
+  TrainOptions o = tiny_options(data_dir(), out("hybrid_eight"));
+  o.steps = 8;
+  o.ckpt_interval = 5;
+  o.warmup = 2;
+  const Outcome straight = run_ranks(o, work_of({"g2", {1, 3, 2, 2}, {1, 2, 1, 2}, {0.6, 0.4, 0.6, 0.4}, 2}));
+  ASSERT_EQ(straight.error, "");
+  const std::string ckpt5 = o.out + "/ckpt-000005";
+  ASSERT_TRUE(fs::exists(ckpt5 + "/meta.json"));
+  CheckpointReader(ckpt5).verify();
+  struct Resume {
+    const char* name;
+    std::vector<RankWork> work;
+  };
+  const Resume resumes[] = {
+      {"hybrid_to_two", make_work({5, 3}, {2, 3}, {0.7, 0.3})},
+      {"hybrid_to_one", make_work({8}, {4}, {1.0})},
+  };
+  for (const Resume& r : resumes) {
+    SCOPED_TRACE(r.name);
+    TrainOptions ro = o;
+    ro.out = out(r.name);
+    ro.resume = ckpt5;
+    const Outcome run = run_ranks(ro, r.work);
+    ASSERT_EQ(run.error, "");
+    EXPECT_EQ(run.result.step, 8);
+    expect_same_training(ro.out, run.result.checkpoint, o.out, straight.result.checkpoint, o.steps, o.lr, 6);
+  }
+}
 
 TEST_F(EngineTest, CheckpointOfThreeRanksResumesOnTwoRanksAndOnOne) {
   TrainOptions o = tiny_options(data_dir(), out("three"));

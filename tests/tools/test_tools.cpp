@@ -983,6 +983,14 @@ TEST_F(Tools, PlanAndSimulateRejectBadInput) {
                   {"nodes[0].devices[0].type"});
   expect_rejected(gpumix({"simulate", "--cluster", bad_cluster, "--model", "gpt-99b", "--global-batch", "8"}, dir_),
                   {"gpt-99b"});
+  // --sharding: a group size that does not divide the 1024 ranks, and a word it does not know.
+  const std::string cluster = std::string(GPUMIX_TESTS_DATA_DIR) + "/../../bench/clusters/mix1024-8types.json";
+  expect_rejected(gpumix({"plan", "--cluster", cluster, "--model", "gpt-1.3b", "-B", "4096", "--sharding", "5",
+                          "--out", out}, dir_),
+                  {"--sharding 5", "divides the 1024 ranks"}, out);
+  expect_rejected(gpumix({"plan", "--cluster", cluster, "--model", "gpt-1.3b", "-B", "4096", "--sharding", "half",
+                          "--out", out}, dir_),
+                  {"--sharding half is not auto, full or a group size"}, out);
 }
 
 TEST_F(Tools, ProfileAndDevicesRejectBadInput) {

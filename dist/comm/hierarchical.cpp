@@ -1,0 +1,212 @@
+#include "dist/comm/hierarchical.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <set>
+
+#include "core/error.h"
+
+namespace gpumix::dist {
+
+const char* topology_algo_name(TopologyAlgo a) { return a == TopologyAlgo::flat ? "flat" : "hierarchical"; }
+
+bool nodes_contiguous(const std::vector<int>& node_of_rank) {
+  std::set<int> done;
+  for (size_t r = 0; r < node_of_rank.size(); ++r) {
+    if (r > 0 && node_of_rank[r] == node_of_rank[r - 1]) continue;
+    if (!done.insert(node_of_rank[r]).second) return false;  // a node seen before comes back
+  }
+  return true;
+}
+
+namespace {
+// The ring model of one stage: n ranks, `bytes` of the whole buffer.
+double ring(const TopologyLink& l, int n, double bytes) {
+  if (n <= 1) return 0;
+  return (n - 1) * l.latency_s + double(n - 1) / n * bytes / l.bandwidth_Bps;
+}
+}  // namespace
+
+TopologyChoice choose_topology_algo(CommOp op, const std::vector<int64_t>& counts,
+                                    const std::vector<int>& node_of_rank, size_t elem_size,
+                                    const TopologyLinks& links) {
+  GPUMIX_CHECK(op == CommOp::all_gather_v || op == CommOp::reduce_scatter_v,
+               "choose_topology_algo: only all_gather_v and reduce_scatter_v have a hierarchical form, not ",
+               comm_op_name(op));
+  GPUMIX_CHECK(counts.size() == node_of_rank.size(), "choose_topology_algo: ", counts.size(), " counts for ",
+               node_of_rank.size(), " ranks");
+  TopologyChoice c;
+  c.hierarchical_s = std::numeric_limits<double>::infinity();
+  const int N = (int)counts.size();
+  int64_t total = 0;
+  for (int64_t x : counts) total += x;
+  const std::set<int> distinct(node_of_rank.begin(), node_of_rank.end());
+  const int K = (int)distinct.size();
+  const double E = (double)elem_size, T = (double)total * E;
+  c.flat_s = ring(K > 1 ? links.inter : links.intra, N, T);
+  if (K < 2 || !nodes_contiguous(node_of_rank) || total == 0) return c;
+  int n = 0;  // ranks of the largest node, and the largest node's share of the buffer
+  double node_bytes = 0;
+  for (int k : distinct) {
+    int ranks = 0;
+    double bytes = 0;
+    for (int r = 0; r < N; ++r)
+      if (node_of_rank[r] == k) {
+        ranks++;
+        bytes += (double)counts[r] * E;
+      }
+    n = std::max(n, ranks);
+    node_bytes = std::max(node_bytes, bytes);
+  }
+  if (op == CommOp::all_gather_v)  // node gather, leaders' gather, node broadcast of the whole
+    c.hierarchical_s = ring(links.intra, n, node_bytes) + ring(links.inter, K, T) + ring(links.intra, n, T);
+  else  // node reduce of the whole, leaders' reduce-scatter, node broadcast of the node's range
+    c.hierarchical_s = ring(links.intra, n, T) + ring(links.inter, K, T) + ring(links.intra, n, node_bytes);
+  if (c.hierarchical_s < c.flat_s) c.algo = TopologyAlgo::hierarchical;
+  return c;
+}
+
+// ---- TopologyComm -----------------------------------------------------------------------------
+
+namespace {
+TopologyComm::Mode mode_from_env(TopologyComm::Mode given) {
+  const char* env = std::getenv("GPUMIX_COLLECTIVES");
+  if (!env || !*env) return given;
+  const std::string v = env;
+  if (v == "flat") return TopologyComm::Mode::flat;
+  if (v == "hierarchical") return TopologyComm::Mode::hierarchical;
+  if (v == "auto" || v == "automatic") return TopologyComm::Mode::automatic;
+  GPUMIX_CHECK_INPUT(false, "GPUMIX_COLLECTIVES=", v, " is not one of flat, hierarchical, auto");
+  return given;
+}
+}  // namespace
+
+TopologyComm::TopologyComm(std::unique_ptr<Comm> base, TopologyLinks links, Mode mode)
+    : owned_(std::move(base)), base_(owned_.get()), links_(links), mode_(mode) {
+  init();
+}
+
+TopologyComm::TopologyComm(Comm& base, TopologyLinks links, Mode mode) : base_(&base), links_(links), mode_(mode) {
+  init();
+}
+
+void TopologyComm::init() {
+  mode_ = mode_from_env(mode_);
+  set_topology(base_->node_of_rank(), base_->node_names());
+  const std::vector<int>& nodes = node_of_rank();
+  staged_ = this->nodes() > 1 && nodes_contiguous(nodes) && mode_ != Mode::flat;
+  if (!staged_) return;  // the same on every rank: node_of_rank is
+  for (int r = 0; r < size(); ++r)
+    if (r == 0 || nodes[r] != nodes[r - 1]) first_rank_of_node_.push_back(r);
+  first_rank_of_node_.push_back(size());
+  node_ = base_->split(node());
+  leaders_ = base_->split(node_->rank() == 0 ? 0 : 1);  // color 1: the others' comm, unused
+}
+
+bool TopologyComm::use_hierarchy(CommOp op, const std::vector<int64_t>& counts, size_t elem) {
+  if (!staged_ || (int)counts.size() != size()) {  // bad counts: the flat call reports them
+    last_ = TopologyChoice{};
+    return false;
+  }
+  last_ = choose_topology_algo(op, counts, node_of_rank(), elem, links_);
+  if (mode_ == Mode::hierarchical) last_.algo = TopologyAlgo::hierarchical;
+  return last_.algo == TopologyAlgo::hierarchical;
+}
+
+void TopologyComm::all_gather_v(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) {
+  const double start = detail::now_seconds();
+  if (use_hierarchy(CommOp::all_gather_v, counts, dtype_size(in.dtype())))
+    gather_hier(in, out, counts);
+  else
+    base_->all_gather_v(in, out, counts);
+  record(CommOp::all_gather_v, comm_payload_bytes(CommOp::all_gather_v, counts, rank(), dtype_size(in.dtype())),
+         detail::seconds_since(start));
+}
+
+void TopologyComm::reduce_scatter_v(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) {
+  const double start = detail::now_seconds();
+  if (use_hierarchy(CommOp::reduce_scatter_v, counts, sizeof(float)))
+    scatter_hier(in, out, counts);
+  else
+    base_->reduce_scatter_v(in, out, counts);
+  record(CommOp::reduce_scatter_v, comm_payload_bytes(CommOp::reduce_scatter_v, counts, rank(), sizeof(float)),
+         detail::seconds_since(start));
+}
+
+CommRequestPtr TopologyComm::all_gather_v_async(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) {
+  if (!use_hierarchy(CommOp::all_gather_v, counts, dtype_size(in.dtype()))) {
+    record(CommOp::all_gather_v, comm_payload_bytes(CommOp::all_gather_v, counts, rank(), dtype_size(in.dtype())), 0);
+    return base_->all_gather_v_async(in, out, counts);
+  }
+  return Comm::all_gather_v_async(in, out, counts);  // runs all_gather_v now
+}
+
+CommRequestPtr TopologyComm::reduce_scatter_v_async(const Tensor& in, Tensor& out,
+                                                    const std::vector<int64_t>& counts) {
+  if (!use_hierarchy(CommOp::reduce_scatter_v, counts, sizeof(float))) {
+    record(CommOp::reduce_scatter_v, comm_payload_bytes(CommOp::reduce_scatter_v, counts, rank(), sizeof(float)), 0);
+    return base_->reduce_scatter_v_async(in, out, counts);
+  }
+  return Comm::reduce_scatter_v_async(in, out, counts);
+}
+
+std::unique_ptr<Comm> TopologyComm::split(int color) {
+  return std::make_unique<TopologyComm>(base_->split(color), links_, mode_);
+}
+
+void TopologyComm::gather_hier(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) {
+  std::vector<int64_t> offsets;
+  detail::block_offsets(counts, &offsets);
+  const int me = node(), first = first_rank_of_node_[me], end = first_rank_of_node_[me + 1];
+  const std::vector<int64_t> node_counts(counts.begin() + first, counts.begin() + end);
+  int64_t node_total = 0;
+  for (int64_t c : node_counts) node_total += c;
+  // 1. The node's blocks, into their place in out (in may already be the view there).
+  Tensor node_part = out.flat_slice(offsets[first], node_total);
+  node_->all_gather_v(in, node_part, node_counts);
+  // 2. The leaders exchange the node ranges (in place: each leader's range is its slot).
+  if (node_->rank() == 0) {
+    std::vector<int64_t> node_totals;
+    for (size_t k = 0; k + 1 < first_rank_of_node_.size(); ++k) {
+      int64_t t = 0;
+      for (int r = first_rank_of_node_[k]; r < first_rank_of_node_[k + 1]; ++r) t += counts[r];
+      node_totals.push_back(t);
+    }
+    leaders_->all_gather_v(node_part, out, node_totals);
+  }
+  // 3. The whole result to the node.
+  node_->broadcast(out, 0);
+  hierarchical_calls_++;
+}
+
+void TopologyComm::scatter_hier(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) {
+  std::vector<int64_t> offsets;
+  const int64_t total = detail::block_offsets(counts, &offsets);
+  const int me = node(), first = first_rank_of_node_[me], end = first_rank_of_node_[me + 1];
+  const int local = node_->rank(), local_n = node_->size();
+  int64_t node_total = 0;
+  for (int r = first; r < end; ++r) node_total += counts[r];
+  // 1. The node's sum of the whole input, onto the leader (a reduce-scatter that gives it all).
+  std::vector<int64_t> to_leader((size_t)local_n, 0);
+  to_leader[0] = total;
+  Tensor node_sum = Tensor::empty({local == 0 ? total : 0}, DType::f32, in.device());
+  node_->reduce_scatter_v(in, node_sum, to_leader);
+  // 2. The leaders reduce-scatter the node sums by node range.
+  Tensor node_range = Tensor::empty({node_total}, DType::f32, in.device());
+  if (local == 0) {
+    std::vector<int64_t> node_totals;
+    for (size_t k = 0; k + 1 < first_rank_of_node_.size(); ++k) {
+      int64_t t = 0;
+      for (int r = first_rank_of_node_[k]; r < first_rank_of_node_[k + 1]; ++r) t += counts[r];
+      node_totals.push_back(t);
+    }
+    leaders_->reduce_scatter_v(node_sum, node_range, node_totals);
+  }
+  // 3. The node's range to every rank of the node; each keeps its slice.
+  node_->broadcast(node_range, 0);
+  if (counts[rank()] > 0) out.copy_from(node_range.flat_slice(offsets[rank()] - offsets[first], counts[rank()]));
+  hierarchical_calls_++;
+}
+
+}  // namespace gpumix::dist
