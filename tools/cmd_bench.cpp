@@ -45,6 +45,13 @@ std::string ms(double s) {
   return buf;
 }
 
+// A ratio to 3 significant digits: 0.327, 3.13, 1340.
+std::string ratio3(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", r);
+  return buf;
+}
+
 struct Figures {
   double intensity, ridge, achieved, share;  // FLOP/byte, FLOP/byte, FLOP/s or B/s, of the roof
   bool compute;
@@ -305,8 +312,7 @@ int cmd_compare(int argc, char** argv) {
                 cols[i].run.at("build").value("compiler", "").c_str(), cols[i].run.at("load_average_start").dump().c_str(),
                 cols[i].run.at("load_average_end").dump().c_str(), si(r.bandwidth_Bps, "B/s").c_str(),
                 si(r.peak_flops, "FLOP/s").c_str());
-    std::string note = emulation_note(cols[i].device);
-    if (!note.empty()) std::printf("  %s", note.c_str());
+    std::printf("%s", emulation_note(cols[i].device).c_str());
   }
   // Roles in the base's order, then any the others add.
   std::vector<std::string> roles;
@@ -341,7 +347,7 @@ int cmd_compare(int argc, char** argv) {
       step[i] += k.per_step * k.median_s;
       if (i == 0) base = k.median_s;
       const std::string second = i == 0 ? str((int)std::lround(100 * figures(k, r).share), "%")
-                                        : base > 0 ? str(std::round(k.median_s / base * 100) / 100) : "-";
+                                        : base > 0 ? ratio3(k.median_s / base) : "-";
       std::printf(" %11s %6s", ms(k.median_s).c_str(), second.c_str());
     }
     std::printf("\n");
@@ -350,12 +356,12 @@ int cmd_compare(int argc, char** argv) {
   for (size_t i = 0; i < cols.size(); ++i)
     std::printf("    [%zu] %s ms%s\n", i + 1, ms(block[i]).c_str(),
                 i == 0 || block[i] <= 0 ? ""
-                                        : str(": speed ", std::round(block[0] / block[i] * 100) / 100,
-                                              "x the base's (per-block time ratio ", std::round(block[i] / block[0] * 100) / 100, ")").c_str());
+                                        : str(": speed ", ratio3(block[0] / block[i]), "x the base's (per-block time ratio ",
+                                              ratio3(block[i] / block[0]), ")").c_str());
   std::printf("  the step (calls x median, collectives apart):\n");
   for (size_t i = 0; i < cols.size(); ++i)
     std::printf("    [%zu] %s ms%s\n", i + 1, ms(step[i]).c_str(),
-                i == 0 || step[i] <= 0 ? "" : str(": speed ", std::round(step[0] / step[i] * 100) / 100, "x the base's").c_str());
+                i == 0 || step[i] <= 0 ? "" : str(": speed ", ratio3(step[0] / step[i]), "x the base's").c_str());
   if (!svg_path.empty()) {
     dist::write_svg_file(svg_path, roofline_svg(cols, "Roofline: " + step_shape(runs[0])));
     std::printf("wrote %s\n", svg_path.c_str());

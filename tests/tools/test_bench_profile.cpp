@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/backend.h"
 #include "dist/comm/comm.h"
 #include "dist/engine/profiler.h"
 #include "tools/bench.h"
@@ -62,6 +63,38 @@ TEST(BenchProfile, ProfilerBlockTimeAgreesWithTheKernelSum) {
   EXPECT_LT(summed, 1.5 * profiled) << "bench " << summed << " s, profiler " << profiled << " s";
   std::printf("one gpt-micro block (T 256, B 1, fp32, 1 thread): profiler %.2f ms, bench kernel sum %.2f ms (%.2fx)\n",
               profiled * 1e3, summed * 1e3, summed / profiled);
+}
+
+// The CUDA path where a GPU can be used (on the emulated GPU build: always): two devices of
+// one GPU, the second emulated 2x slower, a few roles; every kernel and collective measured,
+// the datasheet found, and the emulated GPU's figures marked as such.
+TEST(BenchProfile, CudaDevicesWhereAGpuIsUsable) {
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no GPU: " << why;
+  tools::BenchOptions b;
+  b.devices = {"cuda:0", "cuda:0:slow=2"};
+  b.model = gpt_preset("gpt-nano");
+  b.seq = 32;
+  b.batch = 2;
+  b.dtype = DType::bf16;
+  b.filters = {"qkv", "attn", "ln", "gather"};
+  b.repeat = 2;
+  b.progress = false;
+  const nlohmann::json run = tools::run_bench(b);
+  ASSERT_EQ(run.at("devices").size(), 2u);
+  for (const nlohmann::json& d : run["devices"]) {
+#ifdef GPUMIX_CUDA_EMULATOR
+    EXPECT_TRUE(d.at("emulated_gpu").get<bool>());
+#else
+    EXPECT_FALSE(d.at("emulated_gpu").get<bool>());
+#endif
+    EXPECT_GT(d.at("roofs").at("peak_flops").get<double>(), 0);
+    EXPECT_EQ(d.at("kernels").size(), 10u) << d.dump(1);  // ln 2, qkv 3, attn 2, attn_proj 3
+    for (const nlohmann::json& k : d.at("kernels")) EXPECT_GT(k.at("median_s").get<double>(), 0) << k.dump();
+  }
+  EXPECT_EQ(run["devices"][1].at("slowdown").get<double>(), 2.0);
+  ASSERT_EQ(run.at("collectives").size(), 2u);  // the block's and the embedding's gathers
+  for (const nlohmann::json& k : run["collectives"]) EXPECT_GT(k.at("median_s").get<double>(), 0) << k.dump();
 }
 
 }  // namespace
