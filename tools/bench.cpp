@@ -642,13 +642,21 @@ nlohmann::json run_bench(const BenchOptions& o) {
     if (o.progress) std::fprintf(stderr, "bench %s: measuring the roofs\n", l.label.c_str());
     Roofs roofs = measure_roofs(dev, o.dtype, o.repeat);
     if (dev.is_cuda()) attach_datasheet(roofs, props.name);
-    d["roofs"] = roofs_json(roofs);
     std::vector<Case> cases;
     for (Case& c : step_cases(o.model, o.batch, o.seq, o.dtype, dev, (int)listed.size()))
       if (role_matches(c.k.role, c.k.group, o.filters)) cases.push_back(std::move(c));
     d["kernels"] = json::array();
     for (const KernelResult& k : time_cases(cases, dev, roofs, o.repeat, o.progress, l.label))
       d["kernels"].push_back(kernel_json(k));
+    // The roofs again after the kernels, the best of both kept: a roof is a best case, and on
+    // a shared machine a burst of other work during one measurement would lower it.
+    const Roofs again = measure_roofs(dev, o.dtype, o.repeat);
+    if (again.bandwidth_Bps > roofs.bandwidth_Bps) roofs.bandwidth_Bps = again.bandwidth_Bps;
+    if (again.peak_flops > roofs.peak_flops) {
+      roofs.peak_flops = again.peak_flops;
+      roofs.gemm_shape = again.gemm_shape;
+    }
+    d["roofs"] = roofs_json(roofs);
     out["devices"].push_back(d);
   }
 

@@ -92,7 +92,8 @@ void print_device(const json& run, const json& d) {
               d.value("threads", 0) > 0 ? str(", ", d.value("threads", 0), " threads").c_str() : "",
               step_shape(run).c_str());
   std::printf("%s", emulation_note(d).c_str());
-  std::printf("  roofs measured: copy %s (streaming ops::scale), GEMM %s %s (ops::gemm %s); ridge %.1f FLOP/B\n",
+  std::printf("  roofs measured (before and after the kernels, the best): copy %s (streaming ops::scale), GEMM %s %s "
+              "(ops::gemm %s); ridge %.1f FLOP/B\n",
               si(r.bandwidth_Bps, "B/s").c_str(), si(r.peak_flops, "FLOP/s").c_str(),
               run.at("dtype").get<std::string>().c_str(), r.gemm_shape.c_str(), r.peak_flops / r.bandwidth_Bps);
   if (!r.datasheet.empty())
@@ -116,6 +117,13 @@ void print_device(const json& run, const json& d) {
                 100 * spread, si(f.achieved, f.compute ? "FLOP/s" : "B/s").c_str(), f.intensity,
                 f.compute ? "compute" : "memory", 100 * f.share, k.what.c_str());
   }
+
+  int above = 0;
+  for (const KernelResult& k : ks) above += k.median_s > 0 && figures(k, r).share > 1.05;
+  if (above)
+    std::printf("  %d kernel(s) above 100 %% of a roof: their data sat in a cache the copy's did not fit, or other "
+                "work on the machine lowered the roof (measured before and after the kernels, the best kept)\n",
+                above);
 
   // The step: calls x median, largest first; and what it would take at the roofs.
   std::sort(ks.begin(), ks.end(), [](const KernelResult& a, const KernelResult& b) {
