@@ -4,7 +4,7 @@
 # bench/results/cpu-bench-gpt2.{md,json,svg} with the machine, the build, the load before and
 # after, and the kernels furthest below their roof. Run it with nothing else on the machine:
 # the script refuses to start when the 1-minute load average is above LOAD_MAX (default: a
-# quarter of the cores), and records the load at the start and the end.
+# half the cores), and records the load at the start and the end.
 #   bench/cpu_table.sh [build-folder]        # ~5-15 min on a many-core machine
 #   REPEAT=7 DTYPE=fp32 OUT=/tmp/t bench/cpu_table.sh build-perf
 set -euo pipefail
@@ -16,7 +16,7 @@ out=${OUT:-bench/results}
 dtype=${DTYPE:-bf16}
 repeat=${REPEAT:-5}
 cores=$(nproc)
-load_max=${LOAD_MAX:-$(awk -v c="$cores" 'BEGIN { print c / 4 }')}
+load_max=${LOAD_MAX:-$(awk -v c="$cores" 'BEGIN { print c / 2 }')}
 load=$(cut -d' ' -f1 /proc/loadavg)
 if awk -v l="$load" -v m="$load_max" 'BEGIN { exit !(l > m) }'; then
   echo "cpu_table.sh: load average $load is above $load_max (LOAD_MAX) on $cores cores: the figures would measure" \
