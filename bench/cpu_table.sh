@@ -3,7 +3,7 @@
 # T 1024, B 8, bf16 (or $DTYPE), every kernel of a step against the measured roofs, written to
 # bench/results/cpu-bench-gpt2.{md,json,svg} with the machine, the build, the load before and
 # after, and the kernels furthest below their roof. Run it with nothing else on the machine:
-# the script refuses to start when the 1-minute load average is above LOAD_MAX (default: a
+# the script refuses to start when the 1-minute load average is above LOAD_MAX (default:
 # half the cores), and records the load at the start and the end.
 #   bench/cpu_table.sh [build-folder]        # ~5-15 min on a many-core machine
 #   REPEAT=7 DTYPE=fp32 OUT=/tmp/t bench/cpu_table.sh build-perf
