@@ -9,6 +9,7 @@ packages=(meson ninja-build pkg-config g++ gfortran python3
           nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev libbenchmark-dev
           libpcre2-dev  # GPT-2's Unicode pre-tokenizer regex
           fortunes
+          iproute2  # tools/cluster: network namespaces, veth links, tc shaping (the emulated nodes)
           # tools/ci_extra.sh: the ASan + UBSan build and the fuzz targets (clang, its
           # sanitizer and libFuzzer runtimes, its OpenMP, llvm-symbolizer for the reports)
           clang libclang-rt-14-dev libomp-14-dev llvm-14)
