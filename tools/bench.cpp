@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -499,7 +500,8 @@ std::string read_first_line_with(const char* path, const char* key) {
 json load_average() {
   double l[3] = {0, 0, 0};
   if (getloadavg(l, 3) < 0) return nullptr;
-  return {l[0], l[1], l[2]};
+  const auto hundredths = [](double x) { return std::round(x * 100) / 100; };  // as uptime prints it
+  return {hundredths(l[0]), hundredths(l[1]), hundredths(l[2])};
 }
 
 json machine_json() {
