@@ -21,6 +21,7 @@
 #include "core/stream.h"
 #include "dist/comm/comm.h"
 #include "dist/engine/launch.h"
+#include "dist/engine/profiler.h"
 #include "dist/plan/device_catalog.h"
 #include "bench_version.h"
 
@@ -55,18 +56,8 @@ double median_of(std::vector<double> t) {
   return t.empty() ? 0 : t[t.size() / 2];
 }
 
-// N(0, 1) numbers in `dtype` (drawn in fp32, then rounded), as the profiler makes its inputs.
-Tensor random(const Shape& shape, DType dtype, Device device, const char* name) {
-  Tensor t = Tensor::empty(shape, DType::f32, device);
-  ops::normal_(t, rng_key(0, name), 0, 0.0f, 1.0f);
-  return dtype == DType::f32 ? t : t.to(dtype);
-}
-
-Tensor random_tokens(int64_t B, int64_t T, int V, Device device) {
-  std::vector<int32_t> v(B * T);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = (int32_t)(mix64(i) % (uint64_t)V);
-  return Tensor::from_vector(v, {B, T}, device);
-}
+using dist::random_tensor;  // the profiler's inputs (dist/engine/profiler.h)
+using dist::random_tokens;
 
 // A case allocates its buffers (make) and returns the call that is timed.
 using Run = std::function<void()>;
@@ -107,15 +98,15 @@ std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt,
     const std::string shape = str(shape3(K), "x(", OC, ",", K, ")");
     add(name + ".fwd", group, "matmul_forward " + shape, per_block, outside, mm + (bias ? N * OC : 0),
         e * (N * K + OC * K + (bias ? OC : 0) + N * OC), [=] {
-          Tensor x = random({B, T, K}, dt, dev, "bench.x"), w = random({OC, K}, dt, dev, "bench.w");
-          Tensor b = bias ? random({OC}, dt, dev, "bench.b") : Tensor();
+          Tensor x = random_tensor({B, T, K}, dev, "bench.x", dt), w = random_tensor({OC, K}, dev, "bench.w", dt);
+          Tensor b = bias ? random_tensor({OC}, dev, "bench.b", dt) : Tensor();
           Tensor out = Tensor::empty({B, T, OC}, dt, dev);
           return Run([=]() mutable { ops::matmul_forward(out, x, w, b); });
         });
     add(name + ".bwd_in", group, "matmul_backward dinp " + shape, per_block, outside, mm,
         e * (N * OC + OC * K + 2 * N * K), [=] {
-          Tensor x = random({B, T, K}, dt, dev, "bench.x"), w = random({OC, K}, dt, dev, "bench.w");
-          Tensor dout = random({B, T, OC}, dt, dev, "bench.dy"), dx = Tensor::zeros({B, T, K}, dt, dev);
+          Tensor x = random_tensor({B, T, K}, dev, "bench.x", dt), w = random_tensor({OC, K}, dev, "bench.w", dt);
+          Tensor dout = random_tensor({B, T, OC}, dev, "bench.dy", dt), dx = Tensor::zeros({B, T, K}, dt, dev);
           return Run([=]() mutable {
             Tensor none_w, none_b;
             ops::matmul_backward(dx, none_w, none_b, dout, x, w);
@@ -123,8 +114,8 @@ std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt,
         });
     add(name + ".bwd_w", group, "matmul_backward dweight " + shape, per_block, outside, mm + (bias ? N * OC : 0),
         e * (N * OC + N * K) + f4 * 2 * (OC * K + (bias ? OC : 0)), [=] {
-          Tensor x = random({B, T, K}, dt, dev, "bench.x"), w = random({OC, K}, dt, dev, "bench.w");
-          Tensor dout = random({B, T, OC}, dt, dev, "bench.dy"), dw = Tensor::zeros({OC, K}, f32, dev);
+          Tensor x = random_tensor({B, T, K}, dev, "bench.x", dt), w = random_tensor({OC, K}, dev, "bench.w", dt);
+          Tensor dout = random_tensor({B, T, OC}, dev, "bench.dy", dt), dw = Tensor::zeros({OC, K}, f32, dev);
           Tensor db = bias ? Tensor::zeros({OC}, f32, dev) : Tensor();
           return Run([=]() mutable {
             Tensor none_x;
@@ -135,20 +126,20 @@ std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt,
   auto layernorm = [&](int per_block, int outside) {
     add("ln.fwd", "block", "layernorm_forward " + shape3(C), per_block, outside, 8.0 * N * C,
         e * (2 * N * C + 2 * C) + f4 * 2 * N, [=] {
-          Tensor x = random({B, T, C}, dt, dev, "bench.x"), w = random({C}, dt, dev, "bench.w"),
-                 b = random({C}, dt, dev, "bench.b");
+          Tensor x = random_tensor({B, T, C}, dev, "bench.x", dt), w = random_tensor({C}, dev, "bench.w", dt),
+                 b = random_tensor({C}, dev, "bench.b", dt);
           Tensor out = Tensor::empty({B, T, C}, dt, dev), mean = Tensor::empty({N}, f32, dev),
                  rstd = Tensor::empty({N}, f32, dev);
           return Run([=]() mutable { ops::layernorm_forward(out, mean, rstd, x, w, b); });
         });
     add("ln.bwd", "block", "layernorm_backward " + shape3(C), per_block, outside, 14.0 * N * C,
         e * (4 * N * C + C) + f4 * (2 * N + 4 * C), [=] {
-          Tensor x = random({B, T, C}, dt, dev, "bench.x"), w = random({C}, dt, dev, "bench.w"),
-                 b = random({C}, dt, dev, "bench.b");
+          Tensor x = random_tensor({B, T, C}, dev, "bench.x", dt), w = random_tensor({C}, dev, "bench.w", dt),
+                 b = random_tensor({C}, dev, "bench.b", dt);
           Tensor out = Tensor::empty({B, T, C}, dt, dev), mean = Tensor::empty({N}, f32, dev),
                  rstd = Tensor::empty({N}, f32, dev);
           ops::layernorm_forward(out, mean, rstd, x, w, b);
-          Tensor dout = random({B, T, C}, dt, dev, "bench.dy"), dx = Tensor::zeros({B, T, C}, dt, dev),
+          Tensor dout = random_tensor({B, T, C}, dev, "bench.dy", dt), dx = Tensor::zeros({B, T, C}, dt, dev),
                  dw = Tensor::zeros({C}, f32, dev), db = Tensor::zeros({C}, f32, dev);
           return Run([=]() mutable { ops::layernorm_backward(dx, dw, db, dout, x, w, mean, rstd); });
         });
@@ -157,8 +148,8 @@ std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt,
   // Embedding (unit 0).
   add("embed.fwd", "embed", str("embedding_forward tokens (", B, ",", T, "), wte (", V, ",", C, ")"), 0, 1, 1.0 * N * C,
       e * (3 * N * C) + f4 * N, [=] {
-        Tensor tokens = random_tokens(B, T, (int)V, dev), wte = random({V, C}, dt, dev, "bench.wte"),
-               wpe = random({m.T, C}, dt, dev, "bench.wpe"), out = Tensor::empty({B, T, C}, dt, dev);
+        Tensor tokens = random_tokens(B, T, (int)V, dev), wte = random_tensor({V, C}, dev, "bench.wte", dt),
+               wpe = random_tensor({m.T, C}, dev, "bench.wpe", dt), out = Tensor::empty({B, T, C}, dt, dev);
         return Run([=]() mutable { ops::embedding_forward(out, tokens, wte, wpe); });
       });
   // One block (nn/gpt.cpp GPT::block), forward then backward.
@@ -167,39 +158,39 @@ std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt,
   const double attn_mm = 2.0 * B * T * T * C;  // QK^T and PV, causal (half the square)
   add("attn.fwd", "block", str("attention_forward qkv ", shape3(3 * C), ", NH ", NH), 1, 0, attn_mm,
       e * (4 * N * C) + f4 * B * NH * T, [=] {
-        Tensor qkv = random({B, T, 3 * C}, dt, dev, "bench.qkv"), out = Tensor::empty({B, T, C}, dt, dev),
+        Tensor qkv = random_tensor({B, T, 3 * C}, dev, "bench.qkv", dt), out = Tensor::empty({B, T, C}, dt, dev),
                lse = Tensor::empty({B, NH, T}, f32, dev);
         return Run([=]() mutable { ops::attention_forward(out, lse, qkv, (int)NH); });
       });
   add("attn.bwd", "block", str("attention_backward qkv ", shape3(3 * C), ", NH ", NH), 1, 0, 2.5 * attn_mm,
       e * (3 * N * C + 2 * N * C + 6 * N * C) + f4 * B * NH * T, [=] {
-        Tensor qkv = random({B, T, 3 * C}, dt, dev, "bench.qkv"), out = Tensor::empty({B, T, C}, dt, dev),
+        Tensor qkv = random_tensor({B, T, 3 * C}, dev, "bench.qkv", dt), out = Tensor::empty({B, T, C}, dt, dev),
                lse = Tensor::empty({B, NH, T}, f32, dev);
         ops::attention_forward(out, lse, qkv, (int)NH);
-        Tensor dout = random({B, T, C}, dt, dev, "bench.dy"), dqkv = Tensor::zeros({B, T, 3 * C}, dt, dev);
+        Tensor dout = random_tensor({B, T, C}, dev, "bench.dy", dt), dqkv = Tensor::zeros({B, T, 3 * C}, dt, dev);
         return Run([=]() mutable { ops::attention_backward(dqkv, dout, qkv, out, lse, (int)NH); });
       });
   linear("attn_proj", "block", C, C, true, 1, 0);
   linear("mlp_up", "block", C, 4 * C, true, 1, 0);
   add("gelu.fwd", "block", "gelu_forward " + shape3(4 * C), 1, 0, 12.0 * N * 4 * C, e * 2 * N * 4 * C, [=] {
-    Tensor x = random({B, T, 4 * C}, dt, dev, "bench.x"), out = Tensor::empty({B, T, 4 * C}, dt, dev);
+    Tensor x = random_tensor({B, T, 4 * C}, dev, "bench.x", dt), out = Tensor::empty({B, T, 4 * C}, dt, dev);
     return Run([=]() mutable { ops::gelu_forward(out, x); });
   });
   add("gelu.bwd", "block", "gelu_backward " + shape3(4 * C), 1, 0, 20.0 * N * 4 * C, e * 4 * N * 4 * C, [=] {
-    Tensor x = random({B, T, 4 * C}, dt, dev, "bench.x"), dy = random({B, T, 4 * C}, dt, dev, "bench.dy"),
+    Tensor x = random_tensor({B, T, 4 * C}, dev, "bench.x", dt), dy = random_tensor({B, T, 4 * C}, dev, "bench.dy", dt),
            dx = Tensor::zeros({B, T, 4 * C}, dt, dev);
     return Run([=]() mutable { ops::gelu_backward(dx, x, dy); });
   });
   linear("mlp_down", "block", 4 * C, C, true, 1, 0);
   add("residual.fwd", "block", "add " + shape3(C), 2, 0, 1.0 * N * C, e * 3 * N * C, [=] {
-    Tensor a = random({B, T, C}, dt, dev, "bench.a"), b = random({B, T, C}, dt, dev, "bench.b"),
+    Tensor a = random_tensor({B, T, C}, dev, "bench.a", dt), b = random_tensor({B, T, C}, dev, "bench.b", dt),
            out = Tensor::empty({B, T, C}, dt, dev);
     return Run([=]() mutable { ops::add(out, a, b); });
   });
   // add_grad (autograd/tape.cpp): each residual add's backward accumulates dout into both
   // inputs' gradients.
   add("residual.bwd", "block", "axpy (add_grad) " + shape3(C), 4, 0, 2.0 * N * C, e * 3 * N * C, [=] {
-    Tensor g = random({B, T, C}, dt, dev, "bench.dy"), acc = Tensor::zeros({B, T, C}, dt, dev);
+    Tensor g = random_tensor({B, T, C}, dev, "bench.dy", dt), acc = Tensor::zeros({B, T, C}, dt, dev);
     return Run([=]() mutable { ops::axpy(acc, g, 1.0f); });
   });
   // The activation gradients a block's backward zeroes (grad_buffer): seven of (B,T,C), the
@@ -216,7 +207,7 @@ std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt,
   linear("lm_head", "head", C, V, false, 0, 1);
   add("xent.fwd", "head", str("crossentropy_forward + sum_to logits (", N, ",", V, ")"), 0, 1, 4.0 * N * V,
       e * N * V + f4 * 4 * N, [=] {
-        Tensor logits = random({N, V}, dt, dev, "bench.logits"), targets = random_tokens(B, T, (int)V, dev);
+        Tensor logits = random_tensor({N, V}, dev, "bench.logits", dt), targets = random_tokens(B, T, (int)V, dev);
         Tensor flat_targets = targets.reshape({N});
         Tensor losses = Tensor::empty({N}, f32, dev), lse = Tensor::empty({N}, f32, dev),
                loss = Tensor::empty({1}, f32, dev);
@@ -228,7 +219,7 @@ std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt,
       });
   add("xent.bwd", "head", str("crossentropy_backward logits (", N, ",", V, ")"), 0, 1, 4.0 * N * V,
       e * 3 * N * V + f4 * 2 * N, [=] {
-        Tensor logits = random({N, V}, dt, dev, "bench.logits"), targets = random_tokens(B, T, (int)V, dev);
+        Tensor logits = random_tensor({N, V}, dev, "bench.logits", dt), targets = random_tokens(B, T, (int)V, dev);
         Tensor flat_targets = targets.reshape({N});
         Tensor losses = Tensor::empty({N}, f32, dev), lse = Tensor::empty({N}, f32, dev);
         ops::crossentropy_forward(losses, lse, logits, flat_targets);
@@ -246,7 +237,7 @@ std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt,
   });
   add("embed.bwd", "embed", str("embedding_backward dwte (", V, ",", C, ") f32"), 0, 1, 2.0 * N * C,
       e * N * C + f4 * (2 * N * C + 2 * T * C + N), [=] {
-        Tensor tokens = random_tokens(B, T, (int)V, dev), dout = random({B, T, C}, dt, dev, "bench.dy");
+        Tensor tokens = random_tokens(B, T, (int)V, dev), dout = random_tensor({B, T, C}, dev, "bench.dy", dt);
         Tensor dwte = Tensor::zeros({V, C}, f32, dev), dwpe = Tensor::zeros({m.T, C}, f32, dev);
         return Run([=]() mutable { ops::embedding_backward(dwte, dwpe, dout, tokens); });
       });
@@ -259,7 +250,7 @@ std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt,
   });
   add("grad_norm", "step", str("sum_squares_many over ", m.num_units(), " units, ", P, " f32"), 0, 1, 2.0 * P,
       f4 * P, [=] {
-        Tensor g = random({P}, f32, dev, "bench.g");
+        Tensor g = random_tensor({P}, dev, "bench.g", f32);
         std::vector<Tensor> units;
         int64_t at = 0;
         for (int u = 0; u < m.num_units(); ++u) {
@@ -271,7 +262,7 @@ std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt,
   const bool copy = dt != DType::f32;
   add("adamw", "step", str("adamw_step ", P, " f32", copy ? " + bf16 copy" : ""), 0, 1, 15.0 * P,
       f4 * 7 * P + (copy ? e * P : 0), [=] {
-        Tensor p = random({P}, f32, dev, "bench.p"), g = random({P}, f32, dev, "bench.g"),
+        Tensor p = random_tensor({P}, dev, "bench.p", f32), g = random_tensor({P}, dev, "bench.g", f32),
                mo = Tensor::zeros({P}, f32, dev), v = Tensor::zeros({P}, f32, dev);
         Tensor c = copy ? Tensor::empty({P}, dt, dev) : Tensor();
         auto step = std::make_shared<int>(0);
@@ -282,7 +273,7 @@ std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt,
   if (copy)
     add("cast", "step", str("convert ", P, " f32 -> ", dtype_name(dt)), 0, devices > 1 ? 1 : 0, 1.0 * P,
         (f4 + e) * P, [=] {
-          Tensor p = random({P}, f32, dev, "bench.p"), c = Tensor::empty({P}, dt, dev);
+          Tensor p = random_tensor({P}, dev, "bench.p", f32), c = Tensor::empty({P}, dt, dev);
           return Run([=]() mutable { ops::convert(c, p); });
         });
   return cases;
@@ -338,7 +329,7 @@ Roofs measure_roofs(Device dev, DType dt, int repeat) {
   const double e = (double)dtype_size(dt);
   for (int64_t n : sizes) {
     if (3.0 * n * n * e > free_bytes(dev) / 4.0) break;
-    Tensor a = random({n, n}, dt, dev, "bench.a"), b = random({n, n}, dt, dev, "bench.b"),
+    Tensor a = random_tensor({n, n}, dev, "bench.a", dt), b = random_tensor({n, n}, dev, "bench.b", dt),
            c = Tensor::empty({n, n}, dt, dev);
     auto run = [&] { ops::gemm(c, a, b, false, false); };
     time_on(dev, run);

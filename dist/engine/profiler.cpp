@@ -139,8 +139,9 @@ class Together {
   bool stopped_ = false;
 };
 
-// N(0, 1) numbers in `dtype` (drawn in fp32, then rounded).
-Tensor random_tensor(const Shape& shape, Device device, const char* name, DType dtype = DType::f32) {
+}  // namespace
+
+Tensor random_tensor(const Shape& shape, Device device, const char* name, DType dtype) {
   Tensor t = Tensor::empty(shape, DType::f32, device);
   ops::normal_(t, rng_key(0, name), 0, 0.0f, 1.0f);
   return dtype == DType::f32 ? t : t.to(dtype);
@@ -151,6 +152,8 @@ Tensor random_tokens(int64_t m, int64_t T, int V, Device device) {
   for (size_t i = 0; i < v.size(); ++i) v[i] = (int32_t)(mix64(i) % (uint64_t)V);
   return Tensor::from_vector(v, {m, T}, device);
 }
+
+namespace {
 
 std::string cache_folder(const ProfilerOptions& o) {
   if (o.cache_dir == "-") return "";

@@ -37,4 +37,10 @@ struct ProfilerOptions {
 Profile profile_cluster(const GPTConfig& model, int seq_len, DType dtype, const std::string& device_label,
                         Device device, Comm& comm, const ProfilerOptions& options = {});
 
+// The profiler's inputs, which `gpumix bench` measures with too: N(0, 1) numbers in `dtype`
+// (drawn in fp32 from a key of `name`, then rounded), and (rows, T) tokens in [0, V) from a
+// fixed hash.
+Tensor random_tensor(const Shape& shape, Device device, const char* name, DType dtype = DType::f32);
+Tensor random_tokens(int64_t rows, int64_t T, int V, Device device);
+
 }  // namespace gpumix::dist
