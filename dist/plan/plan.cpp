@@ -161,6 +161,23 @@ json plan_to_json(const Plan& p) {
               {"ranks", ranks}};
 }
 
+namespace {
+
+// The shares of plan `p` (named `w` in errors; their sum sum_r): 1 in all under full sharding
+// (else `flat_error`), what check_sharding asks of each group under hybrid.
+void check_share_sums(const Plan& p, const std::string& w, double sum_r, const std::string& flat_error) {
+  if (p.sharding.hybrid()) {
+    std::vector<double> shares;
+    for (const RankPlan& r : p.ranks) shares.push_back(r.share);
+    const std::string bad = check_sharding(p.sharding, (int)p.ranks.size(), shares);
+    if (!bad.empty()) format_error(w + ".sharding", bad);
+  } else if (std::fabs(sum_r - 1.0) > 1e-6) {
+    format_error(w + ".ranks[].share", flat_error);
+  }
+}
+
+}  // namespace
+
 Plan plan_from_json(const json& j) {
   const std::string w = "plan";
   if (!j.is_object()) format_error(w, "must be a JSON object");
@@ -247,16 +264,9 @@ Plan plan_from_json(const json& j) {
   if (sum_b != p.global_batch)
     format_error(w + ".ranks[].batch", "sum to " + std::to_string(sum_b) + ", not global_batch = " +
                                            std::to_string(p.global_batch));
-  if (p.sharding.hybrid()) {
-    std::vector<double> shares;
-    for (const RankPlan& r : p.ranks) shares.push_back(r.share);
-    const std::string bad = check_sharding(p.sharding, (int)p.ranks.size(), shares);
-    if (!bad.empty()) format_error(w + ".sharding", bad);
-  } else if (std::fabs(sum_r - 1.0) > 1e-6) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "sum to %.9g, not 1", sum_r);
-    format_error(w + ".ranks[].share", buf);
-  }
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "sum to %.9g, not 1", sum_r);
+  check_share_sums(p, w, sum_r, buf);
   return p;
 }
 
@@ -295,14 +305,7 @@ void validate_plan(const Plan& p, const Profile& profile, const MemoryParams& me
     sum_r += r.share;
   }
   if (sum_b != p.global_batch) format_error(w + ".ranks[].batch", "do not sum to global_batch");
-  if (p.sharding.hybrid()) {
-    std::vector<double> shares;
-    for (const RankPlan& r : p.ranks) shares.push_back(r.share);
-    const std::string bad = check_sharding(p.sharding, (int)p.ranks.size(), shares);
-    if (!bad.empty()) format_error(w + ".sharding", bad);
-  } else if (std::fabs(sum_r - 1.0) > 1e-6) {
-    format_error(w + ".ranks[].share", "do not sum to 1");
-  }
+  check_share_sums(p, w, sum_r, "do not sum to 1");
   CostModel cost(profile, memory, 0, p.sharding);
   const Plan fresh = make_plan(cost, p.planner, p.global_batch, p.choices());
   for (size_t i = 0; i < fresh.ranks.size(); i++)
