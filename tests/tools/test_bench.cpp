@@ -3,7 +3,6 @@
 // a JSON with every kernel of the step, a roofline picture, and `bench compare` of it shows
 // the slowdown (test_bench_profile.cpp checks the bench against the profiler).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,30 +15,17 @@
 #include <string>
 #include <vector>
 
+#include "run_gpumix.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-const std::string kGpumix = GPUMIX_EXE;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using gpumix::test::quote;
+using gpumix::test::read_file;
+using gpumix::test::Result;
 
 class Bench : public ::testing::Test {
  protected:
@@ -55,21 +41,11 @@ class Bench : public ::testing::Test {
   // `gpumix <args>` with `threads` OpenMP threads (the machine is shared; one thread times
   // steadily).
   Result gpumix(const std::vector<std::string>& args, int threads = 1) {
-    const std::string base = (dir_ / ("cmd" + std::to_string(counter_++))).string();
-    std::string cmd = "OMP_NUM_THREADS=" + std::to_string(threads) + " " + quote(kGpumix);
-    for (const std::string& a : args) cmd += " " + quote(a);
-    cmd += " >" + quote(base + ".out") + " 2>" + quote(base + ".err") + " </dev/null";
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-    r.out = read_file(base + ".out");
-    r.err = read_file(base + ".err");
-    return r;
+    return ::gpumix::test::gpumix(args, dir_.string(), "", threads);
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   fs::path dir_;
-  int counter_ = 0;
 };
 
 std::string show(const Result& r) { return "exit " + std::to_string(r.code) + "\nstderr:\n" + r.err + "stdout:\n" + r.out; }

@@ -27,6 +27,7 @@
 
 #include "core/backend.h"
 #include "nn/checkpoint.h"
+#include "run_gpumix.h"
 
 namespace {
 
@@ -35,43 +36,14 @@ namespace fs = std::filesystem;
 const std::string kGpumix = GPUMIX_EXE;
 const std::string kCorpus = std::string(GPUMIX_TESTS_DATA_DIR) + "/tiny_corpus.txt";
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using gpumix::test::gpumix;
+using gpumix::test::quote;
+using gpumix::test::read_file;
+using gpumix::test::Result;
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   out << bytes;
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-// Runs `gpumix <args>` (one OpenMP thread), capturing stdout and stderr; with `launcher`
-// (e.g. "mpirun -np 3") under it.
-Result gpumix(const std::vector<std::string>& args, const std::string& scratch, const std::string& launcher = "") {
-  static std::atomic<int> counter{0};
-  const std::string base = scratch + "/cmd" + std::to_string(counter++);
-  std::string cmd = "OMP_NUM_THREADS=1 " + (launcher.empty() ? "" : launcher + " ") + quote(kGpumix);
-  for (const std::string& a : args) cmd += " " + quote(a);
-  cmd += " >" + quote(base + ".out") + " 2>" + quote(base + ".err") + " </dev/null";
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  r.out = read_file(base + ".out");
-  r.err = read_file(base + ".err");
-  return r;
 }
 
 std::string show(const Result& r) {
