@@ -473,7 +473,7 @@ Profile profile_cluster(const GPTConfig& model, int seq_len, DType dtype, const 
       one.seq_len = seq_len;
       one.dtype = dtype;
       one.devices.push_back(measure_device(model, seq_len, dtype, device_label, device, comm, o, progress.get()));
-      one.ranks.push_back({device_label, 0});
+      one.ranks.push_back({device_label, 0, ""});  // a cached device entry: no node
       mine = profile_to_json(one).at("devices").at(0);
       if (progress) progress->finish();
       if (!cache.empty()) {
