@@ -18,6 +18,7 @@
 # A mode that cannot run shows n/a.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source bench/nn/torch_peer.sh
 BUILD=${1:-build-perf}
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-3}
@@ -32,12 +33,7 @@ for exe in "$BENCH" "$KBENCH"; do
   [ -x "$exe" ] || { echo "no $exe: ninja -C $BUILD bench/nn/bench_train bench/kernels/bench_kernels" >&2; exit 1; }
 done
 export OMP_NUM_THREADS=$THREADS
-BLAS_DIR=/usr/lib/x86_64-linux-gnu/openblas-openmp  # torch: OpenBLAS (OpenMP), see PEERS.md
-if [[ " ${MODES[*]}" == *" torch-"* ]] && [ ! -d "$BLAS_DIR" ]; then
-  echo "PyTorch runs pinned to OpenBLAS's OpenMP build, not installed here (GPUMix itself no longer" \
-       "uses it): apt-get install libopenblas0-openmp" >&2
-  exit 1
-fi
+[[ " ${MODES[*]}" != *" torch-"* ]] || require_torch
 LOG=$(mktemp /tmp/compare.XXXXXX)
 trap 'rm -f "$LOG"' EXIT
 
@@ -65,7 +61,7 @@ run_mode() {
   local out status=0
   case $mode in
     gpumix-*) out=$("$BENCH" "$@" --dtype "${mode#gpumix-}" 2>&1) || status=$? ;;
-    torch-*) out=$(LD_LIBRARY_PATH=$BLAS_DIR /usr/bin/python3 bench/nn/torch_gpt_cpu.py "$@" \
+    torch-*) out=$(torch_python bench/nn/torch_gpt_cpu.py "$@" \
                      --attn "$TORCH_ATTN" --dtype "${mode#torch-}" 2>&1) || status=$? ;;
     *) echo "unknown mode $mode" >&2; exit 2 ;;
   esac

@@ -5,8 +5,12 @@ cache (per layer, K and V tensors of the positions seen, concatenated each step:
 past_key_values loop) or with the full recompute per token. Prints the line bench_generate
 prints: RESULT mode M dtype D prompt P new N seconds S tokens_per_s R.
 
-  /usr/bin/python3 bench/nn/torch_generate.py [--prompt 16] [--new 100] [--mode cache|full]
-      [--dtype fp32|bf16] [--threads N] [--layers 12 --heads 12 --channels 768 --context 1024 --vocab 50257]
+  LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp /usr/bin/python3 bench/nn/torch_generate.py
+      [--prompt 16] [--new 100] [--mode cache|full] [--dtype fp32|bf16] [--threads N]
+      [--layers 12 --heads 12 --channels 768 --context 1024 --vocab 50257]
+
+With OpenBLAS's OpenMP build pinned, as generate_compare.sh runs it (torch_blas.py: it prints
+the BLAS it loaded and refuses the netlib reference BLAS unless --allow-reference-blas).
 """
 import argparse
 import math
@@ -14,6 +18,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+from torch_blas import check_blas
 
 
 class GPT(torch.nn.Module):
@@ -66,6 +72,7 @@ def main():
     p.add_argument("--mode", choices=["cache", "full"], default="cache")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--print-ids", action="store_true", help="also print the generated ids (to compare modes)")
+    p.add_argument("--allow-reference-blas", action="store_true")
     a = p.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
@@ -93,6 +100,8 @@ def main():
 
     with torch.inference_mode():
         generate(2)  # warm-up
+        blas = check_blas(a.allow_reference_blas)
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, BLAS loaded: {', '.join(blas) or 'none'}")
         t0 = time.perf_counter()
         ids = generate(a.new)
         s = time.perf_counter() - t0

@@ -22,7 +22,6 @@ netlib reference BLAS unless --allow-reference-blas is given.
 import argparse
 import math
 import os
-import re
 import resource
 import statistics
 import sys
@@ -31,6 +30,8 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_blas import check_blas
 
 
 class Block(nn.Module):
@@ -104,16 +105,6 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))
 
 
-def loaded_blas():
-    libs = set()
-    with open("/proc/self/maps") as f:
-        for line in f:
-            path = line.split()[-1] if len(line.split()) >= 6 else ""
-            if re.search(r"blas|lapack|mkl", os.path.basename(path)):
-                libs.add(os.path.realpath(path))
-    return sorted(libs)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     for name, default in (("L", 4), ("NH", 4), ("C", 256), ("T", 256), ("V", 8192), ("B", 8)):
@@ -166,15 +157,11 @@ def main():
     t0 = time.perf_counter()
     first = step()
     first_s = time.perf_counter() - t0
-    blas = loaded_blas()
+    blas = check_blas(a.allow_reference_blas)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, BLAS loaded: {', '.join(blas) or 'none'}")
     print("torch config: " + "; ".join(l.strip() for l in torch.__config__.show().splitlines()
                                        if "BLAS" in l or "CPU capability" in l)[:300])
-    if any("/blas/" in p or p.endswith("libblas.so.3.11.0") for p in blas) and not any("openblas" in p for p in blas):
-        if not a.allow_reference_blas:
-            sys.exit("error: torch loaded the netlib reference BLAS; pin OpenBLAS, e.g. "
-                     "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp")
     print(f"torch_gpt_cpu: L={a.L} NH={a.NH} C={a.C} T={a.T} V={a.V} B={a.B}, {nparams / 1e6:.2f}M parameters, "
           f"{a.warmup} warmup + {a.steps} timed steps, attention {a.attn}, AdamW foreach={a.foreach}, "
           f"dtype {a.dtype}{' (autocast)' if a.dtype == 'bf16' else ''}")
