@@ -109,20 +109,6 @@ struct RowsPortable {
   }
 };
 struct RowsAvx512 {
-  // The max or the sum of x's 16 lanes, in a tree. Only intrinsics that take no undefined
-  // operand (GCC 12's unmasked ones warn at -O3 that it may be used uninitialised).
-  template <bool Max>
-  GPUMIX_TARGET_AVX512 static float all_lanes(__m512 x) {
-    const __mmask16 all = 0xffff;
-    for (int step = 0; step < 4; step++) {
-      const __m512 z = step == 0   ? _mm512_maskz_shuffle_f32x4(all, x, x, _MM_SHUFFLE(1, 0, 3, 2))
-                       : step == 1 ? _mm512_maskz_shuffle_f32x4(all, x, x, _MM_SHUFFLE(2, 3, 0, 1))
-                       : step == 2 ? _mm512_maskz_permute_ps(all, x, _MM_SHUFFLE(1, 0, 3, 2))
-                                   : _mm512_maskz_permute_ps(all, x, _MM_SHUFFLE(2, 3, 0, 1));
-      x = Max ? _mm512_maskz_max_ps(all, x, z) : x + z;
-    }
-    return x[0];
-  }
   GPUMIX_TARGET_AVX512 static __mmask16 lanes(int n, int c) {
     return n - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - c)) - 1);
   }
@@ -363,32 +349,7 @@ GPUMIX_INLINE void pack_rows(uint16_t* dst, int64_t ldd, const uint16_t* src, in
   }
 }
 
-// ---- the softmax of the bf16 tiles in AVX-512 ---------------------------------------------
-// exp_vec's (vec_math.h) range reduction and polynomial on 16 lanes, in fused multiply-adds,
-// with 2^n by vscalefps: half of exp_vec's instructions, the same accuracy (a few ulp).
-// Below exp_vec's range (x < -87.3, -inf included) it gives 0 as exp_vec does; NaN propagates.
-GPUMIX_TARGET_AVX512 GPUMIX_INLINE __m512 exp16(__m512 x) {
-  const __mmask16 all = 0xffff;
-  const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_LT_OQ);
-  x = _mm512_maskz_min_ps(all, _mm512_set1_ps(88.72283f), _mm512_maskz_max_ps(all, _mm512_set1_ps(-87.33654f), x));
-  const __m512 n = _mm512_maskz_roundscale_ps(all, x * _mm512_set1_ps(1.44269504088896341f),
-                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x));
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, r * r, r + _mm512_set1_ps(1.0f));
-  return _mm512_maskz_scalef_ps((__mmask16)~under, p, n);
-}
-
-// The lanes c0 .. c0+15 that are below count.
-GPUMIX_TARGET_AVX512 GPUMIX_INLINE __mmask16 lanes_below(int count, int c0) {
-  const int k = count - c0;
-  return k >= 16 ? (__mmask16)0xffff : k <= 0 ? (__mmask16)0 : (__mmask16)((1u << k) - 1);
-}
+// ---- the softmax of the bf16 tiles in AVX-512 (exp16, lanes_below: vec_math.h) ----------
 
 // bf16 of a's and b's 16 lanes, interleaved: a0 b0 a1 b1 ... (a pair of rows packed in pairs).
 // Rounded to nearest even by vcvtne2ps2bf16, which flushes fp32 denormals (below 2^-126) to
@@ -416,7 +377,7 @@ GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void online_softmax_bf16(const float* s,
       x[v] = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), lanes_below(ncr, 16 * v), sr + 16 * v) * sc;
       mxv = _mm512_maskz_max_ps(0xffff, mxv, x[v]);
     }
-    const float mx = RowsAvx512::all_lanes<true>(mxv);
+    const float mx = all_lanes<true>(mxv);
     const float mref = mx == -INFINITY ? 0.0f : mx;  // as online_softmax
     const float corr = exp_vec(m[r] - mref);
     __m512 sum = _mm512_setzero_ps();
@@ -425,7 +386,7 @@ GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void online_softmax_bf16(const float* s,
       sum += e0 + e1;
       _mm512_storeu_si512(pb + (int64_t)r * k_bc + 16 * v, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
     }
-    l[r] = l[r] * corr + RowsAvx512::all_lanes<false>(sum);
+    l[r] = l[r] * corr + all_lanes<false>(sum);
     m[r] = mx;
     float* orow = o + (int64_t)r * HS;
 #pragma omp simd

@@ -170,3 +170,76 @@ TEST(ExpVec, WithinTwoUlpOfExpAndSpecialValues) {
   EXPECT_TRUE(std::isnan(exp_vec(NAN)));
   EXPECT_TRUE(std::isfinite(exp_vec(88.7f)));  // near FLT_MAX, still finite
 }
+
+// The 16-lane AVX-512 forms of vec_math.h (GELU, cross-entropy and attention's softmax use
+// them on the avx512 paths): exp16 within 2 ulp of exp with exp_vec's special values, and
+// the bf16 loads and stores bit for bit the scalar conversion, masked tails untouched.
+namespace {
+GPUMIX_TARGET_AVX512 void exp16_of(float* y, const float* x, int n) {
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 m = cpu::lanes_below(n, i);
+    cpu::store16(y + i, cpu::exp16(cpu::load16(x + i, m)), m);
+  }
+}
+GPUMIX_TARGET_AVX512 void bf16_round_trip(uint16_t* h, float* back, const float* x, int n) {
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 m = cpu::lanes_below(n, i);
+    cpu::store16(h + i, cpu::load16(x + i, m), m);
+    cpu::store16(back + i, cpu::load16(h + i, m), m);
+  }
+}
+}  // namespace
+
+TEST(Exp16, WithinTwoUlpOfExpAndSpecialValues) {
+  if (!cpu::isa_supported(cpu::Isa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::vector<float> x, y;
+  for (float v = -87.3f; v < 88.7f; v += 1e-3f) x.push_back(v);
+  const std::vector<float> special = {0.0f, -INFINITY, -1000.0f, INFINITY, 1000.0f, NAN, 88.7f};
+  x.insert(x.end(), special.begin(), special.end());
+  y.assign(x.size(), 0.0f);
+  exp16_of(y.data(), x.data(), (int)x.size());
+  double worst_ulp = 0.0;
+  float worst_x = 0.0f;
+  const size_t n = x.size() - special.size();
+  for (size_t i = 0; i < n; i++) {
+    const double e = std::exp((double)x[i]);
+    const float ef = (float)e;
+    const double err = std::fabs(y[i] - e) / ((double)std::nextafter(ef, INFINITY) - ef);
+    if (err > worst_ulp) worst_ulp = err, worst_x = x[i];
+  }
+  EXPECT_LE(worst_ulp, 2.0) << "at x = " << worst_x;
+  const float* s = y.data() + n;
+  EXPECT_EQ(s[0], 1.0f);
+  EXPECT_EQ(s[1], 0.0f);
+  EXPECT_EQ(s[2], 0.0f);
+  EXPECT_EQ(s[3], INFINITY);
+  EXPECT_EQ(s[4], INFINITY);
+  EXPECT_TRUE(std::isnan(s[5]));
+  EXPECT_TRUE(std::isfinite(s[6]));
+}
+
+TEST(Bf16, SixteenLaneStoresRoundAsTheScalarConversion) {
+  if (!cpu::isa_supported(cpu::Isa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::vector<float> x = {1.0f + std::ldexp(1.0f, -8), 1.0f + 3 * std::ldexp(1.0f, -8), -1.0f - 3 * std::ldexp(1.0f, -8),
+                          0.0f, -0.0f, NAN, -NAN, INFINITY, -INFINITY, FLT_MAX, -FLT_MAX, from_bf16(0x7f7f),
+                          from_bf16(0x0001), FLT_MIN, -FLT_MIN / 4};
+  uint32_t bits = 0x7f800001u;  // a NaN with its payload in the low 16 bits only
+  float low_nan;
+  std::memcpy(&low_nan, &bits, 4);
+  x.push_back(low_nan);
+  const std::vector<float> r = random_floats(1000, 11, -3.0f, 3.0f);
+  x.insert(x.end(), r.begin(), r.end());  // 1016 values: a masked tail of 8
+  const int n = (int)x.size();
+  std::vector<uint16_t> h(n + 16, 0xbeef);
+  std::vector<float> back(n + 16, -7.0f);
+  bf16_round_trip(h.data(), back.data(), x.data(), n);
+  for (int i = 0; i < n; i++) {
+    ASSERT_EQ(h[i], to_bf16(x[i])) << "x[" << i << "] = " << x[i];
+    const float widened = from_bf16(h[i]);
+    ASSERT_EQ(std::memcmp(&back[i], &widened, 4), 0) << i;
+  }
+  for (int i = n; i < n + 16; i++) {
+    EXPECT_EQ(h[i], 0xbeef) << "the store wrote past the mask at " << i;
+    EXPECT_EQ(back[i], -7.0f) << i;
+  }
+}
