@@ -68,7 +68,8 @@ thread_local double SlowdownGuard::owed_s = 0;
 // stream starts that much later. Per thread and logical device (a rank's thread drives its
 // device). What is owed below kMinSpin_ms waits for more. A host far ahead of its GPU
 // (kMaxPending ops) extends the newest span over the next ops instead of opening more:
-// no spin lies inside a span, as spins are enqueued only after spans completed.
+// no spin lies inside a span, as spins are enqueued only after spans completed (which
+// leaves the queue short of full, so the next op opens a span of its own).
 class GpuSlowdown {
  public:
   explicit GpuSlowdown(Device device) : device_(device) {}
@@ -87,9 +88,21 @@ class GpuSlowdown {
       pending_.pop_front();
     }
     if (owed_ms_ < kMinSpin_ms) return;
-    device_backend(device_).spin(device_, owed_ms_);
-    owed_ms_ = 0;
+    serve();
   }
+  // All spans complete (the caller synchronised the device): what they owe, on the stream
+  // now; returns its milliseconds.
+  double settle(double factor) {
+    for (Span& s : pending_) {
+      owed_ms_ += (factor - 1) * s.start.elapsed_ms(s.stop);
+      spare_.push_back(std::move(s));
+    }
+    pending_.clear();
+    const double served = owed_ms_;
+    if (served > 0) serve();
+    return served;
+  }
+  double served_ms() const { return served_ms_; }
 
  private:
   static constexpr size_t kMaxPending = 1024;
@@ -97,10 +110,15 @@ class GpuSlowdown {
   struct Span {
     Event start, stop;
   };
+  void serve() {
+    device_backend(device_).spin(device_, owed_ms_);
+    served_ms_ += owed_ms_;
+    owed_ms_ = 0;
+  }
   Device device_;
   std::deque<Span> pending_;
   std::vector<Span> spare_;
-  double owed_ms_ = 0;
+  double owed_ms_ = 0, served_ms_ = 0;
 };
 
 GpuSlowdown& gpu_slowdown(Device device) {
@@ -547,6 +565,19 @@ std::vector<float> read_scalars(const std::vector<Tensor>& ts) {
     GPUMIX_CHECK(ts[i].numel() == 1, "read_scalars: tensor ", i, " has ", ts[i].numel(),
                  " elements ", ts[i].shape().str(), ", expected 1");
   return dispatch(device, [&](const Backend& b) { return b.read_scalars(ts); });
+}
+
+double settle_slowdown(Device device) {
+  synchronize(device);
+  const double factor = device_props(device).slowdown;
+  if (!device.is_cuda() || factor <= 1) return 0;  // a CPU's slowdown waits inside each op
+  const double served = gpu_slowdown(device).settle(factor);
+  synchronize(device);
+  return served;
+}
+
+double slowdown_served_ms(Device device) {
+  return device.is_cuda() && device_props(device).slowdown > 1 ? gpu_slowdown(device).served_ms() : 0;
 }
 
 void fill(Tensor& t, float value) {

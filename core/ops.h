@@ -113,6 +113,17 @@ void fill(Tensor& t, float value);
 void copy(Tensor& dst, const Tensor& src);
 void convert(Tensor& out, const Tensor& in);     // f32 <-> bf16, same device and numel
 
+// Waits until the device has finished all its work, its emulated slowdown for that work
+// included: on a cuda device with slowdown f > 1, the spin of f - 1 times the work enqueued
+// so far, which otherwise goes onto the stream with the next op (core/ops.cpp), is served
+// now and waited for. Returns that spin's milliseconds (0 on other devices: a CPU's
+// slowdown waits inside each op). For measurements: nothing before them is charged to them
+// (a cache flush before a timed kernel), and a timed kernel's own slowdown is known.
+double settle_slowdown(Device device);
+// The milliseconds of slowdown spin served so far on a cuda `device` by this thread (0
+// elsewhere): with settle_slowdown, what a test checks against the device's time.
+double slowdown_served_ms(Device device);
+
 // Random numbers: element i of `t` is element (offset + i) of the stream `key` (see
 // core/rng.h), whatever the device or how the tensor was split.
 void uniform_(Tensor& t, uint64_t key, uint64_t offset, float low, float high);

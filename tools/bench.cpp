@@ -36,7 +36,9 @@ double now_s() {
 }
 
 // Seconds that fn's work takes on `device`: the host clock on a CPU; on a GPU, where fn only
-// enqueues, events on the compute stream around it, waited for (as the profiler times).
+// enqueues, events on the compute stream around it, waited for (as the profiler times), plus
+// the emulated slowdown's spin for that work where the device has one (served after the
+// events: without it only the next op would pay it; the caller settles what came before).
 double time_on(Device device, const std::function<void()>& fn) {
   if (!device.is_cuda()) {
     const double t0 = now_s();
@@ -48,7 +50,7 @@ double time_on(Device device, const std::function<void()>& fn) {
   fn();
   end.record(device, Stream::compute);
   end.synchronize();
-  return start.elapsed_ms(end) * 1e-3;
+  return (start.elapsed_ms(end) + ops::settle_slowdown(device)) * 1e-3;
 }
 
 double median_of(std::vector<double> t) {
@@ -412,7 +414,7 @@ std::vector<KernelResult> time_cases(std::vector<Case>& cases, Device dev, const
       time_on(dev, run);  // warm-up
       for (int r = 0; r < repeat; ++r) {
         ops::fill(flush, (float)r);
-        if (dev.is_cuda()) synchronize(dev);
+        ops::settle_slowdown(dev);  // the flush's emulated slowdown, if any, served before the timing
         k.times_s.push_back(time_on(dev, run));
       }
       k.median_s = median_of(k.times_s);

@@ -494,5 +494,39 @@ TEST_F(CudaBackend, SlowdownSpinsOnTheStreamWithoutHostWaits) {
   EXPECT_LT(host_slow, 0.5 * t_slow) << "host " << host_slow << " ms in ops for " << t_slow << " ms on the GPU";
 }
 
+// A host far ahead of its GPU (past the 1,024 spans the slowdown keeps, so the newest span
+// is extended over the next ops), then keeping it so while the GPU completes spans: the
+// slowdown must never charge a spin of its own as work. Spans are disjoint and exclude
+// spins, so the work charged, C = served / (f - 1), and the spins served, (f - 1) C, fit in
+// the device's time from the first op to the settled end: f C <= that time.
+TEST_F(CudaBackend, SlowdownNeverChargesItsOwnSpins) {
+  const Device slow = Device::cuda(45);
+  DeviceProps p = gpu_props(0);
+  p.capacity = 64 << 20;
+  p.slowdown = 2;
+  p.emulated = true;
+  configure_device(slow, p);
+  Tensor t = Tensor::empty({1 << 14}, DType::f32, slow);
+  ops::fill(t, 0.0f);
+  EXPECT_EQ(ops::settle_slowdown(Device::cpu()), 0.0);  // nothing to serve on a CPU
+  EXPECT_EQ(ops::slowdown_served_ms(Device::cpu()), 0.0);
+  ops::settle_slowdown(slow);
+  const double served0 = ops::slowdown_served_ms(slow);
+  Event start, end;
+  start.record(slow);
+  // 1,500 ops at once fill the queue; then the host keeps it full while the GPU completes
+  // spans, so spins are owed and enqueued all along.
+  for (int i = 0; i < 3000; ++i) {
+    ops::fill(t, (float)i);
+    if (i >= 1500) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  ops::settle_slowdown(slow);
+  end.record(slow);
+  end.synchronize();
+  const double window = start.elapsed_ms(end), served = ops::slowdown_served_ms(slow) - served0;
+  EXPECT_GT(served, 0.0);
+  EXPECT_LE(2 * served, 1.01 * window + 0.05) << "spin served " << served << " ms in a window of " << window << " ms";
+}
+
 }  // namespace
 }  // namespace gpumix
