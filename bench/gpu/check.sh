@@ -273,9 +273,10 @@ if [ "$EMULATED" = 1 ]; then
   # ~2 min on the emulator at the default 5 % (2083 windows).
   HETERO_MODEL=(--model gpt-nano --layers 1 --seq 32 --batch 6 --val-fraction 0.001)
   HETERO_VOCAB=512
-  # The start-up profile bounded (micro-batches 1 and 2, one timed run after the warm-up, a
-  # few seconds here): the full one (1 to 32, five runs) never finished in the stage's
-  # limit on the emulator. Cached apart from a full profile (gpumix train --help).
+  # The start-up profile bounded (micro-batches 1 and 2, one timed run after the warm-up:
+  # 3.4 s for the compute measurements at load ~6) instead of the full one (1 to 32, five
+  # runs: 4 min 35 s at load 11-14, 2026-12-02; it did not finish in the stage's limit in
+  # the rehearsal of 2026-12-01). Cached apart from a full profile (gpumix train --help).
   HETERO_PROFILE=(--profile-repeats 1 --profile-max-micro-batch 2)
   HETERO_WHAT="EMULATED, reduced: gpt-nano with 1 layer, a 512-token BPE vocabulary of the fortunes corpus, global batch 6 x 32 tokens, validation on 0.1 % of it; the start-up profile bounded to micro-batches <= 2, 1 repeat"
   # bench_cuda's shapes are gpt2's (B 8, T 1024): only a few small kernels, one iteration
