@@ -46,8 +46,7 @@ int cmd_profile(int argc, char** argv) {
   if (seq < 0 || vocab < 0)
     throw std::invalid_argument(seq < 0 ? "--seq must be positive, got " + std::to_string(seq)
                                         : "--vocab must be positive, got " + std::to_string(vocab));
-  if (max_m < 1) throw std::invalid_argument("--max-micro-batch must be at least 1, got " + std::to_string(max_m));
-  if (repeats < 1) throw std::invalid_argument("--repeats must be at least 1, got " + std::to_string(repeats));
+  tools::check_profile_flags(repeats, max_m, "--repeats", "--max-micro-batch");
 
   const std::vector<dist::ClusterDevice> devices = dist::parse_devices(devices_text);
   // One kind of device per run (parse_devices): its default compute dtype, and one it computes.

@@ -102,6 +102,15 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--shares", plan.shares, "per-rank state shares, e.g. 0,0.3,0.7 (default: even)");
   app.add_flag("--no-prefetch", no_prefetch, "do not overlap the next unit's gather with compute");
   gpumix::dist::EngineOptions engine;
+  // The start-up profile of a planner (as `gpumix profile --repeats --max-micro-batch`): a
+  // slow device (a large model, an emulated GPU) may want it shorter; cached apart per bound.
+  app.add_option("--profile-repeats", engine.profiler.repeats,
+                 "timed repeats per measurement of the devices' start-up profile (median; default " +
+                     std::to_string(engine.profiler.repeats) + "); fewer: a quicker, noisier profile");
+  app.add_option("--profile-max-micro-batch", engine.profiler.max_micro_batch,
+                 "largest micro-batch size the start-up profile measures (1, 2, 4, ... up to it; default " +
+                     std::to_string(engine.profiler.max_micro_batch) +
+                     "); the planner extrapolates beyond it");
   std::string trace_steps;
   app.add_option("--trace", engine.trace,
                  "write a trace of --trace-steps to this file (Trace Event Format: ui.perfetto.dev, chrome://tracing)");
@@ -121,6 +130,8 @@ int cmd_train(int argc, char** argv) {
     std::tie(engine.trace_first, engine.trace_last) = parse_trace_steps(trace_steps);
   }
   o.dtype = gpumix::tools::parse_dtype_flag(dtype);
+  gpumix::tools::check_profile_flags(engine.profiler.repeats, engine.profiler.max_micro_batch, "--profile-repeats",
+                                     "--profile-max-micro-batch");
   std::vector<gpumix::dist::ClusterDevice> devices;
   if (!devices_text.empty()) {
     devices = gpumix::dist::parse_devices(devices_text);
@@ -138,7 +149,22 @@ int cmd_train(int argc, char** argv) {
     throw std::invalid_argument("--ranks " + std::to_string(ranks) + " is more than 1024 thread ranks; run "
                                 "several processes under mpirun instead");
   engine.prefetch = !no_prefetch;
-  auto make_work = [&](int n) { return gpumix::dist::plan_work(plan, !devices.empty(), o.batch, n, engine); };
+  auto make_work = [&](int n) {
+    auto work = gpumix::dist::plan_work(plan, !devices.empty(), o.batch, n, engine);
+    // A bound of a profile that is never measured would be silently ignored.
+    const std::string plan_is =
+        !engine.plan_file.empty() ? "it runs the plan file " + engine.plan_file
+        : devices.empty() && plan.batches.empty() && plan.micro_batches.empty() && plan.shares.empty() &&
+                (plan.plan.empty() || plan.plan == "even")
+            ? std::string("without --devices, --plan even splits the batch evenly unmeasured")
+            : std::string("its plan is given: --batches/--micro-batches/--shares");
+    for (const char* flag : {"--profile-repeats", "--profile-max-micro-batch"})
+      if (engine.planner.empty() && app.count(flag) > 0)
+        throw std::invalid_argument(std::string(flag) + " bounds the profile that a planner measures at start-up, "
+                                    "but this run profiles nothing (" + plan_is + "); drop " + flag +
+                                    ", or plan with --devices and --plan auto|gpumix|even|proportional|cephalo");
+    return work;
+  };
   const int cores = o.threads > 0 ? o.threads : (int)std::max(1u, std::thread::hardware_concurrency());
 
   gpumix::dist::announce_stop_signals(true);  // on the console, at once: a step may be long

@@ -45,4 +45,11 @@ std::optional<DType> parse_dtype_flag(const std::string& text) {
   return compute_dtype_from_name(text, "--dtype");
 }
 
+void check_profile_flags(int repeats, int max_micro_batch, const std::string& repeats_flag,
+                         const std::string& max_micro_batch_flag) {
+  if (max_micro_batch < 1)
+    throw std::invalid_argument(max_micro_batch_flag + " must be at least 1, got " + std::to_string(max_micro_batch));
+  if (repeats < 1) throw std::invalid_argument(repeats_flag + " must be at least 1, got " + std::to_string(repeats));
+}
+
 }  // namespace gpumix::tools

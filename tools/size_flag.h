@@ -1,5 +1,6 @@
 // Checks of flags shared by several commands: byte sizes given on the command line
-// ("512MiB", "2GiB", "1.5GB", "4096"), the planners' global batch, and the compute dtype.
+// ("512MiB", "2GiB", "1.5GB", "4096"), the planners' global batch, the compute dtype, and
+// the bounds of a device profile.
 #pragma once
 
 #include <cstdint>
@@ -21,5 +22,12 @@ void check_global_batch_flag(int64_t global_batch);
 // --dtype: "bf16", "fp32" or "f32"; "" (not given): nullopt. Throws Error listing the valid
 // values otherwise.
 std::optional<DType> parse_dtype_flag(const std::string& text);
+
+// The profile's repeats per measurement and largest micro-batch (`gpumix profile --repeats
+// --max-micro-batch`, `gpumix train --profile-repeats --profile-max-micro-batch`): each at
+// least 1 (no repeat took the median of nothing). Throws std::invalid_argument naming the
+// flag and the value.
+void check_profile_flags(int repeats, int max_micro_batch, const std::string& repeats_flag,
+                         const std::string& max_micro_batch_flag);
 
 }  // namespace gpumix::tools

@@ -219,10 +219,20 @@ def setup(a):
             print(f"warning: the build's source root {src} exists here and is not {root}: the tests' compiled-in "
                   "data paths read it")
     # The tests, their paths rewritten: the old build folder -> the unpacked one, the old source
-    # root -> this tree. Longest prefix first (the build folder may lie inside the source root).
-    subst = sorted([(m["build_root"], build), (src, root)], key=lambda p: -len(p[0]))
+    # root -> this tree, the corpus -> the carried one. Longest prefix first (the build folder
+    # may lie inside the source root).
+    subst = [(m["build_root"], build), (src, root)]
+    # The corpus a test names (train_gpu_vs_cpu: /usr/share/games/fortunes) -> the carried
+    # copy: the GPU machine has no fortunes package.
+    if os.path.isdir(os.path.join(dest, "fortunes")):
+        subst.append((CORPUS, os.path.join(dest, "fortunes")))
+    subst.sort(key=lambda p: -len(p[0]))
 
     def fix(s):
+        # meson writes a script beside the build as BUILD/../tests/x.sh: resolved first, so
+        # that it maps to this tree (not to DEST/build/.., where there is no tests/).
+        if os.path.isabs(s):
+            s = os.path.normpath(s)
         for old, new in subst:
             if s == old or s.startswith(old + os.sep):
                 return new + s[len(old):]

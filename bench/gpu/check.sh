@@ -257,6 +257,9 @@ HETERO_STEPS=8
 HETERO_MODEL=(--model gpt2 --seq 1024 --batch 24)
 HETERO_VOCAB=4096
 HETERO_WHAT="the gpt2 shape (L 12, C 768) with a 4096-token BPE vocabulary of the fortunes corpus, global batch 24 x 1024 tokens"
+# The start-up profile of the three devices: gpumix train's full one (micro-batches up to
+# 32, 5 repeats) on a GPU, where it takes seconds.
+HETERO_PROFILE=()
 BENCH_ARGS=(--benchmark_min_time=0.2)
 TEST_MULT=0.2  # meson's timeouts (600 s for the GPU tests) cut to a fifth on a GPU
 if [ "$EMULATED" = 1 ]; then
@@ -266,9 +269,16 @@ if [ "$EMULATED" = 1 ]; then
   E2E_WHAT="EMULATED, reduced: L 2, NH 2, C 64, T 64, V 512, B 2, 1 warm-up + 2 timed steps"
   HETERO_DEVICES="cuda:0:mem=256MiB,cuda:0:mem=192MiB:slow=2,cuda:0:mem=128MiB:slow=3"
   HETERO_STEPS=3  # summarize.py's medians: the steps after the first two
-  HETERO_MODEL=(--model gpt-nano --layers 1 --seq 32 --batch 6)
+  # Validation on 0.1 % of the corpus (41 windows): the last step measures all of them,
+  # ~2 min on the emulator at the default 5 % (2083 windows).
+  HETERO_MODEL=(--model gpt-nano --layers 1 --seq 32 --batch 6 --val-fraction 0.001)
   HETERO_VOCAB=512
-  HETERO_WHAT="EMULATED, reduced: gpt-nano with 1 layer, a 512-token BPE vocabulary of the fortunes corpus, global batch 6 x 32 tokens"
+  # The start-up profile bounded (micro-batches 1 and 2, one timed run after the warm-up:
+  # 3.4 s for the compute measurements at load ~6) instead of the full one (1 to 32, five
+  # runs: 4 min 35 s at load 11-14, 2026-12-02; it did not finish in the stage's limit in
+  # the rehearsal of 2026-12-01). Cached apart from a full profile (gpumix train --help).
+  HETERO_PROFILE=(--profile-repeats 1 --profile-max-micro-batch 2)
+  HETERO_WHAT="EMULATED, reduced: gpt-nano with 1 layer, a 512-token BPE vocabulary of the fortunes corpus, global batch 6 x 32 tokens, validation on 0.1 % of it; the start-up profile bounded to micro-batches <= 2, 1 repeat"
   # bench_cuda's shapes are gpt2's (B 8, T 1024): only a few small kernels, one iteration
   # each, unless GPUMIX_CHECK_BENCH_FILTER names others.
   BENCH_ARGS=(--benchmark_min_time=0.001 "--benchmark_filter=${GPUMIX_CHECK_BENCH_FILTER:-^BM_(copy|layernorm_forward/768|add_bf16)/}")
@@ -346,7 +356,7 @@ for p in gpumix even proportional; do
   stage "hetero-$p" "$limit" "hetero/gpu3-$p.txt" env GPUMIX_CACHE="$HW/profiles" "$GPUMIX" train \
     --data "$CORPUS" --tokenizer "$HW/tokenizer.bpe" "${HETERO_MODEL[@]}" \
     --steps "$HETERO_STEPS" --lr 3e-4 --eval-interval 0 --eval-windows 2 --ckpt-interval 0 \
-    --devices "$HETERO_DEVICES" --plan "$p" --drift-threshold 0 --quiet --out "$HW/gpu3-$p"
+    --devices "$HETERO_DEVICES" --plan "$p" "${HETERO_PROFILE[@]}" --drift-threshold 0 --quiet --out "$HW/gpu3-$p"
   echo $? > "$HW/gpu3-$p.rc"
   touch "$HW/gpu3-$p.txt"  # a skipped stage wrote none
   rm -rf "$HW/gpu3-$p"/ckpt-*  # the final checkpoint (~1 GB): nothing reads it

@@ -28,6 +28,14 @@ rm -rf "$FRESH" "$OUT" && mkdir -p "$FRESH/repo"
   { git ls-files -z; git ls-files -z --others --exclude-standard; } | tar -c --null -T - -f - | tar -C "$FRESH/repo" -x
 cp -r $DEPS "$FRESH/repo/"
 echo "rehearse.sh: $(du -sh "$FRESH/repo" | cut -f1) in $FRESH/repo (what the device tool sends); OUT=$OUT"
+# The GPU machine's python3 has PyTorch. Here Debian's python3-torch may be in /usr/bin's
+# python3 only (a pyenv python3 ahead of it on the PATH lacks it): then /usr/bin goes first,
+# so that the PyTorch stages import it and stop at the GPU point (no CUDA here) as they would
+# on a machine without a GPU, instead of at the import.
+if ! python3 -c "import torch" 2>/dev/null && /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  export PATH="/usr/bin:$PATH"
+  echo "rehearse.sh: python3 is /usr/bin/python3 (it has PyTorch, the PATH's first python3 has not)"
+fi
 HIDE=$(dirname "$SRC")
 RUN="bash '$FRESH/repo/bench/gpu/check.sh'"
 if unshare -m --propagation private true 2>/dev/null; then

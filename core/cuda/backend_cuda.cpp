@@ -34,6 +34,24 @@ namespace cu = kernels::cuda;
 constexpr int64_t kStagingBytes = 4 << 20;  // per buffer; two per logical device
 constexpr unsigned long long kNoBadToken = ULLONG_MAX;
 
+// Whether the work before `e`'s latest record has completed (never recorded: true). A
+// query, not a host synchronisation.
+bool event_done(cudaEvent_t e) {
+  const cudaError_t q = cudaEventQuery(e);
+  if (q == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // "not ready" is an answer, not an error
+    return false;
+  }
+  CUDA_CHECK(q);
+  return true;
+}
+
+// The host waits for `e` only if it has not completed yet (cudaEventSynchronize is a host
+// synchronisation even then).
+void wait_unless_done(cudaEvent_t e) {
+  if (!event_done(e)) CUDA_CHECK(cudaEventSynchronize(e));
+}
+
 // The state of one logical device, created at its first use and kept for the process.
 struct Logical {
   Device device;
@@ -45,6 +63,7 @@ struct Logical {
   std::mutex host_mutex;                    // guards the pinned buffers below
   void* staging[2] = {};
   cudaEvent_t staging_free[2] = {};         // the last copy through staging[i] is done
+  int next_upload = 0;                      // the staging buffer of the next upload's first chunk
   void* results = nullptr;                  // pinned, results_bytes
   int64_t results_bytes = 0;
   unsigned long long* bad_token_host = nullptr;  // pinned: bad_token as last copied back
@@ -196,18 +215,11 @@ class CudaBackend final : public Backend {
   void event_synchronize(void* event) const override {
     CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)event));
   }
-  bool event_query(void* event) const override {
-    const cudaError_t e = cudaEventQuery((cudaEvent_t)event);
-    if (e == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    CUDA_CHECK(e);
-    return true;
-  }
+  bool event_query(void* event) const override { return event_done((cudaEvent_t)event); }
   double event_elapsed_ms(void* start, void* end) const override {
-    CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)start));
-    CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)end));
+    // The emulated slowdown asks only once `end` has completed: no host wait then.
+    wait_unless_done((cudaEvent_t)start);
+    wait_unless_done((cudaEvent_t)end);
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)end));
     return ms;
@@ -464,17 +476,21 @@ class CudaBackend final : public Backend {
     return result;
   }
 
-  // Host -> device through the two staging buffers, chunk by chunk on the compute stream:
-  // each chunk waits for the copy that last used its buffer. On return the host memory may
-  // be reused; the data is in place for all later work on the compute stream.
+  // Host -> device through the two staging buffers, chunk by chunk on the compute stream,
+  // the buffers taken in turn across uploads (a step's inputs, then its targets): each
+  // chunk waits for the copy that last used its buffer, if it is not done yet. So two
+  // small uploads in a row never wait for each other, nor for the work queued before them
+  // (the optimizer step), and the host runs ahead. On return the host memory may be
+  // reused; the data is in place for all later work on the compute stream.
   static void upload(void* dst, Logical& d, const void* src, int64_t bytes) {
     const cudaStream_t s = d.use();
     std::lock_guard<std::mutex> lock(d.host_mutex);
     d.ensure_staging();
-    for (int64_t off = 0, k = 0; off < bytes; off += kStagingBytes, ++k) {
-      const int b = (int)(k & 1);
+    for (int64_t off = 0; off < bytes; off += kStagingBytes) {
+      const int b = d.next_upload;
+      d.next_upload ^= 1;
       const size_t n = (size_t)std::min(kStagingBytes, bytes - off);
-      CUDA_CHECK(cudaEventSynchronize(d.staging_free[b]));
+      wait_unless_done(d.staging_free[b]);
       std::memcpy(d.staging[b], (const char*)src + off, n);
       CUDA_CHECK(cudaMemcpyAsync((char*)dst + off, d.staging[b], n, cudaMemcpyHostToDevice, s));
       CUDA_CHECK(cudaEventRecord(d.staging_free[b], s));

@@ -164,18 +164,20 @@ std::string cache_folder(const ProfilerOptions& o) {
 }
 
 // The key: the device, the model's shape, the sequence length, the compute dtype, the
-// micro-batch sizes tried and the OpenMP threads per rank; for CPU devices also every rank's
-// device: ranks that share a machine's cores slow each other down, so a CPU device's speed
-// depends on the devices beside it. v2: measured over common windows (Together); v3: windows
-// of 50 ms at least; v4: in the run's compute dtype (f32 or bf16).
+// micro-batch sizes tried, the repeats per measurement and the OpenMP threads per rank; for
+// CPU devices also every rank's device: ranks that share a machine's cores slow each other
+// down, so a CPU device's speed depends on the devices beside it. v2: measured over common
+// windows (Together); v3: windows of 50 ms at least; v4: in the run's compute dtype (f32 or
+// bf16); v5: the repeats too (a quick profile of 1 repeat never stands for one of 5).
 std::string cache_path(const ProfilerOptions& o, const std::string& label, const std::vector<std::string>& cluster,
                        const GPTConfig& model, int seq, DType dtype) {
   const std::string folder = cache_folder(o);
   if (folder.empty()) return "";
   std::string neighbours;
   for (const std::string& l : cluster) neighbours += l + ",";
-  const std::string key = str("v4|", label, "|cluster=", neighbours, "|", config_to_json(model).dump(), "|T=", seq,
-                              "|", dtype_name(dtype), "|m<=", o.max_micro_batch, "|threads=", omp_get_max_threads());
+  const std::string key = str("v5|", label, "|cluster=", neighbours, "|", config_to_json(model).dump(), "|T=", seq,
+                              "|", dtype_name(dtype), "|m<=", o.max_micro_batch, "|repeats=", o.repeats,
+                              "|threads=", omp_get_max_threads());
   return folder + "/device-" + str(std::hex, rng_key(0, key)) + ".json";
 }
 

@@ -467,6 +467,11 @@ void Training::print_settings() const {
       {"weight decay / clip", str(o_.weight_decay, " / ", o_.grad_clip)},
       {"ranks", str(ranks_, " (", comm_.backend(), ")")},
       {"plan b/m/r per rank", plan_text()},
+      // What the planner's profile measured (or its cache held): its bounds.
+      {"profile", planner_ ? str("micro-batches <= ", engine_options_.profiler.max_micro_batch, ", ",
+                                 engine_options_.profiler.repeats,
+                                 engine_options_.profiler.repeats == 1 ? " repeat" : " repeats")
+                           : std::string("none (no planner)")},
       {"recompute", ranks_ > 1 || o_.recompute ? "on" : "off"},
       {"device (rank 0)", device_.str() + " (" + format_bytes(device_props(device_).capacity) + ")"},
       {"threads per rank", std::to_string(omp_get_max_threads())},

@@ -3,7 +3,9 @@
 // sharded engine with 3 thread ranks sharing one GPU (cuda:0, cuda:1 and cuda:2 on GPU 0,
 // two of them with a memory cap and a slowdown; an uneven plan with a rank without rows
 // and one without state) against 1 rank on that GPU; a resume on the GPU from a CPU
-// checkpoint and back. Without a GPU (or without a driver) every test skips, saying why.
+// checkpoint and back; the host synchronisations of a step, counted by the emulated
+// device (two per rank: the step's numbers). Without a GPU (or without a driver) every
+// test skips, saying why; the count also on a real GPU, whose runtime keeps none.
 //
 // Tolerances (engine_test_util.h for the reasoning):
 // - GPU against CPU, both bf16: the two backends round the same activations to bf16 after
@@ -25,6 +27,9 @@
 #include "dist/comm/comm.h"
 #include "dist/engine/trainer.h"
 #include "engine_test_util.h"
+#if defined(GPUMIX_CUDA_EMULATOR)
+#include "kernels/cuda_emulator/emulator.h"  // host_sync_count
+#endif
 
 namespace gpumix::dist::test {
 namespace {
@@ -156,6 +161,46 @@ TEST_F(EngineCudaTest, ResumesOnTheGpuFromACpuCheckpointAndBack) {
   ASSERT_EQ(last.error, "");
   EXPECT_EQ(last.result.step, 9);
   expect_losses_within(o.out, ref_o.out, kGpuVsCpuLossRtol);
+}
+
+// How often a training step makes the host wait for the device, counted by the emulated
+// device (kernels/cuda_emulator/emulator.h: every cudaStreamSynchronize,
+// cudaEventSynchronize, cudaDeviceSynchronize, blocking cudaMemcpy and copy to pageable
+// host memory, on any thread). A run of 5 steps against one of 2: the start (model,
+// state, staging buffers) and the end (the final evaluation, the checkpoint) are the same
+// in both, so the difference is 3 steps' own.
+#if defined(GPUMIX_CUDA_EMULATOR)
+int64_t host_syncs_of_steps(const std::string& out, int steps, const std::vector<RankWork>& work,
+                            const std::vector<Device>& devices) {
+  const int64_t before = cuda_emulator::host_sync_count();
+  const GpuRun run = run_on(bf16_options(out, steps), work, devices);
+  EXPECT_EQ(run.error, "") << out;
+  return cuda_emulator::host_sync_count() - before;
+}
+#endif
+
+TEST_F(EngineCudaTest, AStepWaitsForTheDeviceOnlyToReadItsNumbers) {
+#if !defined(GPUMIX_CUDA_EMULATOR)
+  GTEST_SKIP() << "the count of host synchronisations is the emulated device's (kernels/cuda_emulator); "
+                  "the CUDA runtime of a real GPU keeps none";
+#else
+  // Per rank and step (README, "Engines on CUDA devices"): the gradient norms in one
+  // ops::sum_squares_many (the wait for the step's work) and the micro-batches' losses in
+  // one ops::read_scalars (already computed: it waits only for its own few bytes). Nothing
+  // else: the upload of the step's tokens waits for no earlier work, and the gathers,
+  // reductions, slowdowns and the update are ordered on the device by events.
+  constexpr int64_t kPerRankStep = 2;
+  const std::vector<RankWork> one = make_work({8}, {4}, {1.0});  // two micro-batches
+  const int64_t one_rank = host_syncs_of_steps(out("one5"), 5, one, {gpu0_device(0)}) -
+                           host_syncs_of_steps(out("one2"), 2, one, {gpu0_device(0)});
+  EXPECT_EQ(one_rank, 3 * kPerRankStep) << "host synchronisations in 3 steps of one rank";
+  // Three ranks sharing the GPU, the sharded engine: its collectives on device buffers add none.
+  const std::vector<Device> devices = {gpu0_device(1), gpu0_device(2, 256 << 20, 2), gpu0_device(3, 512 << 20, 1.5)};
+  const std::vector<RankWork> three = make_work({2, 3, 3}, {1, 2, 3}, {0.5, 0.25, 0.25});
+  const int64_t three_ranks = host_syncs_of_steps(out("three4"), 4, three, devices) -
+                              host_syncs_of_steps(out("three2"), 2, three, devices);
+  EXPECT_EQ(three_ranks, 2 * 3 * kPerRankStep) << "host synchronisations in 2 steps of three ranks";
+#endif
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -469,6 +470,55 @@ TEST_F(Tools, BadPlansOnTheCommandLine) {
     for (const std::string& part : c.says) EXPECT_NE(r.err.find(part), std::string::npos) << show(r);
     expect_nothing_written(out);
   }
+}
+
+TEST_F(Tools, TheStartUpProfileIsBoundedAndCachedPerBound) {
+  // --profile-repeats and --profile-max-micro-batch bound the profile a planner measures at
+  // start-up: the settings table says so, the cached device profiles hold micro-batches up
+  // to the bound only, and other bounds are measured and cached apart (a quick profile never
+  // stands in for a full one), while the same bounds read the cache.
+  const std::string cache = path("bounded_cache");
+  const char* before = std::getenv("GPUMIX_CACHE");
+  const std::string saved = before ? before : "";
+  setenv("GPUMIX_CACHE", cache.c_str(), 1);
+  auto train = [&](const std::string& name, const std::string& repeats, const std::string& max_m) {
+    const Result r = gpumix(train_args(path(name), {"--devices", "cpu,cpu:slow=2", "--steps", "2",
+                                                    "--profile-repeats", repeats, "--profile-max-micro-batch", max_m}),
+                            dir_);
+    EXPECT_EQ(r.code, 0) << show(r);
+    return r;
+  };
+  // The cached device profiles: file name -> the largest micro-batch measured.
+  auto cached = [&] {
+    std::map<std::string, int> files;
+    if (fs::exists(cache))
+      for (const auto& f : fs::directory_iterator(cache)) {
+        const nlohmann::json device = nlohmann::json::parse(read_file(f.path().string()));
+        int largest = 0;
+        for (const auto& s : device.at("samples")) largest = std::max(largest, s.at("m").get<int>());
+        files[f.path().filename().string()] = largest;
+      }
+    return files;
+  };
+  Result r = train("bounded_2x1", "1", "2");
+  EXPECT_NE(r.out.find("micro-batches <= 2, 1 repeat "), std::string::npos) << show(r);
+  const auto first = cached();
+  ASSERT_EQ(first.size(), 2u) << "one per device type: cpu and cpu:slow=2";
+  for (const auto& [file, largest] : first) EXPECT_EQ(largest, 2) << file;
+  train("bounded_2x1_again", "1", "2");
+  EXPECT_EQ(cached(), first) << "the same bounds read the cache";
+  r = train("bounded_1x1", "1", "1");
+  EXPECT_NE(r.out.find("micro-batches <= 1, 1 repeat "), std::string::npos) << show(r);
+  auto now = cached();
+  EXPECT_EQ(now.size(), 4u) << "another largest micro-batch: measured apart";
+  int at_one = 0;
+  for (const auto& [file, largest] : now) at_one += largest == 1;
+  EXPECT_EQ(at_one, 2);
+  r = train("bounded_1x2", "2", "1");
+  EXPECT_NE(r.out.find("micro-batches <= 1, 2 repeats "), std::string::npos) << show(r);
+  EXPECT_EQ(cached().size(), 6u) << "other repeats: measured apart";
+  if (before) setenv("GPUMIX_CACHE", saved.c_str(), 1);
+  else unsetenv("GPUMIX_CACHE");
 }
 
 // ---- train: resume ------------------------------------------------------------------------
@@ -1203,6 +1253,18 @@ TEST_F(BadInputs, Train) {
                  {"--dtype: unknown value 'fp16'", "valid: bf16, fp32 (or f32)"}),
       train_case("--dtype contradicts the plan file", {"--plan", path("m_plan_f32.json"), "--dtype", "bf16"},
                  {"m_plan_f32.json was made for f32 but --dtype is bf16", "gpumix plan --dtype bf16", "drop --dtype"}),
+      train_case("--profile-repeats 0", {"--devices", "cpu,cpu", "--profile-repeats", "0"},
+                 {"--profile-repeats must be at least 1, got 0"}),
+      train_case("--profile-max-micro-batch negative", {"--devices", "cpu,cpu", "--profile-max-micro-batch", "-2"},
+                 {"--profile-max-micro-batch must be at least 1, got -2"}),
+      train_case("--profile-repeats where nothing is profiled", {"--profile-repeats", "1"},
+                 {"--profile-repeats bounds the profile", "this run profiles nothing", "without --devices",
+                  "drop --profile-repeats"}),
+      train_case("--profile-max-micro-batch with a given plan",
+                 {"--devices", "cpu,cpu", "--batches", "2,2", "--profile-max-micro-batch", "2"},
+                 {"--profile-max-micro-batch bounds the profile", "its plan is given", "drop --profile-max-micro-batch"}),
+      train_case("--profile-repeats with a plan file", {"--plan", path("m_plan.json"), "--profile-repeats", "2"},
+                 {"--profile-repeats bounds the profile", "it runs the plan file", "m_plan.json"}),
   });
   expect_base_intact();
 }
