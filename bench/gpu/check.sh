@@ -6,7 +6,8 @@
 #      run by bench/gpu/carried.py test: the build's meson may not be the machine's);
 #   2. trains gpt2 124M (T 1024, bf16) end to end: GPUMix (bench_train --device cuda:0)
 #      beside PyTorch eager (bench/gpu/torch_compare.py --e2e): tokens/s, MFU;
-#   3. times the CUDA kernels (bench_cuda) and the same kernels in PyTorch;
+#   3. times the CUDA kernels (bench_cuda) and the same kernels in PyTorch, then every kernel
+#      of a gpt2 step against the GPU's measured roofs (gpumix bench, issue 21);
 #   4. runs the heterogeneous cluster: three emulated devices on the one GPU, `gpumix train`
 #      under --plan gpumix, even and proportional: step times, per-rank predicted vs
 #      measured time and memory (bench/hetero/summarize.py);
@@ -69,7 +70,7 @@ report() {
 # of the budget), appends to $LOGS/LOG, records the result in stages.tsv, rewrites the
 # report. Returns CMD's status. On a machine without a GPU, a GPU stage's result says so
 # (in the emulated rehearsal only PyTorch's: GPUMix's run on the emulated device).
-GPU_STAGES=" tests-gpu e2e-gpumix e2e-torch-eager bench-cuda torch-kernels hetero-gpumix hetero-even hetero-proportional e2e-torch-compile "
+GPU_STAGES=" tests-gpu e2e-gpumix e2e-torch-eager bench-cuda torch-kernels gpumix-bench hetero-gpumix hetero-even hetero-proportional e2e-torch-compile "
 TORCH_STAGES=" e2e-torch-eager torch-kernels e2e-torch-compile "
 stage() {
   local name=$1 limit=$(( $2 * SCALE )) log="$LOGS/$3"; shift 3
@@ -261,6 +262,9 @@ HETERO_WHAT="the gpt2 shape (L 12, C 768) with a 4096-token BPE vocabulary of th
 # 32, 5 repeats) on a GPU, where it takes seconds.
 HETERO_PROFILE=()
 BENCH_ARGS=(--benchmark_min_time=0.2)
+# gpumix bench (issue 21): every kernel of one gpt2 training step by role against the GPU's
+# measured roofs and its datasheet, the table a user compares GPUs with.
+GPUMIX_BENCH=(--model gpt2 --seq 1024 --batch 8 --dtype bf16 --repeat 5)
 TEST_MULT=0.2  # meson's timeouts (600 s for the GPU tests) cut to a fifth on a GPU
 if [ "$EMULATED" = 1 ]; then
   # The emulator runs every thread of a kernel on the CPU: shapes a few thousand times
@@ -282,6 +286,7 @@ if [ "$EMULATED" = 1 ]; then
   # bench_cuda's shapes are gpt2's (B 8, T 1024): only a few small kernels, one iteration
   # each, unless GPUMIX_CHECK_BENCH_FILTER names others.
   BENCH_ARGS=(--benchmark_min_time=0.001 "--benchmark_filter=${GPUMIX_CHECK_BENCH_FILTER:-^BM_(copy|layernorm_forward/768|add_bf16)/}")
+  GPUMIX_BENCH=(--model gpt-nano --seq 32 --batch 2 --dtype bf16 --repeat 2)
   TEST_MULT=1
 fi
 echo "$E2E_WHAT" > "$LOGS/e2e.txt"
@@ -339,6 +344,8 @@ stage bench-cuda 45 bench.txt "$BUILD/bench/cuda/bench_cuda" "${BENCH_ARGS[@]}" 
   --benchmark_out="$LOGS/bench.json" --benchmark_out_format=json
 stage torch-kernels 25 torch_kernels.txt env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
   python3 "$ROOT/bench/gpu/torch_compare.py"
+stage gpumix-bench 60 gpumix_bench.txt "$GPUMIX" bench --devices cuda:0 "${GPUMIX_BENCH[@]}" --quiet \
+  --json "$LOGS/gpumix_bench.json" --svg "$LOGS/gpumix_bench.svg"
 
 # ---- 4. the heterogeneous run -------------------------------------------------------------------------
 # bench/hetero's layout, so that its summarize.py reads it: <cluster>-<planner>.txt, .rc,

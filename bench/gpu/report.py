@@ -6,7 +6,8 @@ usage: report.py LOGS BUILD OUT_MD
 LOGS holds what the stages wrote (names as in check.sh): gpu.txt (the GPU found, or
 "none: why"), build.txt (gpu_archs, nvcc), stages.tsv (stage, result, seconds), e2e_gpumix.txt,
 e2e_eager.txt, e2e_compile.txt (RESULT lines of bench_train and torch_compare.py --e2e),
-bench.json (bench_cuda, Google Benchmark JSON), torch_kernels.txt, hetero/ (bench/hetero's
+bench.json (bench_cuda, Google Benchmark JSON), torch_kernels.txt, gpumix_bench.txt (gpumix bench's
+table; its JSON and SVG beside it), hetero/ (bench/hetero's
 layout: <cluster>-<planner>.txt, .rc, /log.jsonl; summarised by bench/hetero/summarize.py),
 hetero.txt (its cluster and steps), build.log. BUILD's meson-logs/testlog.json has the tests.
 First a table of every target of issue 13 (measured, target, met), then the stages and the
@@ -256,6 +257,11 @@ else:
     md.append(why_missing("bench-cuda") + ": " + (read("bench.txt").strip().splitlines() or [""])[-1])
 md += ["", "## PyTorch, the same kernels, timed the same way", "", "```",
        *[l for l in read("torch_kernels.txt").splitlines() if not l.startswith("====")][-30:], "```"]
+# gpumix bench's own table (every kernel of a step against the measured roofs), as it printed it.
+table = [l for l in read("gpumix_bench.txt").splitlines() if not l.startswith("====")]
+md += ["", f"## Every kernel of a training step against the roofs (gpumix bench){EMU}", ""]
+md += ["```", *table, "```", "", "JSON and roofline: gpumix_bench.json, gpumix_bench.svg in logs.tar.gz."] if any(
+    "step breakdown" in l for l in table) else [why_missing("gpumix-bench") + ": " + (table or [""])[-1]]
 warnings = [l for l in read("build.log").splitlines() if re.search(r"\b(warning|error)\b:|FAILED:", l)]
 if warnings:
     md += ["", "## Build warnings and errors (first 20)", "", "```", *warnings[:20], "```"]
