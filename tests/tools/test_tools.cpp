@@ -292,8 +292,16 @@ TEST_F(Tools, ExistingRunFolderWithoutResume) {
   expect_base_intact();
 }
 
-// Whether mpirun is here, and how the tests start it (as root in CI, on 2 cores).
-bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
+// Whether this gpumix runs under mpirun (built with MPI, and mpirun on the PATH: a build
+// with -Dmpi=disabled treats every process as a rank 0), and how the tests start it (as
+// root in CI, on 2 cores).
+bool have_mpirun() {
+#if defined(GPUMIX_HAVE_MPI)
+  return std::system("command -v mpirun >/dev/null 2>&1") == 0;
+#else
+  return false;
+#endif
+}
 const char* const kMpirun =
     "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np 3";
 
@@ -921,7 +929,7 @@ TEST_F(Tools, SigintStopsOneRankAfterTheStepWithACheckpoint) {
 // mpirun forwards SIGTERM to its ranks and kills them odls_base_sigkill_timeout seconds
 // later (1 s by default, 10 here; the README says to raise it for a large model's checkpoint).
 TEST_F(Tools, SigtermToMpirunStopsEveryRankAfterTheSameStep) {
-  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun on the PATH";
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun on the PATH";
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   setenv("OMPI_MCA_odls_base_sigkill_timeout", "10", 1);
