@@ -29,12 +29,24 @@ GPUMIX_INLINE void forward_rows(float* losses, float* lse, const T* logits, cons
   }
 }
 
+// One row of dlogits: dx (+)= dloss * exp(x - l), the softmax scaled, on the portable loop.
+template <class T>
+GPUMIX_INLINE void scaled_softmax_row(T* dx, const T* x, float l, float dloss, int V, bool accumulate) {
+  if (accumulate) {
+#pragma omp simd
+    for (int v = 0; v < V; v++) dx[v] = from_f32<T>(to_f32(dx[v]) + dloss * exp_vec(to_f32(x[v]) - l));
+  } else {
+#pragma omp simd
+    for (int v = 0; v < V; v++) dx[v] = from_f32<T>(dloss * exp_vec(to_f32(x[v]) - l));
+  }
+}
+
 // dlogits rows [i0, i1) += (accumulate) or = dloss * (softmax - onehot); ignored rows are
 // left alone when accumulating, zeroed otherwise. dlogits may alias logits when !accumulate.
-template <class T>
-GPUMIX_INLINE void backward_rows(T* dlogits, const T* logits, const float* lse,
-                                 const int32_t* targets, float dloss, int V, int32_t ignore_index,
-                                 bool accumulate, int64_t i0, int64_t i1) {
+// row(dx, x, l, dloss, V, accumulate) writes a row's scaled softmax (the path's).
+template <class T, class Row>
+GPUMIX_INLINE void backward_rows(T* dlogits, const T* logits, const float* lse, const int32_t* targets, float dloss,
+                                 int V, int32_t ignore_index, bool accumulate, int64_t i0, int64_t i1, Row row) {
   for (int64_t i = i0; i < i1; i++) {
     const T* x = logits + i * V;  // (V)
     T* dx = dlogits + i * V;      // (V)
@@ -46,18 +58,10 @@ GPUMIX_INLINE void backward_rows(T* dlogits, const T* logits, const float* lse,
     }
     const float l = lse[i];
     // The target's logit is read before its gradient is written (dlogits may alias).
-    const float p_target = exp_vec(to_f32(x[target]) - l);
-    const float d_target = dloss * (p_target - 1.0f);
-    if (accumulate) {
-      const float old_target = to_f32(dx[target]);
-#pragma omp simd
-      for (int v = 0; v < V; v++) dx[v] = from_f32<T>(to_f32(dx[v]) + dloss * exp_vec(to_f32(x[v]) - l));
-      dx[target] = from_f32<T>(old_target + d_target);
-    } else {
-#pragma omp simd
-      for (int v = 0; v < V; v++) dx[v] = from_f32<T>(dloss * exp_vec(to_f32(x[v]) - l));
-      dx[target] = from_f32<T>(d_target);
-    }
+    const float d_target = dloss * (exp_vec(to_f32(x[target]) - l) - 1.0f);
+    const float old_target = accumulate ? to_f32(dx[target]) : 0.0f;
+    row(dx, x, l, dloss, V, accumulate);
+    dx[target] = from_f32<T>(old_target + d_target);
   }
 }
 
@@ -87,31 +91,12 @@ GPUMIX_TARGET_AVX512 void forward_rows_avx512(float* losses, float* lse, const T
 }
 
 template <class T>
-GPUMIX_TARGET_AVX512 void backward_rows_avx512(T* dlogits, const T* logits, const float* lse,
-                                               const int32_t* targets, float dloss, int V, int32_t ignore_index,
-                                               bool accumulate, int64_t i0, int64_t i1) {
-  const __m512 dl = _mm512_set1_ps(dloss);
-  for (int64_t i = i0; i < i1; i++) {
-    const T* x = logits + i * V;  // (V)
-    T* dx = dlogits + i * V;      // (V)
-    const int32_t target = targets[i];
-    if (target == ignore_index) {
-      if (!accumulate)
-        for (int v = 0; v < V; v++) dx[v] = from_f32<T>(0.0f);
-      continue;
-    }
-    const float l = lse[i];
-    const __m512 l16 = _mm512_set1_ps(l);
-    // The target's logit is read before its gradient is written (dlogits may alias).
-    const float p_target = exp_vec(to_f32(x[target]) - l);
-    const float d_target = dloss * (p_target - 1.0f);
-    const float old_target = accumulate ? to_f32(dx[target]) : 0.0f;
-    for (int v = 0; v < V; v += 16) {
-      const __mmask16 m = lanes_below(V, v);
-      const __m512 g = dl * exp16(load16(x + v, m) - l16);
-      store16(dx + v, accumulate ? load16(dx + v, m) + g : g, m);
-    }
-    dx[target] = from_f32<T>(old_target + d_target);
+GPUMIX_TARGET_AVX512 void scaled_softmax_row_avx512(T* dx, const T* x, float l, float dloss, int V, bool accumulate) {
+  const __m512 dl = _mm512_set1_ps(dloss), l16 = _mm512_set1_ps(l);
+  for (int v = 0; v < V; v += 16) {
+    const __mmask16 m = lanes_below(V, v);
+    const __m512 g = dl * exp16(load16(x + v, m) - l16);
+    store16(dx + v, accumulate ? load16(dx + v, m) + g : g, m);
   }
 }
 
@@ -127,9 +112,9 @@ template <class T>
 void bwd(T* dx, const T* x, const float* lse, const int32_t* t, float dl, int V, int32_t ig, bool acc,
          int64_t i0, int64_t i1) {
   if (cpu_isa() >= Isa::avx512)
-    backward_rows_avx512(dx, x, lse, t, dl, V, ig, acc, i0, i1);
+    backward_rows(dx, x, lse, t, dl, V, ig, acc, i0, i1, scaled_softmax_row_avx512<T>);
   else
-    backward_rows(dx, x, lse, t, dl, V, ig, acc, i0, i1);
+    backward_rows(dx, x, lse, t, dl, V, ig, acc, i0, i1, scaled_softmax_row<T>);
 }
 
 }  // namespace
