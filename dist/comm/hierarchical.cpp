@@ -20,14 +20,6 @@ bool nodes_contiguous(const std::vector<int>& node_of_rank) {
   return true;
 }
 
-namespace {
-// The ring model of one stage: n ranks, `bytes` of the whole buffer.
-double ring(const TopologyLink& l, int n, double bytes) {
-  if (n <= 1) return 0;
-  return (n - 1) * l.latency_s + double(n - 1) / n * bytes / l.bandwidth_Bps;
-}
-}  // namespace
-
 TopologyChoice choose_topology_algo(CommOp op, const std::vector<int64_t>& counts,
                                     const std::vector<int>& node_of_rank, size_t elem_size,
                                     const TopologyLinks& links) {
@@ -36,34 +28,14 @@ TopologyChoice choose_topology_algo(CommOp op, const std::vector<int64_t>& count
                comm_op_name(op));
   GPUMIX_CHECK(counts.size() == node_of_rank.size(), "choose_topology_algo: ", counts.size(), " counts for ",
                node_of_rank.size(), " ranks");
+  std::vector<double> bytes;
+  for (int64_t c : counts) bytes.push_back((double)c * (double)elem_size);
+  const CollectiveKind kind = op == CommOp::all_gather_v ? CollectiveKind::all_gather : CollectiveKind::reduce_scatter;
+  const CollectiveTimes t = collective_times(kind, bytes, node_of_rank, links, nodes_contiguous(node_of_rank));
   TopologyChoice c;
-  c.hierarchical_s = std::numeric_limits<double>::infinity();
-  const int N = (int)counts.size();
-  int64_t total = 0;
-  for (int64_t x : counts) total += x;
-  const std::set<int> distinct(node_of_rank.begin(), node_of_rank.end());
-  const int K = (int)distinct.size();
-  const double E = (double)elem_size, T = (double)total * E;
-  c.flat_s = ring(K > 1 ? links.inter : links.intra, N, T);
-  if (K < 2 || !nodes_contiguous(node_of_rank) || total == 0) return c;
-  int n = 0;  // ranks of the largest node, and the largest node's share of the buffer
-  double node_bytes = 0;
-  for (int k : distinct) {
-    int ranks = 0;
-    double bytes = 0;
-    for (int r = 0; r < N; ++r)
-      if (node_of_rank[r] == k) {
-        ranks++;
-        bytes += (double)counts[r] * E;
-      }
-    n = std::max(n, ranks);
-    node_bytes = std::max(node_bytes, bytes);
-  }
-  if (op == CommOp::all_gather_v)  // node gather, leaders' gather, node broadcast of the whole
-    c.hierarchical_s = ring(links.intra, n, node_bytes) + ring(links.inter, K, T) + ring(links.intra, n, T);
-  else  // node reduce of the whole, leaders' reduce-scatter, node broadcast of the node's range
-    c.hierarchical_s = ring(links.intra, n, T) + ring(links.inter, K, T) + ring(links.intra, n, node_bytes);
-  if (c.hierarchical_s < c.flat_s) c.algo = TopologyAlgo::hierarchical;
+  c.flat_s = t.flat;
+  c.hierarchical_s = t.hierarchical;
+  if (t.staged()) c.algo = TopologyAlgo::hierarchical;
   return c;
 }
 
@@ -83,11 +55,14 @@ TopologyComm::Mode mode_from_env(TopologyComm::Mode given) {
 }  // namespace
 
 TopologyComm::TopologyComm(std::unique_ptr<Comm> base, TopologyLinks links, Mode mode)
-    : owned_(std::move(base)), base_(owned_.get()), links_(links), mode_(mode) {
+    : owned_(std::move(base)), base_(owned_.get()), links_(links), scatter_links_(links), mode_(mode) {
   init();
 }
 
-TopologyComm::TopologyComm(Comm& base, TopologyLinks links, Mode mode) : base_(&base), links_(links), mode_(mode) {
+TopologyComm::TopologyComm(Comm& base, TopologyLinks links, Mode mode) : TopologyComm(base, links, links, mode) {}
+
+TopologyComm::TopologyComm(Comm& base, TopologyLinks gather, TopologyLinks scatter, Mode mode)
+    : base_(&base), links_(gather), scatter_links_(scatter), mode_(mode) {
   init();
 }
 
@@ -109,7 +84,7 @@ bool TopologyComm::use_hierarchy(CommOp op, const std::vector<int64_t>& counts, 
     last_ = TopologyChoice{};
     return false;
   }
-  last_ = choose_topology_algo(op, counts, node_of_rank(), elem, links_);
+  last_ = choose_topology_algo(op, counts, node_of_rank(), elem, op == CommOp::all_gather_v ? links_ : scatter_links_);
   if (mode_ == Mode::hierarchical) last_.algo = TopologyAlgo::hierarchical;
   return last_.algo == TopologyAlgo::hierarchical;
 }
@@ -152,7 +127,9 @@ CommRequestPtr TopologyComm::reduce_scatter_v_async(const Tensor& in, Tensor& ou
 }
 
 std::unique_ptr<Comm> TopologyComm::split(int color) {
-  return std::make_unique<TopologyComm>(base_->split(color), links_, mode_);
+  auto made = std::make_unique<TopologyComm>(base_->split(color), links_, mode_);
+  made->scatter_links_ = scatter_links_;
+  return made;
 }
 
 void TopologyComm::gather_hier(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) {

@@ -111,6 +111,9 @@ void Profile::validate() const {
   validate_link(comm.reduce_scatter.intra_node, "profile: comm.reduce_scatter.intra_node", ranks.size() > 1);
   validate_link(comm.all_gather.inter_node, "profile: comm.all_gather.inter_node", multi_node);
   validate_link(comm.reduce_scatter.inter_node, "profile: comm.reduce_scatter.inter_node", multi_node);
+  validate_link(comm.all_gather.leaders, "profile: comm.all_gather.leaders", false);
+  validate_link(comm.reduce_scatter.leaders, "profile: comm.reduce_scatter.leaders", false);
+  check_range(comm.overlap, 0, 1, "profile: comm.overlap");
   check_range(comm.all_gather.uneven_factor, 1, 100, "profile: comm.all_gather.uneven_factor");
   check_range(comm.reduce_scatter.uneven_factor, 1, 100, "profile: comm.reduce_scatter.uneven_factor");
 }
@@ -137,6 +140,7 @@ static LinkProfile link_from_json(const json& j, const std::string& where) {
 static json collective_to_json(const CollectiveProfile& c) {
   json j{{"intra_node", link_to_json(c.intra_node)}, {"uneven_factor", c.uneven_factor}};
   if (c.inter_node.bandwidth_Bps > 0) j["inter_node"] = link_to_json(c.inter_node);
+  if (c.leaders.bandwidth_Bps > 0) j["leaders"] = link_to_json(c.leaders);
   return j;
 }
 
@@ -145,6 +149,7 @@ static CollectiveProfile collective_from_json(const json& j, const std::string& 
   c.intra_node = link_from_json(field(j, "intra_node", where), where + ".intra_node");
   if (has_field(j, "inter_node"))
     c.inter_node = link_from_json(j.at("inter_node"), where + ".inter_node");
+  if (has_field(j, "leaders")) c.leaders = link_from_json(j.at("leaders"), where + ".leaders");
   c.uneven_factor = number_field_or(j, "uneven_factor", where, 1.0);
   return c;
 }
@@ -185,7 +190,8 @@ json profile_to_json(const Profile& p) {
               {"ranks", ranks},
               {"comm",
                {{"all_gather", collective_to_json(p.comm.all_gather)},
-                {"reduce_scatter", collective_to_json(p.comm.reduce_scatter)}}}};
+                {"reduce_scatter", collective_to_json(p.comm.reduce_scatter)},
+                {"overlap", p.comm.overlap}}}};
 }
 
 Profile profile_from_json(const json& j) {
@@ -256,6 +262,7 @@ Profile profile_from_json(const json& j) {
     p.comm.all_gather = collective_from_json(field(comm, "all_gather", w + ".comm"), w + ".comm.all_gather");
     p.comm.reduce_scatter =
         collective_from_json(field(comm, "reduce_scatter", w + ".comm"), w + ".comm.reduce_scatter");
+    p.comm.overlap = number_field_or(comm, "overlap", w + ".comm", 1.0);
   }
   p.validate();
   return p;

@@ -72,11 +72,12 @@ TEST(Hierarchical, CostModelChoosesByTheLinks) {
   const std::vector<int64_t> small(32, 1000);          // 4 KB each: latency-bound
   TopologyChoice c = choose_topology_algo(CommOp::all_gather_v, small, nodes, 4, links);
   EXPECT_EQ(c.algo, TopologyAlgo::hierarchical);
-  // flat: 31 inter-node steps; hierarchical: 7 + 3 + 7 steps, 3 of them inter-node.
+  // flat: 31 inter-node steps; hierarchical: a node ring of 7 steps, 3 steps between the
+  // leaders, a broadcast tree of 3 levels in each node.
   const double T = 32 * 1000 * 4.0;
   EXPECT_NEAR(c.flat_s, 31 * 20e-6 + 31.0 / 32 * T / 25e9, 1e-12);
   EXPECT_NEAR(c.hierarchical_s, (7 * 8e-6 + 7.0 / 8 * (T / 4) / 40e9) + (3 * 20e-6 + 3.0 / 4 * T / 25e9) +
-                                    (7 * 8e-6 + 7.0 / 8 * T / 40e9),
+                                    3 * (8e-6 + T / 40e9),
               1e-12);
   EXPECT_EQ(choose_topology_algo(CommOp::reduce_scatter_v, small, nodes, 4, links).algo, TopologyAlgo::hierarchical);
   // Huge buffers on a link between nodes as fast as inside: the extra intra stages lose.
@@ -97,6 +98,38 @@ TEST(Hierarchical, CostModelChoosesByTheLinks) {
   EXPECT_TRUE(std::isinf(c.hierarchical_s));
   EXPECT_FALSE(nodes_contiguous(interleaved));
   EXPECT_TRUE(nodes_contiguous(nodes));
+}
+
+// The middle stage between the leaders is bound by how the state is split between the
+// nodes: an all-gather by the node that holds least (it receives the rest), a
+// reduce-scatter by the one that holds most; an even split costs least.
+TEST(Hierarchical, StateOnTheFarSideOfTheLinkCostsMore) {
+  TopologyLinks links;
+  links.leaders = {1e-4, 1e8};  // a slow link between the nodes
+  const std::vector<int> nodes = {0, 0, 1, 1};
+  const double B = 4e6;
+  auto t = [&](CollectiveKind kind, double node0) {
+    const std::vector<double> bytes = {node0 * B / 2, node0 * B / 2, (1 - node0) * B / 2, (1 - node0) * B / 2};
+    return collective_times(kind, bytes, nodes, links, true).hierarchical;
+  };
+  for (CollectiveKind kind : {CollectiveKind::all_gather, CollectiveKind::reduce_scatter}) {
+    EXPECT_LT(t(kind, 0.5), t(kind, 0.7));
+    EXPECT_LT(t(kind, 0.5), t(kind, 0.3));
+    // Each 10 % of the state moved off the even split costs its bytes once over the slow link.
+    EXPECT_NEAR(t(kind, 0.8) - t(kind, 0.7), 0.1 * B / 1e8, 0.02 * 0.1 * B / 1e8);
+  }
+  // The stage itself, even: the leaders' ring, (K − 1)/K of the buffer.
+  const TopologyLinks fast_nodes = [] {
+    TopologyLinks l;
+    l.intra = {0, 1e30};
+    l.leaders = {1e-4, 1e8};
+    return l;
+  }();
+  EXPECT_NEAR(collective_times(CollectiveKind::all_gather, {B / 4, B / 4, B / 4, B / 4}, nodes, fast_nodes, true)
+                  .hierarchical,
+              1e-4 + 0.5 * B / 1e8, 1e-9);
+  // Unset, the leaders' link is the inter-node one.
+  EXPECT_EQ(TopologyLinks{}.leader_link().bandwidth_Bps, TopologyLinks{}.inter.bandwidth_Bps);
 }
 
 // Automatic mode on simulated nodes: small calls go hierarchical, and the results hold.
