@@ -52,6 +52,11 @@ struct TopologyLinks {
   const TopologyLink& leader_link() const { return leaders.bandwidth_Bps > 0 ? leaders : inter; }
 };
 
+// Both kinds' links (the profile measures them apart).
+struct CollectiveLinks {
+  TopologyLinks all_gather, reduce_scatter;
+};
+
 // The ring model of one link: n ranks, `bytes` of the whole buffer.
 inline double ring_time(const TopologyLink& l, int n, double bytes) {
   if (n <= 1) return 0;

@@ -59,6 +59,10 @@ class Replanner {
   Change change_;
 };
 
+// The median of per-step values, the first 2 (warming up) left out when there are more
+// than 3; 0 when there are none.
+double median_after_warm_up(const std::vector<double>& per_step);
+
 // Per rank: the plan's compute time per step next to the measured median (the first two
 // steps of the plan left out: warm-up), and its memory next to the allocator's peak.
 std::string prediction_table(const Plan& plan, const std::vector<std::vector<double>>& busy_history,
