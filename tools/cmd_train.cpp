@@ -146,7 +146,7 @@ int cmd_train(int argc, char** argv) {
     // Only a --ranks the user gave is wrong here: --devices alone sets `ranks` above.
     if (app.count("--ranks") > 0)
       throw std::invalid_argument("--ranks is for the local backend; under mpirun use -np");
-    gpumix::dist::MpiSession mpi(nullptr, nullptr);
+    gpumix::dist::MpiSession mpi(nullptr, nullptr, true, false);  // a second thread where the library allows (TopologyComm)
     auto comm = gpumix::dist::make_mpi_comm();
     const gpumix::LogScope log_scope(nullptr, comm->rank());  // the console, rank 0's lines
     // A lost node or rank ends every survivor at once, naming what was lost (peer_watch.h).

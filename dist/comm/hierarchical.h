@@ -57,7 +57,15 @@ bool nodes_contiguous(const std::vector<int>& node_of_rank);
 // A Comm that runs all_gather_v and reduce_scatter_v on `base` flat or hierarchically, as
 // choose_topology_algo says per call (or always as `force` says, for tests and benchmarks),
 // and everything else on `base` as it is. Collective to make (it splits base into nodes and
-// leaders). The asynchronous forms of a hierarchical call complete before they return.
+// leaders). Its asynchronous all-gather, where the base allows a second thread
+// (Comm::concurrent_threads: MPI initialised with MPI_THREAD_MULTIPLE), runs flat or
+// hierarchically on a thread of its own over communicators of its own (split off at
+// construction, so that the rank's other collectives never meet them), one gather after
+// the other in the order they were issued (the same on every rank): it progresses while the
+// rank computes, which an MPI library without a progress thread does not do for its own
+// nonblocking collectives (they move mostly inside the wait). Elsewhere a hierarchical
+// asynchronous call completes before it returns. The reduce-scatter's asynchronous form
+// always does.
 // Its byte counters (stats()) count its all-gathers and reduce-scatters (the payload as
 // comm.h defines it, whatever the form); the other collectives count in base's.
 // GPUMIX_COLLECTIVES=flat|hierarchical|auto in the environment overrides `mode`.
@@ -100,11 +108,16 @@ class TopologyComm : public Comm {
   const TopologyLinks& links() const { return links_; }  // the all-gather's
   const TopologyLinks& scatter_links() const { return scatter_links_; }
   Comm& base() { return *base_; }
+  // Whether asynchronous gathers run on the thread of their own (see above).
+  bool gathers_in_background() const { return background_ != nullptr; }
+  ~TopologyComm() override;
 
  private:
+  class Background;
   void init();
   bool use_hierarchy(CommOp op, const std::vector<int64_t>& counts, size_t elem);
-  void gather_hier(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts);
+  // The three stages over `in_node` and (on a node's first rank) `leaders`.
+  void gather_hier(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts, Comm& in_node, Comm* leaders);
   void scatter_hier(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts);
 
   std::unique_ptr<Comm> owned_;
@@ -116,6 +129,7 @@ class TopologyComm : public Comm {
   bool staged_ = false;                  // several nodes, each on consecutive ranks: the stages can run
   TopologyChoice last_;
   int64_t hierarchical_calls_ = 0;
+  std::unique_ptr<Background> background_;  // null: asynchronous gathers as described above
 };
 
 }  // namespace gpumix::dist

@@ -43,8 +43,9 @@ class ShardedEngine final : public Engine {
   // Where the shard ranks span several nodes, the unit collectives run through a
   // TopologyComm (dist/comm/hierarchical.h): flat or hierarchical per call, as
   // dist/comm/collective_cost.h prices them for `links` (the profile's; by default
-  // TopologyLinks{}). A hierarchical gather completes before it returns: it does not
-  // overlap the compute.
+  // TopologyLinks{}). Its prefetched gathers, flat or hierarchical, run on a thread of
+  // their own where the library allows one (MPI_THREAD_MULTIPLE: gpumix asks for it), and
+  // so overlap the compute; elsewhere a hierarchical gather completes before it returns.
   // Unit 0 (the embedding, tied to the LM head) is gathered once per step and kept until
   // the end of the backward, when its gradient is reduce-scattered (the memory model's
   // `gathered` term holds it all that time anyway).

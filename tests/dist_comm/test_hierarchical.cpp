@@ -132,6 +132,49 @@ TEST(Hierarchical, StateOnTheFarSideOfTheLinkCostsMore) {
   EXPECT_EQ(TopologyLinks{}.leader_link().bandwidth_Bps, TopologyLinks{}.inter.bandwidth_Bps);
 }
 
+// Where a second thread may run collectives, asynchronous gathers run on one of their own
+// (flat or hierarchical), in issue order, beside the rank's own collectives on the
+// calling thread: the same bits as the flat gather, errors in wait().
+TEST(Hierarchical, AsynchronousGathersRunOnAThreadOfTheirOwn) {
+  for (TopologyComm::Mode mode : {TopologyComm::Mode::hierarchical, TopologyComm::Mode::flat}) {
+    LocalOptions o;
+    o.timeout_s = 20;
+    o.node_of_rank = {0, 0, 1, 1, 1};
+    o.concurrent_threads = true;
+    run_local(5, [&](Comm& base) {
+      TopologyComm c(base, TopologyLinks{}, mode);
+      ASSERT_TRUE(c.gathers_in_background());
+      const int r = c.rank();
+      for (const std::vector<int64_t>& counts : count_patterns(5)) {
+        const std::string where = str(mode == TopologyComm::Mode::flat ? "flat" : "hierarchical", ", counts ",
+                                      counts_str(counts), " rank ", r);
+        // Two gathers in flight, and a reduce-scatter on this thread meanwhile.
+        Tensor a = Tensor::full(Shape{sum_of(counts)}, -7.0f), b = Tensor::full(Shape{sum_of(counts)}, -7.0f);
+        Tensor in = tensor_of(rank_input(r, counts[r]));
+        CommRequestPtr first = c.all_gather_v_async(in, a, counts);
+        CommRequestPtr second = c.all_gather_v_async(in, b, counts);
+        Tensor full = tensor_of(rank_input(r, sum_of(counts)));
+        Tensor part = Tensor::full(Shape{counts[r]}, -7.0f);
+        c.reduce_scatter_v(full, part, counts);
+        second->wait();
+        first->wait();
+        EXPECT_TRUE(bitwise_equal("background all_gather_v " + where, a.to_vector(), gather_reference(counts)));
+        EXPECT_TRUE(bitwise_equal("second background all_gather_v " + where, b.to_vector(), gather_reference(counts)));
+        std::vector<double> allowance;
+        EXPECT_TRUE(within("reduce_scatter_v beside them " + where, part.to_vector(),
+                           scatter_reference(counts, r, &allowance), allowance));
+      }
+      // Counts that do not match the ranks: the base's own error, as flat.
+      Tensor out = Tensor::empty(Shape{3});
+      EXPECT_THROW(c.all_gather_v_async(tensor_of({1}), out, {1, 1, 1})->wait(), Error);
+    }, o);
+  }
+  // Without a second thread: none.
+  LocalOptions o;
+  o.node_of_rank = {0, 1};
+  run_local(2, [&](Comm& base) { EXPECT_FALSE(TopologyComm(base, TopologyLinks{}).gathers_in_background()); }, o);
+}
+
 // Automatic mode on simulated nodes: small calls go hierarchical, and the results hold.
 TEST(Hierarchical, AutomaticModeFollowsTheCostModel) {
   LocalOptions o;
