@@ -163,7 +163,7 @@ namespace {
 std::string cache_folder(const ProfilerOptions& o) {
   if (o.cache_dir == "-") return "";
   if (!o.cache_dir.empty()) return o.cache_dir;
-  if (const char* c = std::getenv("GPUMIX_CACHE")) return c;
+  if (const char* c = std::getenv("GPUMIX_CACHE")) return std::string(c) == "-" ? "" : c;
   if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/gpumix";
   return "";
 }

@@ -27,7 +27,7 @@ namespace gpumix::dist {
 struct ProfilerOptions {
   int max_micro_batch = 32;  // largest m tried (the planner extrapolates beyond)
   int repeats = 5;           // the slowest rank's timed runs per measurement (median), after one warm-up
-  std::string cache_dir;     // "" : $GPUMIX_CACHE, else $HOME/.cache/gpumix; "-" : no cache
+  std::string cache_dir;     // "" : $GPUMIX_CACHE, else $HOME/.cache/gpumix; "-" (either): no cache
   bool show_progress = true; // rank 0 shows a progress bar
 };
 
