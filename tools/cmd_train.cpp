@@ -102,6 +102,10 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--shares", plan.shares, "per-rank state shares, e.g. 0,0.3,0.7 (default: even)");
   app.add_flag("--no-prefetch", no_prefetch, "do not overlap the next unit's gather with compute");
   gpumix::dist::EngineOptions engine;
+  std::string sharding;
+  app.add_option("--sharding", sharding,
+                 "with --plan auto (gpumix): auto (full or hybrid, whichever the cost model predicts faster), "
+                 "full, or G (hybrid in groups of G ranks)");
   std::string trace_steps;
   app.add_option("--trace", engine.trace,
                  "write a trace of --trace-steps to this file (Trace Event Format: ui.perfetto.dev, chrome://tracing)");
@@ -138,6 +142,15 @@ int cmd_train(int argc, char** argv) {
     throw std::invalid_argument("--ranks " + std::to_string(ranks) + " is more than 1024 thread ranks; run "
                                 "several processes under mpirun instead");
   engine.prefetch = !no_prefetch;
+  if (!sharding.empty()) {
+    engine.sharding = gpumix::tools::parse_sharding_flag(sharding);
+    const bool lists = !plan.batches.empty() || !plan.micro_batches.empty() || !plan.shares.empty();
+    const std::string p = !plan.plan.empty() ? plan.plan : lists ? "given" : devices.empty() ? "even" : "auto";
+    if (p != "auto" && p != "gpumix")
+      throw std::invalid_argument("--sharding is the gpumix planner's (--plan auto, the default with --devices); "
+                                  "--plan " + p + " decides its own sharding: drop --sharding, or plan with "
+                                  "`gpumix plan --sharding " + sharding + "` and pass the file");
+  }
   auto make_work = [&](int n) { return gpumix::dist::plan_work(plan, !devices.empty(), o.batch, n, engine); };
   const int cores = o.threads > 0 ? o.threads : (int)std::max(1u, std::thread::hardware_concurrency());
 

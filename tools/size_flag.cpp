@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "core/precision.h"
@@ -43,6 +44,17 @@ void check_global_batch_flag(int64_t global_batch) {
 std::optional<DType> parse_dtype_flag(const std::string& text) {
   if (text.empty()) return std::nullopt;
   return compute_dtype_from_name(text, "--dtype");
+}
+
+int parse_sharding_flag(const std::string& text) {
+  if (text == "auto") return -1;
+  if (text == "full") return 0;
+  char* end = nullptr;
+  const long g = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || !end || *end || g < 1 || g > 1 << 20)
+    throw std::invalid_argument("--sharding " + text + " is not auto, full or a group size >= 1 (hybrid in groups "
+                                "of that many ranks)");
+  return (int)g;
 }
 
 }  // namespace gpumix::tools

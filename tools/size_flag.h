@@ -1,5 +1,6 @@
 // Checks of flags shared by several commands: byte sizes given on the command line
-// ("512MiB", "2GiB", "1.5GB", "4096"), the planners' global batch, and the compute dtype.
+// ("512MiB", "2GiB", "1.5GB", "4096"), the planners' global batch and sharding, and the
+// compute dtype.
 #pragma once
 
 #include <cstdint>
@@ -21,5 +22,11 @@ void check_global_batch_flag(int64_t global_batch);
 // --dtype: "bf16", "fp32" or "f32"; "" (not given): nullopt. Throws Error listing the valid
 // values otherwise.
 std::optional<DType> parse_dtype_flag(const std::string& text);
+
+// --sharding for the gpumix planner: "auto" -1 (full or hybrid, whichever the cost model
+// predicts faster), "full" 0, or G > 0 (hybrid in groups of G ranks). Throws
+// std::invalid_argument naming the text and the accepted forms; whether G divides the ranks
+// is the planner's check (it knows them).
+int parse_sharding_flag(const std::string& text);
 
 }  // namespace gpumix::tools

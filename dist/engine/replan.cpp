@@ -31,11 +31,13 @@ std::string Replanner::Change::message(const std::string& plan_text) const {
                     " ms predicted)");
 }
 
-Replanner::Replanner(Profile profile, std::string name, int64_t global_batch, const DriftOptions& drift)
+Replanner::Replanner(Profile profile, std::string name, int64_t global_batch, const DriftOptions& drift,
+                     int sharding)
     : profile_(std::move(profile)), name_(std::move(name)), global_batch_(global_batch), drift_(drift) {
   // This engine keeps every rank in every collective, so a rank left out of the plan
   // would still hold the gathered units that its memory model does not count.
   options_.allow_leave_out = false;
+  options_.group_size = sharding;
   plan_ = run_planner(name_, profile_, global_batch_, options_);
   // The engine re-shards within one group size: re-plans keep the first plan's sharding.
   options_.group_size = plan_.sharding.group_size;

@@ -31,7 +31,8 @@ class Replanner {
     std::string message(const std::string& plan_text) const;
   };
 
-  Replanner(Profile profile, std::string name, int64_t global_batch, const DriftOptions& drift);
+  // `sharding`: the gpumix planner's (PlannerOptions::group_size; -1 it chooses).
+  Replanner(Profile profile, std::string name, int64_t global_batch, const DriftOptions& drift, int sharding = -1);
 
   const Plan& plan() const { return plan_; }
   const Profile& profile() const { return profile_; }

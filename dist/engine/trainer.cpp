@@ -195,6 +195,7 @@ class Training {
   void make_engine();
   void init_from();
   void resume();
+  void check_collectives();
   void print_settings() const;
   void open_log();
   void start_trace();
@@ -221,6 +222,7 @@ class Training {
   void take_rows();
   ShardLayout agreed_layout() const;
   json collectives_vs_plan();
+  static std::string collectives_text(const json& collectives);
   std::vector<double> gather_ranks(double x) const;
   std::string plan_text() const;
   int64_t micro_batch() const { return std::max<int64_t>(1, work_[rank_].micro_batch); }
@@ -277,6 +279,7 @@ class Training {
   std::vector<double> rates_;
   std::vector<std::vector<double>> busy_history_;  // per step since the plan started: per rank
   std::vector<double> step_history_s_;             // per step since the plan started
+  json collectives_;  // collectives_vs_plan() of the running plan (null: not measured yet)
 };
 
 Training::Training(const TrainOptions& o, Comm& comm, const EngineOptions& engine_options)
@@ -394,7 +397,8 @@ void Training::choose_plan(const std::vector<RankWork>& given_work) {
   planner_ = std::make_unique<Replanner>(
       profile_cluster(config_, (int)seq_, dtype_.dtype, engine_options_.device_label, device_, engine_comm(),
                       engine_options_.profiler),
-      engine_options_.planner == "auto" ? "gpumix" : engine_options_.planner, o_.batch, engine_options_.drift);
+      engine_options_.planner == "auto" ? "gpumix" : engine_options_.planner, o_.batch, engine_options_.drift,
+      engine_options_.sharding);
   work_ = planner_->work();
   validate_work(work_, o_.batch, ranks_);
   if (lead_) {  // what the run planned from, for `gpumix plan --profile` and a look later
@@ -476,6 +480,13 @@ void Training::print_settings() const {
       {"out", o_.out},
   });
   if (planner_) log_info(plan_table(planner_->plan()));
+  if (!collectives_.is_null()) log_info(collectives_text(collectives_));
+}
+
+// Before the first step, the planned collectives against the same ones timed on the layout
+// that will run (so that a run stopped early, or a node lost, has shown them too).
+void Training::check_collectives() {
+  if (planner_ && ranks_ > 1) collectives_ = collectives_vs_plan();
 }
 
 void Training::open_log() {
@@ -703,6 +714,7 @@ void Training::adopt(std::vector<RankWork> work) {
   take_rows();
   busy_history_.clear();
   step_history_s_.clear();
+  collectives_ = json();
   memory().reset_peak();  // the final line compares the peak with the plan now running
 }
 
@@ -742,7 +754,9 @@ TrainResult Training::finish() {
   const std::vector<double> peak = gather_ranks((double)memory().stats().peak);
   final_line["peak_bytes"] = peak;
   if (planner_) final_line["predicted_bytes"] = planner_->predicted_bytes();
-  const json collectives = planner_ && ranks_ > 1 ? collectives_vs_plan() : json();
+  // Measured again only when a re-plan changed the layout since the start.
+  if (collectives_.is_null() && planner_ && ranks_ > 1) collectives_ = collectives_vs_plan();
+  const json& collectives = collectives_;
   if (!collectives.is_null()) final_line["collectives"] = collectives;
   // The step: the plan's prediction against the median measured since it started (the
   // first 2 steps, which warm up, left out when there are more than 3).
@@ -765,19 +779,7 @@ TrainResult Training::finish() {
                     final_line["step_ms"]["measured"].get<double>(), final_line["step_ms"]["ratio"].get<double>());
       log_info(row);
     }
-    if (!collectives.is_null()) {
-      std::string text = "predicted vs measured, per collective kind (one block, " + collectives["over"].get<std::string>() + ")\n";
-      for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"}) {
-        if (!collectives.contains(kind)) continue;
-        const json& c = collectives[kind];
-        char row[240];
-        std::snprintf(row, sizeof row, "%-15s %8.2f ms predicted %8.2f ms measured  ratio %.2f%s\n", kind,
-                      c["predicted_ms"].get<double>(), c["measured_ms"].get<double>(), c["ratio"].get<double>(),
-                      c.contains("form") ? (" (" + c["form"].get<std::string>() + ")").c_str() : "");
-        text += row;
-      }
-      log_info(text);
-    }
+    if (!collectives.is_null()) log_info(collectives_text(collectives));
     if (!result_.stop_signal || result_.step == last_) {  // a stopped run was not validated at its end
       char line[256];
       std::snprintf(line, sizeof line, "validation loss %.4f nats/token (%lld windows) vs unigram baseline %.4f "
@@ -861,6 +863,20 @@ json Training::collectives_vs_plan() {
             {"reduce_scatter", entry(p.rs_s, t.reduce_scatter_s, t.reduce_scatter_form)}};
   if (work_[0].group_size > 0) j["all_reduce"] = entry(p.ar_s, t.all_reduce_s, "");
   return j;
+}
+
+std::string Training::collectives_text(const json& collectives) {
+  std::string text = "predicted vs measured, per collective kind (one block, " + collectives["over"].get<std::string>() + ")\n";
+  for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"}) {
+    if (!collectives.contains(kind)) continue;
+    const json& c = collectives[kind];
+    char row[240];
+    std::snprintf(row, sizeof row, "%-15s %8.2f ms predicted %8.2f ms measured  ratio %.2f%s\n", kind,
+                  c["predicted_ms"].get<double>(), c["measured_ms"].get<double>(), c["ratio"].get<double>(),
+                  c.contains("form") ? (" (" + c["form"].get<std::string>() + ")").c_str() : "");
+    text += row;
+  }
+  return text;
 }
 
 // Every rank's value of x, on every rank.
@@ -995,6 +1011,7 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
   run.init_from();
   run.resume();
   run.start_trace();
+  run.check_collectives();
   run.print_settings();
   run.open_log();
   run.run_steps();

@@ -63,6 +63,9 @@ struct EngineOptions {
   // this planner: "gpumix" (alias "auto"), "even", "proportional" or "cephalo". Baseline
   // plans run even when the memory model says they do not fit: the allocator decides.
   std::string planner;
+  // The gpumix planner's sharding (PlannerOptions::group_size): -1 full or hybrid as the cost
+  // model predicts faster, 0 full, G > 0 hybrid in groups of G ranks.
+  int sharding = -1;
   ProfilerOptions profiler;
   // With a planner other than "even": when ranks' measured compute times drift from the
   // plan's (dist/engine/drift.h), correct the profile, re-plan and re-shard in place.
