@@ -754,6 +754,15 @@ TrainResult Training::finish() {
   const std::vector<double> peak = gather_ranks((double)memory().stats().peak);
   final_line["peak_bytes"] = peak;
   if (planner_) final_line["predicted_bytes"] = planner_->predicted_bytes();
+  if (planner_ && !busy_history_.empty()) {  // compute per step, per rank: as prediction_table prints it
+    std::vector<double> measured;
+    for (int r = 0; r < ranks_; ++r) {
+      std::vector<double> b;
+      for (const std::vector<double>& step : busy_history_) b.push_back(step[r]);
+      measured.push_back(median_after_warm_up(b) * 1e3);
+    }
+    final_line["busy_ms"] = {{"predicted", ms_of(planner_->predicted_busy_s())}, {"measured", measured}};
+  }
   // Measured again only when a re-plan changed the layout since the start.
   if (collectives_.is_null() && planner_ && ranks_ > 1) collectives_ = collectives_vs_plan();
   const json& collectives = collectives_;
@@ -850,6 +859,7 @@ ShardLayout Training::agreed_layout() const {
 json Training::collectives_vs_plan() {
   const int unit = config_.num_units() > 1 ? 1 : 0;  // unit 1: the first block
   const Engine::CollectiveTimes t = engine_->time_collectives(unit, 5);
+  const Engine::CollectiveTimes e = engine_->time_collectives(0, 3);  // the embedding
   const PlanPrediction& p = planner_->plan().predicted;
   auto entry = [](double predicted, double measured, const std::string& form) {
     json e = {{"predicted_ms", predicted * 1e3}, {"measured_ms", measured * 1e3},
@@ -862,20 +872,28 @@ json Training::collectives_vs_plan() {
             {"all_gather", entry(p.ag_s, t.all_gather_s, t.all_gather_form)},
             {"reduce_scatter", entry(p.rs_s, t.reduce_scatter_s, t.reduce_scatter_form)}};
   if (work_[0].group_size > 0) j["all_reduce"] = entry(p.ar_s, t.all_reduce_s, "");
+  j["embedding"] = {{"all_gather", entry(p.embed_ag_s, e.all_gather_s, e.all_gather_form)},
+                    {"reduce_scatter", entry(p.embed_rs_s, e.reduce_scatter_s, e.reduce_scatter_form)}};
+  if (work_[0].group_size > 0) j["embedding"]["all_reduce"] = entry(p.embed_ar_s, e.all_reduce_s, "");
   return j;
 }
 
 std::string Training::collectives_text(const json& collectives) {
-  std::string text = "predicted vs measured, per collective kind (one block, " + collectives["over"].get<std::string>() + ")\n";
-  for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"}) {
-    if (!collectives.contains(kind)) continue;
-    const json& c = collectives[kind];
-    char row[240];
-    std::snprintf(row, sizeof row, "%-15s %8.2f ms predicted %8.2f ms measured  ratio %.2f%s\n", kind,
-                  c["predicted_ms"].get<double>(), c["measured_ms"].get<double>(), c["ratio"].get<double>(),
-                  c.contains("form") ? (" (" + c["form"].get<std::string>() + ")").c_str() : "");
-    text += row;
-  }
+  std::string text = "predicted vs measured, per collective kind (one block; the embedding once a step; " +
+                     collectives["over"].get<std::string>() + ")\n";
+  auto rows = [&](const json& of, const std::string& prefix) {
+    for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"}) {
+      if (!of.contains(kind)) continue;
+      const json& c = of[kind];
+      char row[240];
+      std::snprintf(row, sizeof row, "%-25s %8.2f ms predicted %8.2f ms measured  ratio %.2f%s\n",
+                    (prefix + kind).c_str(), c["predicted_ms"].get<double>(), c["measured_ms"].get<double>(),
+                    c["ratio"].get<double>(), c.contains("form") ? (" (" + c["form"].get<std::string>() + ")").c_str() : "");
+      text += row;
+    }
+  };
+  rows(collectives, "");
+  if (collectives.contains("embedding")) rows(collectives["embedding"], "embedding ");
   return text;
 }
 

@@ -44,6 +44,7 @@ struct PlanPrediction {
   double block_s = 0, head_s = 0, optimizer_s = 0;  // the three terms of T_step
   double ag_s = 0, rs_s = 0;                         // per block
   double ar_s = 0;                                   // per block, hybrid: across groups
+  double embed_ag_s = 0, embed_rs_s = 0, embed_ar_s = 0;  // the embedding unit's, once a step each
   bool even_shares = true;
   double tokens_per_s = 0;
   double mfu = 0;  // model FLOPs / (step · Σ peak of all ranks)
