@@ -348,10 +348,10 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
 }
 
 // The collectives of a run measure at its own sizes: one block's parameters gathered in the
-// compute dtype, its fp32 gradient reduce-scattered (the embedding unit's are the same
-// collectives on a larger buffer: the fitted line carries them).
+// compute dtype, its fp32 gradient reduce-scattered, and the same for the embedding unit
+// (the largest, once a step each).
 struct CommSizes {
-  int64_t gather = 0, scatter = 0;  // elements of a block
+  int64_t block = 0, embedding = 0;  // elements
   DType gather_dtype = DType::f32;
 };
 
@@ -367,11 +367,14 @@ std::vector<int64_t> counts_for(int n, int64_t total, bool even) {
   return c;
 }
 
-// Times of all_gather_v and reduce_scatter_v over `comm` at a small size (latency) and at a
-// block's size (the sizes the engine moves most often), even and uneven; fits the ring model's
-// latency and bandwidth through the two (so that a block's collective is predicted as it
-// measured) and the uneven factor at the block's size. `free_bytes`: the smallest free memory
-// of the ranks that measure with it (the buffers take at most half of it).
+// Times of all_gather_v and reduce_scatter_v over `comm` at a small size (latency), at a
+// block's size and at the embedding unit's (the sizes the engine moves), even, and at the
+// block's size uneven; fits the ring model: the latency from the small size, the bandwidth
+// the line through the two large ones with the least relative error at each (a line through
+// 4 KiB and a block extrapolated to the embedding's 2.7x wrongly where the link's time is not
+// quite linear in the bytes), and the uneven factor at the block's size. `free_bytes`: the
+// smallest free memory of the ranks that measure with it (a buffer takes at most a quarter
+// of it).
 CollectiveProfile fit_collective(Comm& comm, Device device, int repeats, double free_bytes, bool gather,
                                  const CommSizes& sizes) {
   const int n = comm.size();
@@ -393,15 +396,26 @@ CollectiveProfile fit_collective(Comm& comm, Device device, int repeats, double 
         comm.reduce_scatter_v(full, mine, counts);
     });
   };
-  const int64_t small = 1 << 10;
-  const int64_t block = gather ? sizes.gather : sizes.scatter;
-  const int64_t large = std::max<int64_t>(8 * small, std::min<int64_t>(block, (int64_t)(free_bytes / 4 / elem)));
-  const double t_small = time_op(small, true), t_large = time_op(large, true), t_uneven = time_op(large, false);
-  // (n-1) lat + (n-1)/n bytes / bw through both sizes.
-  const double per_byte = std::max(1e-15, (t_large - t_small) / (elem * (double)(large - small)) * n / (n - 1));
+  const int64_t small = 1 << 10, cap = (int64_t)(free_bytes / 4 / elem);
+  const int64_t block = std::max<int64_t>(8 * small, std::min<int64_t>(sizes.block, cap));
+  const int64_t embedding = std::min<int64_t>(std::max(sizes.embedding, block), cap);
+  const double t_small = time_op(small, true), t_block = time_op(block, true);
+  const double t_embedding = embedding > block ? time_op(embedding, true) : t_block;
+  const double t_uneven = time_op(block, false);
+  const double ring = (n - 1.0) / n;
+  // t = (n-1) lat + (n-1)/n bytes / bw: the latency part from the small size (its bytes
+  // term taken at the line found), the slope by least relative squares at the large sizes.
+  const double lat_part = t_small;
+  double num = 0, den = 0;
+  for (auto [x, t] : {std::pair{(double)block, t_block}, {(double)embedding, t_embedding}}) {
+    const double bytes = ring * elem * x;
+    num += std::max(0.0, t - lat_part) * bytes / (t * t);
+    den += bytes * bytes / (t * t);
+  }
+  const double per_byte = std::max(1e-15, num / den);
   result.intra_node.bandwidth_Bps = 1.0 / per_byte;
-  result.intra_node.latency_s = std::max(0.0, (t_small - (n - 1.0) / n * elem * (double)small * per_byte) / (n - 1));
-  result.uneven_factor = std::max(1.0, t_uneven / t_large);
+  result.intra_node.latency_s = std::max(0.0, (t_small - ring * elem * (double)small * per_byte) / (n - 1));
+  result.uneven_factor = std::max(1.0, t_uneven / t_block);
   return result;
 }
 
@@ -421,7 +435,7 @@ CommProfile fit_collectives(Comm& comm, Device device, int repeats, double free_
 double measure_overlap(Comm& comm, Device device, int repeats, double free_bytes, const CommSizes& sizes) {
   if (comm.size() == 1 || !device.is_cpu()) return 1.0;
   const int64_t total = std::max<int64_t>(
-      1 << 13, std::min<int64_t>(sizes.gather, (int64_t)(free_bytes / 4 / (double)dtype_size(sizes.gather_dtype))));
+      1 << 13, std::min<int64_t>(sizes.block, (int64_t)(free_bytes / 4 / (double)dtype_size(sizes.gather_dtype))));
   const std::vector<int64_t> counts = counts_for(comm.size(), total, true);
   Tensor full = Tensor::zeros({total}, sizes.gather_dtype, device);
   Tensor mine = full.flat_slice(std::accumulate(counts.begin(), counts.begin() + comm.rank(), int64_t(0)),
@@ -592,7 +606,8 @@ Profile profile_cluster(const GPTConfig& model, int seq_len, DType dtype, const 
     p.ranks.push_back({device_profile.name, node, comm.node_names().at(node)});
   }
   CommSizes sizes;
-  sizes.gather = sizes.scatter = model.block_params();
+  sizes.block = model.block_params();
+  sizes.embedding = model.embed_params();
   sizes.gather_dtype = dtype;
   p.comm = measure_comm(comm, device, o.repeats, sizes);
   p.validate();
