@@ -33,7 +33,6 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
-#include <map>
 #include <vector>
 
 namespace gpumix::dist {
@@ -79,30 +78,53 @@ struct CollectiveTimes {
   double best() const { return std::min(flat, hierarchical); }
 };
 
-// Both forms of one collective over the ranks that take part: `bytes[i]` what rank i holds
-// of the buffer (its share × the buffer; 0 for a rank that holds none but takes part),
-// `node[i]` its node. `hierarchical_ok`: the stages can run (several nodes, each on
-// consecutive ranks: TopologyComm's condition); otherwise only the flat time is given.
-// `even`: whether the flat form pays the uneven factor: -1 as the bytes say, 0 uneven, 1 even.
-inline CollectiveTimes collective_times(CollectiveKind kind, const std::vector<double>& bytes,
-                                        const std::vector<int>& node, const TopologyLinks& links,
-                                        bool hierarchical_ok, int even_shares = -1) {
-  CollectiveTimes t;
-  const int N = (int)bytes.size();
-  double B = 0, lo = std::numeric_limits<double>::infinity(), hi = 0;
-  std::map<int, int> ranks_on;
-  std::map<int, double> range_of, least_of;
-  for (int i = 0; i < N; i++) {
-    B += bytes[i];
-    lo = std::min(lo, bytes[i]);
-    hi = std::max(hi, bytes[i]);
-    ranks_on[node[i]]++;
-    range_of[node[i]] += bytes[i];
-    auto it = least_of.find(node[i]);
-    if (it == least_of.end() || bytes[i] < it->second) least_of[node[i]] = bytes[i];
+// How a buffer is spread over the ranks that take part and their nodes: what both forms'
+// times depend on. part[i] is rank i's part (bytes, or a share to be scaled), node[i] its
+// node (any labels >= 0).
+struct Spread {
+  struct Node {
+    int ranks = 0;
+    double range = 0;                                      // the node's ranks' parts together
+    double least = std::numeric_limits<double>::infinity();  // its smallest part
+  };
+  int ranks = 0;
+  double total = 0, lo = std::numeric_limits<double>::infinity(), hi = 0;
+  std::vector<Node> nodes;  // the nodes that take part
+};
+
+inline Spread spread_of(const std::vector<double>& part, const std::vector<int>& node) {
+  Spread s;
+  s.ranks = (int)part.size();
+  int top = -1;
+  for (int n : node) top = std::max(top, n);
+  std::vector<int> index((size_t)(top + 1), -1);
+  for (size_t i = 0; i < part.size(); i++) {
+    s.total += part[i];
+    s.lo = std::min(s.lo, part[i]);
+    s.hi = std::max(s.hi, part[i]);
+    int& k = index[(size_t)node[i]];
+    if (k < 0) {
+      k = (int)s.nodes.size();
+      s.nodes.emplace_back();
+    }
+    Spread::Node& n = s.nodes[(size_t)k];
+    n.ranks++;
+    n.range += part[i];
+    n.least = std::min(n.least, part[i]);
   }
-  const int K = (int)ranks_on.size();
-  const bool even = even_shares >= 0 ? even_shares == 1 : N == 0 || hi - lo <= 1e-9 * hi;
+  return s;
+}
+
+// Both forms of one collective over the ranks of `s`, each rank's bytes its part × `scale`.
+// `hierarchical_ok`: the stages can run (several nodes, each on consecutive ranks:
+// TopologyComm's condition); otherwise only the flat time is given. `even_shares`: whether
+// the flat form pays the uneven factor: -1 as the parts say, 0 uneven, 1 even.
+inline CollectiveTimes collective_times(CollectiveKind kind, const Spread& s, double scale,
+                                        const TopologyLinks& links, bool hierarchical_ok, int even_shares = -1) {
+  CollectiveTimes t;
+  const int N = s.ranks, K = (int)s.nodes.size();
+  const double B = s.total * scale;
+  const bool even = even_shares >= 0 ? even_shares == 1 : N == 0 || s.hi - s.lo <= 1e-9 * s.hi;
   const TopologyLink& flat_link = K > 1 ? links.inter : links.intra;
   if (N > 1)
     t.flat = (N - 1) * flat_link.latency_s +
@@ -110,10 +132,12 @@ inline CollectiveTimes collective_times(CollectiveKind kind, const std::vector<d
   if (!hierarchical_ok || K < 2 || B <= 0) return t;
   const TopologyLink& lead = links.leader_link();
   double s1 = 0, s2 = 0, s3 = 0;
-  for (const auto& [k, n] : ranks_on) {
-    const double R = range_of[k];
+  for (const Spread::Node& node : s.nodes) {
+    const int n = node.ranks;
+    const double R = node.range * scale;
     if (kind == CollectiveKind::all_gather) {
-      if (n > 1) s1 = std::max(s1, (n - 1) * links.intra.latency_s + (R - least_of[k]) / links.intra.bandwidth_Bps);
+      if (n > 1)
+        s1 = std::max(s1, (n - 1) * links.intra.latency_s + (R - node.least * scale) / links.intra.bandwidth_Bps);
       s2 = std::max(s2, (B - R) / lead.bandwidth_Bps);
       s3 = std::max(s3, tree_time(links.intra, n, B));
     } else {
@@ -124,6 +148,13 @@ inline CollectiveTimes collective_times(CollectiveKind kind, const std::vector<d
   }
   t.hierarchical = s1 + (K - 1) * lead.latency_s + s2 + s3;
   return t;
+}
+
+// The same from each rank's bytes and node.
+inline CollectiveTimes collective_times(CollectiveKind kind, const std::vector<double>& bytes,
+                                        const std::vector<int>& node, const TopologyLinks& links,
+                                        bool hierarchical_ok, int even_shares = -1) {
+  return collective_times(kind, spread_of(bytes, node), 1.0, links, hierarchical_ok, even_shares);
 }
 
 // A ring all-reduce (a reduce-scatter, then an all-gather) over G ranks on one link.

@@ -91,14 +91,17 @@ CommTimes CostModel::unit_comm(const std::vector<int>& ranks, const std::vector<
   for (int r : ranks) nodes.push_back(node_of_rank_[r]);
   // The stages need each node's ranks consecutive (TopologyComm's condition).
   bool contiguous = true;
-  std::set<int> done;
+  std::vector<char> done(profile_.ranks.size() + 1, 0);
   for (size_t i = 0; i < nodes.size() && contiguous; i++)
-    if (i == 0 || nodes[i] != nodes[i - 1]) contiguous = done.insert(nodes[i]).second;
+    if (i == 0 || nodes[i] != nodes[i - 1]) {
+      if (nodes[i] >= (int)done.size()) done.resize((size_t)nodes[i] + 1, 0);
+      contiguous = !done[(size_t)nodes[i]];
+      done[(size_t)nodes[i]] = 1;
+    }
+  const Spread spread = spread_of(shares, nodes);
   const TopologyLinks ag = links(true), rs = links(false);
   auto times = [&](CollectiveKind kind, const TopologyLinks& l, double unit_bytes, bool* staged) {
-    std::vector<double> bytes;
-    for (double r : shares) bytes.push_back(r * unit_bytes);
-    const CollectiveTimes t = collective_times(kind, bytes, nodes, l, contiguous, even_shares);
+    const CollectiveTimes t = collective_times(kind, spread, unit_bytes, l, contiguous, even_shares);
     if (staged) *staged = t.staged();
     return t.best();
   };
