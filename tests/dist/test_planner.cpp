@@ -256,6 +256,41 @@ TEST(Planner, FastPathCloseToExact) {
 }
 
 
+// Full sharding across two nodes joined by a slow link, where the collectives run
+// hierarchically: node 0's devices update their state 100x cheaper, so the optimizer alone
+// would put 99 % of it there, but then node 1's leader receives nearly every block over the
+// slow link (and node 0's reduces nearly all of it). The planner splits the state evenly
+// between the nodes, and its plan beats the optimizer's placement by the model; where one
+// of node 1's ranks has room for little state (no even shares fit), node 1's other rank
+// takes the rest of node 1's half.
+TEST(Planner, StateOnTheFarSideOfASlowLinkCostsMoreToGather) {
+  const GPTConfig model = tiny_model(2);
+  std::vector<FakeDevice> devs = {{"cheap-optimizer", 8 * MiB, 1e-4, 1e-4, 1e-10},
+                                  {"dear-optimizer", 8 * MiB, 1e-4, 1e-4, 1e-8},
+                                  {"dear-and-small", 1.0 * MiB, 1e-4, 1e-4, 1e-8}};
+  PlannerOptions full;
+  full.group_size = 0;
+  full.allow_leave_out = false;  // as training plans: every rank in every collective
+  for (int last : {1, 2}) {
+    SCOPED_TRACE(devs[last].name + " as rank 3");
+    const Profile p = fake_profile(model, 32, devs, {0, 0, 1, last}, 1e8, 1e-5, 1.1, {0, 0, 1, 1});
+    const Plan plan = plan_gpumix(p, 8, full);
+    expect_valid(plan, p, 8);
+    const double node0 = plan.ranks[0].share + plan.ranks[1].share;
+    EXPECT_NEAR(node0, 0.5, 0.1) << "node 0 holds " << node0 << " of the state\n" << plan_table(plan);
+    if (last == 2) EXPECT_GT(plan.ranks[2].share, 1.5 * plan.ranks[3].share) << plan_table(plan);
+    // The optimizer's placement (shares in inverse proportion to its time per parameter)
+    // with the same batches, predicted by the same model: slower.
+    std::vector<RankChoice> by_optimizer = plan.choices();
+    const double w0 = 1 / 1e-10, w1 = 1 / 1e-8;
+    for (int i = 0; i < 4; i++) by_optimizer[i].r = (i < 2 ? w0 : w1) / (2 * w0 + 2 * w1);
+    const CostModel cost(p, {}, 8);
+    const Plan placed_by_optimizer = make_plan(cost, "gpumix", 8, by_optimizer);
+    EXPECT_LT(plan.predicted.step_s, 0.9 * placed_by_optimizer.predicted.step_s);
+    EXPECT_GT(placed_by_optimizer.predicted.ag_s, 1.2 * plan.predicted.ag_s);
+  }
+}
+
 // ---- hybrid sharding -------------------------------------------------------------------------
 
 // 4 nodes of 4 equal ranks: the profile's inter-node link (latency x5, bandwidth / 8 of the
