@@ -15,7 +15,10 @@
 # range of measured / predicted over the ranks; one block's all-gather, reduce-scatter and
 # (hybrid) all-reduce across the groups as the cost model predicted them against the same
 # collectives timed by the engine on the running layout, in the form it ran them (flat or
-# hierarchical). --keep DIR keeps every run's folder, console output and profile.
+# hierarchical). A second table says where the traced steps' time went (tools/cluster/
+# step_breakdown.py: the rank with the most compute; its compute, and its time in or waiting
+# for collectives, against the plan's). --keep DIR keeps every run's folder, console output,
+# profile, plan and trace.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -45,6 +48,9 @@ devices=cpu:mem=1GiB:slow=2,cpu:mem=1GiB,cpu:mem=1GiB:slow=2,cpu:mem=1GiB
 args=(train --data "$data" --model gpt-nano --seq 128 --batch 16 --steps "$steps" --warmup 2 --eval-interval 0
       --eval-windows 2 --ckpt-interval 0 --seed 7 --devices "$devices" --drift-threshold 0 --quiet)
 export GPUMIX_CACHE=-  # every run profiles afresh, under the load it runs in
+first=$((steps / 2)) last=$((steps / 2 + 2)); [ $last -le "$steps" ] || last=$steps
+trace() { echo "--trace $work/$1.trace.json --trace-steps $first:$last"; }  # NAME -> the flags
+breakdown=""  # the second table's rows
 summary() {  # LOG -> the table's columns after "where | sharding"
   python3 - "$1" <<'EOF'
 import json, sys
@@ -64,24 +70,36 @@ sharding_name() { [ "$1" = full ] && echo full || echo "hybrid, groups of $1"; }
 echo "| where | sharding | step ms measured | predicted | ratio | compute per rank, measured / predicted | AG per block ms pred / meas | RS pred / meas | AR pred / meas |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for sharding in $shardings; do
+  # shellcheck disable=SC2046
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 4 -x GPUMIX_CACHE \
-    "$gpumix" "${args[@]}" --sharding "$sharding" --out "$work/host-$sharding" > "$work/host-$sharding.txt" 2>&1 ||
-    { cat "$work/host-$sharding.txt"; exit 1; }
-  echo "| one host, shared memory | $(sharding_name "$sharding") | $(summary "$work/host-$sharding/log.jsonl") |"
+    "$gpumix" "${args[@]}" --sharding "$sharding" --out "$work/host-$sharding" $(trace "host-$sharding") \
+    > "$work/host-$sharding.txt" 2>&1 || { cat "$work/host-$sharding.txt"; exit 1; }
+  row="one host, shared memory | $(sharding_name "$sharding")"
+  echo "| $row | $(summary "$work/host-$sharding/log.jsonl") |"
+  breakdown+="| $row | $(python3 "$here/step_breakdown.py" "$work/host-$sharding" "$work/host-$sharding.trace.json") |"$'\n'
 done
 for rate in $rates; do
   # One cluster per rate, every sharding run on it.
   runs=""
   for sharding in $shardings; do
     runs+="mpirun --hostfile \$GPUMIX_CLUSTER_HOSTFILE -np 4 -x GPUMIX_CACHE $gpumix ${args[*]} --sharding $sharding "
-    runs+="--out $work/$rate-$sharding > $work/$rate-$sharding.txt 2>&1 || { cat $work/$rate-$sharding.txt; exit 1; }; "
+    runs+="--out $work/$rate-$sharding $(trace "$rate-$sharding") > $work/$rate-$sharding.txt 2>&1 || "
+    runs+="{ cat $work/$rate-$sharding.txt; exit 1; }; "
   done
   "$here/emulated_cluster.sh" with --nodes 2 --slots 2 --rate "$rate" -- bash -c "$runs" > "$work/cluster-$rate.txt" 2>&1 ||
     { cat "$work/cluster-$rate.txt"; exit 1; }
   for sharding in $shardings; do
-    echo "| 2 nodes x 2 ranks, link $rate | $(sharding_name "$sharding") | $(summary "$work/$rate-$sharding/log.jsonl") |"
+    row="2 nodes x 2 ranks, link $rate | $(sharding_name "$sharding")"
+    echo "| $row | $(summary "$work/$rate-$sharding/log.jsonl") |"
+    breakdown+="| $row | $(python3 "$here/step_breakdown.py" "$work/$rate-$sharding" "$work/$rate-$sharding.trace.json") |"$'\n'
   done
 done
+echo
+echo "Where the traced steps ($first-$last) went, ms, measured / predicted (median over the steps):"
+echo
+echo "| where | sharding | step | compute (the rank with the most) | its collectives and waits for them | other |"
+echo "|---|---|---|---|---|---|"
+printf '%s' "$breakdown"
 echo
 echo "(gpt-nano, 16 x 128, fp32 where the CPU lacks bf16 else bf16, $steps steps, the first 2 not counted, each run"
 echo "profiled afresh; $(nproc) cores; start $start_load; end $(load))"
