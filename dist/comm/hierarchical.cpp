@@ -185,7 +185,10 @@ void TopologyComm::init() {
     leaders_ = base_->split(node_->rank() == 0 ? 0 : 1);  // color 1: the others' comm, unused
   }
   // Every rank decides alike: the base's thread level is the library's.
-  if (this->nodes() > 1 && base_->concurrent_threads()) background_ = std::make_unique<Background>(*this);
+  // GPUMIX_BACKGROUND_GATHERS=0 keeps them on the calling thread (to compare).
+  const char* env = std::getenv("GPUMIX_BACKGROUND_GATHERS");
+  const bool wanted = !env || std::string(env) != "0";
+  if (this->nodes() > 1 && base_->concurrent_threads() && wanted) background_ = std::make_unique<Background>(*this);
 }
 
 bool TopologyComm::use_hierarchy(CommOp op, const std::vector<int64_t>& counts, size_t elem) {

@@ -65,7 +65,8 @@ bool nodes_contiguous(const std::vector<int>& node_of_rank);
 // rank computes, which an MPI library without a progress thread does not do for its own
 // nonblocking collectives (they move mostly inside the wait). Elsewhere a hierarchical
 // asynchronous call completes before it returns. The reduce-scatter's asynchronous form
-// always does.
+// always does. GPUMIX_BACKGROUND_GATHERS=0 in the environment keeps the gathers on the
+// calling thread (to compare).
 // Its byte counters (stats()) count its all-gathers and reduce-scatters (the payload as
 // comm.h defines it, whatever the form); the other collectives count in base's.
 // GPUMIX_COLLECTIVES=flat|hierarchical|auto in the environment overrides `mode`.
