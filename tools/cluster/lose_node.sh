@@ -36,6 +36,8 @@ done
 [ -e "$data" ] || { echo "lose_node.sh: no corpus at $data; pass --data CORPUS (Debian's fortunes package gives /usr/share/games/fortunes)" >&2; exit 1; }
 
 if [ $inside = 0 ]; then
+  # The machine's load, at the start and the end: the step times hold only for it.
+  echo "load at the start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
   # Outside: make the run folder (removed afterwards unless --out), then go onto the cluster.
   keep=1
   if [ -z "$out" ]; then out=$(mktemp -d /tmp/gpumix-lose-node.XXXXXX); keep=0; fi
@@ -44,6 +46,7 @@ if [ $inside = 0 ]; then
   args=(--rate "$rate" --gpumix "$gpumix" --data "$data" --out "$out")
   [ $quick = 1 ] && args+=(--quick)
   "$here/emulated_cluster.sh" with --nodes 2 --slots 2 --rate "$rate" -- "$0" --inside "${args[@]}" || status=$?
+  echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
   [ $keep = 1 ] || rm -rf "$out"
   exit $status
 fi
