@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "core/stream.h"
 #include "dist/comm/hierarchical.h"
+#include "dist/plan/cost_model.h"
 #include "nn/data/progress.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
@@ -506,15 +507,7 @@ CommProfile measure_comm(Comm& comm, Device device, int repeats, const CommSizes
     result.all_gather.intra_node = slowest(local.all_gather.intra_node);
     result.reduce_scatter.intra_node = slowest(local.reduce_scatter.intra_node);
   }
-  auto links = [](const CollectiveProfile& c) {
-    TopologyLinks l;
-    l.intra = {c.intra_node.latency_s, c.intra_node.bandwidth_Bps};
-    l.inter = {c.inter_node.latency_s, c.inter_node.bandwidth_Bps};
-    l.leaders = {c.leaders.latency_s, c.leaders.bandwidth_Bps};
-    l.uneven_factor = c.uneven_factor;
-    return l;
-  };
-  TopologyComm engine_form(comm, links(result.all_gather), links(result.reduce_scatter));
+  TopologyComm engine_form(comm, topology_links(result.all_gather), topology_links(result.reduce_scatter));
   result.overlap = measure_overlap(engine_form, device, repeats, smallest_free, sizes);
   return result;
 }

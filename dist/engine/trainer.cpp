@@ -229,9 +229,9 @@ class Training {
   Allocator& memory() const { return allocator(device_); }
   Comm& engine_comm() { return device_comm_ ? *device_comm_ : comm_; }
   // The links the collectives' form is chosen by: the profile's where the run planned (as
-  // the cost model prices them), TopologyLinks' defaults otherwise.
+  // the cost model prices them), a plan file's, else TopologyLinks' defaults.
   CollectiveLinks topology_links() const {
-    if (!planner_) return {};
+    if (!planner_) return engine_options_.plan_links.value_or(CollectiveLinks{});
     const CostModel cost(planner_->profile());
     return {cost.links(true), cost.links(false)};
   }

@@ -72,14 +72,17 @@ CostModel::CostModel(const Profile& profile, MemoryParams memory, int max_m, Sha
   head_rs_bytes_ = (double)g.head_params() * grad;
 }
 
-TopologyLinks CostModel::links(bool gather) const {
-  const CollectiveProfile& c = gather ? profile_.comm.all_gather : profile_.comm.reduce_scatter;
+TopologyLinks topology_links(const CollectiveProfile& c) {
   TopologyLinks l;
   l.intra = {c.intra_node.latency_s, c.intra_node.bandwidth_Bps};
   l.inter = c.inter_node.bandwidth_Bps > 0 ? TopologyLink{c.inter_node.latency_s, c.inter_node.bandwidth_Bps} : l.intra;
   l.leaders = {c.leaders.latency_s, c.leaders.bandwidth_Bps};
   l.uneven_factor = c.uneven_factor;
   return l;
+}
+
+TopologyLinks CostModel::links(bool gather) const {
+  return topology_links(gather ? profile_.comm.all_gather : profile_.comm.reduce_scatter);
 }
 
 CommTimes CostModel::unit_comm(const std::vector<int>& ranks, const std::vector<double>& shares,

@@ -172,6 +172,9 @@ class CostModel {
   CommTimes unit_comm(const std::vector<int>& ranks, const std::vector<double>& shares, int even_shares = -1) const;
 };
 
+// One collective kind's links as TopologyComm takes them (inter: intra's when unset).
+TopologyLinks topology_links(const CollectiveProfile& c);
+
 // True when the participants' shares are equal (to 1e-9 relative).
 bool shares_even(const std::vector<RankChoice>& choices);
 

@@ -76,6 +76,7 @@ Plan make_plan(const CostModel& cost, const std::string& planner, int64_t global
     peak += cost.table((int)i).device->peak_flops;
     p.ranks.push_back(r);
   }
+  if (prof.num_ranks() > 1) p.comm = prof.comm;
   PlanPrediction& pr = p.predicted;
   pr.step_s = step.step;
   pr.block_s = step.block;
@@ -138,7 +139,7 @@ json plan_to_json(const Plan& p) {
     if (!r.node_name.empty()) ranks.back()["node_name"] = r.node_name;
   }
   const PlanPrediction& pr = p.predicted;
-  return json{{"format", "gpumix-plan"},
+  json j = {{"format", "gpumix-plan"},
               {"version", 1},
               {"planner", p.planner},
               {"model", config_to_json(p.model)},
@@ -165,6 +166,8 @@ json plan_to_json(const Plan& p) {
                 {"tokens_per_s", pr.tokens_per_s},
                 {"mfu", pr.mfu}}},
               {"ranks", ranks}};
+  if (p.comm) j["comm"] = comm_to_json(*p.comm);
+  return j;
 }
 
 namespace {
@@ -217,6 +220,7 @@ Plan plan_from_json(const json& j) {
     pr.tokens_per_s = number_field_or(pj, "tokens_per_s", wp, 0);
     pr.mfu = number_field_or(pj, "mfu", wp, 0);
   }
+  if (has_field(j, "comm")) p.comm = comm_from_json(j.at("comm"), w + ".comm");
   const json& ranks = array_field(j, "ranks", w);
   if (ranks.empty()) format_error(w + ".ranks", "must list at least one rank");
   if (has_field(j, "sharding")) {

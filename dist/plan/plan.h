@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,9 @@ struct Plan {
   Sharding sharding;
   std::vector<RankPlan> ranks;
   PlanPrediction predicted;
+  // The links its collectives were priced with (its profile's), so that a run of the plan
+  // file chooses their forms as the prediction did; absent in files without one.
+  std::optional<CommProfile> comm;
 
   bool fits() const;
   // Empty when the plan fits; otherwise which ranks run out of memory, by how much.

@@ -154,6 +154,29 @@ static CollectiveProfile collective_from_json(const json& j, const std::string& 
   return c;
 }
 
+json comm_to_json(const CommProfile& c) {
+  return json{{"all_gather", collective_to_json(c.all_gather)},
+              {"reduce_scatter", collective_to_json(c.reduce_scatter)},
+              {"overlap", c.overlap}};
+}
+
+CommProfile comm_from_json(const json& comm, const std::string& where) {
+  CommProfile c;
+  c.all_gather = collective_from_json(field(comm, "all_gather", where), where + ".all_gather");
+  c.reduce_scatter = collective_from_json(field(comm, "reduce_scatter", where), where + ".reduce_scatter");
+  c.overlap = number_field_or(comm, "overlap", where, 1.0);
+  for (const auto& [name, k] : {std::pair<const char*, const CollectiveProfile*>{"all_gather", &c.all_gather},
+                                {"reduce_scatter", &c.reduce_scatter}}) {
+    const std::string w = where + "." + name;
+    validate_link(k->intra_node, w + ".intra_node", false);
+    validate_link(k->inter_node, w + ".inter_node", false);
+    validate_link(k->leaders, w + ".leaders", false);
+    check_range(k->uneven_factor, 1, 100, w + ".uneven_factor");
+  }
+  check_range(c.overlap, 0, 1, where + ".overlap");
+  return c;
+}
+
 json profile_to_json(const Profile& p) {
   json devices = json::array();
   for (const DeviceProfile& d : p.devices) {
@@ -188,10 +211,7 @@ json profile_to_json(const Profile& p) {
               {"dtype", dtype_name(p.dtype)},
               {"devices", devices},
               {"ranks", ranks},
-              {"comm",
-               {{"all_gather", collective_to_json(p.comm.all_gather)},
-                {"reduce_scatter", collective_to_json(p.comm.reduce_scatter)},
-                {"overlap", p.comm.overlap}}}};
+              {"comm", comm_to_json(p.comm)}};
 }
 
 Profile profile_from_json(const json& j) {
@@ -258,11 +278,7 @@ Profile profile_from_json(const json& j) {
     p.ranks.push_back(info);
   }
   if (p.ranks.size() > 1 || has_field(j, "comm")) {
-    const json& comm = field(j, "comm", w);
-    p.comm.all_gather = collective_from_json(field(comm, "all_gather", w + ".comm"), w + ".comm.all_gather");
-    p.comm.reduce_scatter =
-        collective_from_json(field(comm, "reduce_scatter", w + ".comm"), w + ".comm.reduce_scatter");
-    p.comm.overlap = number_field_or(comm, "overlap", w + ".comm", 1.0);
+    p.comm = comm_from_json(field(j, "comm", w), w + ".comm");
   }
   p.validate();
   return p;

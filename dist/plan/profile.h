@@ -108,6 +108,10 @@ double interpolate(const std::vector<MicroBatchSample>& samples, int m,
 // `nodes` distinct nodes; `even` when all participants hold equal shares.
 double collective_time(const CollectiveProfile& c, int ranks, int nodes, double bytes, bool even);
 
+// The "comm" object of profile (and plan) files; `where` names it in errors.
+nlohmann::json comm_to_json(const CommProfile& c);
+CommProfile comm_from_json(const nlohmann::json& j, const std::string& where);
+
 nlohmann::json profile_to_json(const Profile& p);
 Profile profile_from_json(const nlohmann::json& j);  // validates
 Profile read_profile(const std::string& path);
