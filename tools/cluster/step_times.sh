@@ -48,6 +48,9 @@ devices=cpu:mem=1GiB:slow=2,cpu:mem=1GiB,cpu:mem=1GiB:slow=2,cpu:mem=1GiB
 args=(train --data "$data" --model gpt-nano --seq 128 --batch 16 --steps "$steps" --warmup 2 --eval-interval 0
       --eval-windows 2 --ckpt-interval 0 --seed 7 --devices "$devices" --drift-threshold 0 --quiet)
 export GPUMIX_CACHE=-  # every run profiles afresh, under the load it runs in
+# Across nodes the prefetched gathers run on a thread of their own; GPUMIX_BACKGROUND_GATHERS=0
+# in the environment of this script keeps them on the ranks' thread (to compare).
+export GPUMIX_BACKGROUND_GATHERS=${GPUMIX_BACKGROUND_GATHERS:-1}
 first=$((steps / 2)) last=$((steps / 2 + 2)); [ $last -le "$steps" ] || last=$steps
 trace() { echo "--trace $work/$1.trace.json --trace-steps $first:$last"; }  # NAME -> the flags
 breakdown=""  # the second table's rows
@@ -82,7 +85,7 @@ for rate in $rates; do
   # One cluster per rate, every sharding run on it.
   runs=""
   for sharding in $shardings; do
-    runs+="mpirun --hostfile \$GPUMIX_CLUSTER_HOSTFILE -np 4 -x GPUMIX_CACHE $gpumix ${args[*]} --sharding $sharding "
+    runs+="mpirun --hostfile \$GPUMIX_CLUSTER_HOSTFILE -np 4 -x GPUMIX_CACHE -x GPUMIX_BACKGROUND_GATHERS $gpumix ${args[*]} --sharding $sharding "
     runs+="--out $work/$rate-$sharding $(trace "$rate-$sharding") > $work/$rate-$sharding.txt 2>&1 || "
     runs+="{ cat $work/$rate-$sharding.txt; exit 1; }; "
   done
