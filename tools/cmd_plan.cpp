@@ -79,16 +79,10 @@ int cmd_plan(int argc, char** argv) {
   PlannerOptions opts;
   opts.allow_offload = !no_offload;
   opts.allow_leave_out = !no_leave_out;
-  if (sharding == "full") {
-    opts.group_size = 0;
-  } else if (sharding != "auto") {
-    char* end = nullptr;
-    const long g = std::strtol(sharding.c_str(), &end, 10);
-    if (!end || *end || g < 1)
-      throw std::invalid_argument("--sharding " + sharding + " is not auto, full or a group size >= 1");
-    const std::string bad = check_sharding(Sharding{(int)g}, profile.num_ranks());
+  opts.group_size = gpumix::tools::parse_sharding_flag(sharding);
+  if (opts.group_size > 0) {
+    const std::string bad = check_sharding(Sharding{opts.group_size}, profile.num_ranks());
     if (!bad.empty()) throw std::invalid_argument("--sharding " + sharding + ": " + bad);
-    opts.group_size = (int)g;
   }
   const Plan plan = run_planner(planner, profile, global_batch, opts);
   if (!out_path.empty()) write_plan(plan, out_path);

@@ -74,7 +74,7 @@ int cmd_profile(int argc, char** argv) {
     }
   };
   if (dist::launched_by_mpi()) {
-    dist::MpiSession mpi(nullptr, nullptr);
+    dist::MpiSession mpi(nullptr, nullptr, true, false);  // a second thread where the library allows (TopologyComm)
     auto comm = dist::make_mpi_comm();
     if (ranks != comm->size())
       throw std::invalid_argument("--devices lists " + std::to_string(ranks) + " devices but mpirun started " +

@@ -111,6 +111,10 @@ int cmd_train(int argc, char** argv) {
                  "largest micro-batch size the start-up profile measures (1, 2, 4, ... up to it; default " +
                      std::to_string(engine.profiler.max_micro_batch) +
                      "); the planner extrapolates beyond it");
+  std::string sharding;
+  app.add_option("--sharding", sharding,
+                 "with --plan auto (gpumix): auto (full or hybrid, whichever the cost model predicts faster), "
+                 "full, or G (hybrid in groups of G ranks)");
   std::string trace_steps;
   app.add_option("--trace", engine.trace,
                  "write a trace of --trace-steps to this file (Trace Event Format: ui.perfetto.dev, chrome://tracing)");
@@ -149,6 +153,15 @@ int cmd_train(int argc, char** argv) {
     throw std::invalid_argument("--ranks " + std::to_string(ranks) + " is more than 1024 thread ranks; run "
                                 "several processes under mpirun instead");
   engine.prefetch = !no_prefetch;
+  if (!sharding.empty()) {
+    engine.sharding = gpumix::tools::parse_sharding_flag(sharding);
+    const bool lists = !plan.batches.empty() || !plan.micro_batches.empty() || !plan.shares.empty();
+    const std::string p = !plan.plan.empty() ? plan.plan : lists ? "given" : devices.empty() ? "even" : "auto";
+    if (p != "auto" && p != "gpumix")
+      throw std::invalid_argument("--sharding is the gpumix planner's (--plan auto, the default with --devices); "
+                                  "--plan " + p + " decides its own sharding: drop --sharding, or plan with "
+                                  "`gpumix plan --sharding " + sharding + "` and pass the file");
+  }
   auto make_work = [&](int n) {
     auto work = gpumix::dist::plan_work(plan, !devices.empty(), o.batch, n, engine);
     // A bound of a profile that is never measured would be silently ignored.
@@ -172,7 +185,7 @@ int cmd_train(int argc, char** argv) {
     // Only a --ranks the user gave is wrong here: --devices alone sets `ranks` above.
     if (app.count("--ranks") > 0)
       throw std::invalid_argument("--ranks is for the local backend; under mpirun use -np");
-    gpumix::dist::MpiSession mpi(nullptr, nullptr);
+    gpumix::dist::MpiSession mpi(nullptr, nullptr, true, false);  // a second thread where the library allows (TopologyComm)
     auto comm = gpumix::dist::make_mpi_comm();
     const gpumix::LogScope log_scope(nullptr, comm->rank());  // the console, rank 0's lines
     // A lost node or rank ends every survivor at once, naming what was lost (peer_watch.h).

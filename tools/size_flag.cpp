@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "core/precision.h"
@@ -50,6 +51,17 @@ void check_profile_flags(int repeats, int max_micro_batch, const std::string& re
   if (max_micro_batch < 1)
     throw std::invalid_argument(max_micro_batch_flag + " must be at least 1, got " + std::to_string(max_micro_batch));
   if (repeats < 1) throw std::invalid_argument(repeats_flag + " must be at least 1, got " + std::to_string(repeats));
+}
+
+int parse_sharding_flag(const std::string& text) {
+  if (text == "auto") return -1;
+  if (text == "full") return 0;
+  char* end = nullptr;
+  const long g = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || !end || *end || g < 1 || g > 1 << 20)
+    throw std::invalid_argument("--sharding " + text + " is not auto, full or a group size >= 1 (hybrid in groups "
+                                "of that many ranks)");
+  return (int)g;
 }
 
 }  // namespace gpumix::tools

@@ -1,6 +1,6 @@
 // Checks of flags shared by several commands: byte sizes given on the command line
-// ("512MiB", "2GiB", "1.5GB", "4096"), the planners' global batch, the compute dtype, and
-// the bounds of a device profile.
+// ("512MiB", "2GiB", "1.5GB", "4096"), the planners' global batch and sharding, the compute
+// dtype, and the bounds of a device profile.
 #pragma once
 
 #include <cstdint>
@@ -29,5 +29,11 @@ std::optional<DType> parse_dtype_flag(const std::string& text);
 // flag and the value.
 void check_profile_flags(int repeats, int max_micro_batch, const std::string& repeats_flag,
                          const std::string& max_micro_batch_flag);
+
+// --sharding for the gpumix planner: "auto" -1 (full or hybrid, whichever the cost model
+// predicts faster), "full" 0, or G > 0 (hybrid in groups of G ranks). Throws
+// std::invalid_argument naming the text and the accepted forms; whether G divides the ranks
+// is the planner's check (it knows them).
+int parse_sharding_flag(const std::string& text);
 
 }  // namespace gpumix::tools

@@ -12,7 +12,9 @@
 # in three forms: flat = Open MPI's own collective, hierarchical = dist/comm/hierarchical.h's
 # three stages forced, auto = TopologyComm's cost-model choice with its default links), and
 # tears it down (also on failure: `with` does). Output: OUT_DIR/RATE.json (Google Benchmark)
-# and OUT_DIR/RATE.txt; a summary table of flat vs hierarchical time per case at the end.
+# and OUT_DIR/RATE.txt; a summary table of flat vs hierarchical time per case at the end,
+# with the load average at the start and at the end (OUT_DIR/load.txt too): on a machine
+# others share, the times hold only for that load.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:-bench/results/hier}")
@@ -26,6 +28,8 @@ bench=build/bench/dist_comm/bench_collectives
 [ -z "${GPUMIX_COLLECTIVES:-}" ] || { echo "unset GPUMIX_COLLECTIVES: it overrides the forced forms" >&2; exit 1; }
 mkdir -p "$out"
 np=$((nodes * slots))
+load() { echo "$(date -u +%H:%M:%SZ) load $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"; }
+echo "start $(load)" | tee "$out/load.txt"
 for rate in $rates; do
   echo "== $nodes nodes x $slots ranks, links shaped at $rate"
   bash "$cluster" with --nodes "$nodes" --slots "$slots" --rate "$rate" -- \
@@ -50,3 +54,4 @@ for rate in rates:
         ran = f.get("auto", {}).get("label", "").rsplit("ran ", 1)[-1]
         print(f"{rate:>8} {op + '/' + case:<40} {fl:>10.0f} {hi:>10.0f} {hi / fl:>9.2f}  {ran}")
 PY
+echo "end $(load)" | tee -a "$out/load.txt"

@@ -452,7 +452,7 @@ bool mpi_built() { return true; }
 #else
 bool mpi_built() { return false; }
 
-MpiSession::MpiSession(int*, char***, bool) {}
+MpiSession::MpiSession(int*, char***, bool, bool) {}
 MpiSession::~MpiSession() = default;
 
 std::unique_ptr<Comm> make_mpi_comm(const MpiOptions&) {

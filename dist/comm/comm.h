@@ -178,6 +178,12 @@ class Comm {
   // collectives into nodes and node leaders.
   virtual std::unique_ptr<Comm> split(int color) = 0;
 
+  // Whether a second thread of this rank may run collectives on communicators split from
+  // this one while the first runs others (MPI: the library was initialised with
+  // MPI_THREAD_MULTIPLE). TopologyComm then moves its asynchronous gathers on a thread of
+  // their own, so that they progress while the rank computes.
+  virtual bool concurrent_threads() const { return false; }
+
   CommStats stats() const;
   void reset_stats();
 
@@ -219,6 +225,10 @@ struct LocalOptions {
   // order of first appearance and named "node0", "node1", .... Empty: every rank on one
   // node, named after this host.
   std::vector<int> node_of_rank;
+  // Comm::concurrent_threads() of these ranks' communicators: each communicator of the
+  // backend is a rendezvous of its own, so a second thread of a rank may use another one
+  // (host tensors; off by default, for the tests of what runs on a second thread).
+  bool concurrent_threads = false;
 };
 
 namespace detail {
@@ -259,10 +269,12 @@ bool launched_by_mpi();
 // Initialises MPI (MPI_Init_thread) for the lifetime of the object and finalises it after.
 // `multiple`: ask for MPI_THREAD_MULTIPLE (several threads call MPI at once), else
 // MPI_THREAD_FUNNELED (only the main thread calls MPI, as our backends do). Throws when the
-// library provides less than needed. If MPI is already initialised, does nothing.
+// library provides less than needed, unless `require` is false: then it takes what the
+// library gives (Comm::concurrent_threads says which). If MPI is already initialised, does
+// nothing.
 class MpiSession {
  public:
-  MpiSession(int* argc, char*** argv, bool multiple = false);
+  MpiSession(int* argc, char*** argv, bool multiple = false, bool require = true);
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;

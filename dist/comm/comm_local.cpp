@@ -425,6 +425,8 @@ class LocalComm : public Comm {
       set_topology(nodes, g_->node_names);
   }
 
+  bool concurrent_threads() const override { return g_->options.concurrent_threads; }
+
   std::unique_ptr<Comm> split(int color) override {
     GPUMIX_CHECK(color >= 0, "Comm::split: the color must be >= 0, got ", color, " on rank ", rank_);
     // Every rank's color, on every rank (this also checks that all of them split here).

@@ -166,6 +166,12 @@ class MpiComm : public Comm {
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
 
+  bool concurrent_threads() const override {
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    return level == MPI_THREAD_MULTIPLE;
+  }
+
   std::unique_ptr<Comm> split(int color) override {
     GPUMIX_CHECK(color >= 0, "Comm::split: the color must be >= 0, got ", color, " on rank ", rank_);
     MPI_Comm sub = MPI_COMM_NULL;
@@ -589,7 +595,7 @@ void MpiRequest::wait() {
 
 // ---- session and factory ----------------------------------------------------------------
 
-MpiSession::MpiSession(int* argc, char*** argv, bool multiple) {
+MpiSession::MpiSession(int* argc, char*** argv, bool multiple, bool require) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -602,7 +608,7 @@ MpiSession::MpiSession(int* argc, char*** argv, bool multiple) {
     int provided = 0;
     GPUMIX_MPI_CHECK(MPI_Init_thread(argc, argv, required, &provided));
     owns_ = true;
-    if (provided < required) {
+    if (provided < required && require) {
       MPI_Finalize();
       owns_ = false;
       GPUMIX_CHECK(false, "MPI provides thread level ", provided, " but ", required, " (",

@@ -21,30 +21,22 @@
 // placements run flat.
 //
 // One place decides: choose_topology_algo, from the links' latency and bandwidth (the
-// profile's intra- and inter-node figures). TopologyComm applies it per call to any Comm.
+// profile's intra-node, inter-node and between-leaders figures) through the formulas of
+// dist/comm/collective_cost.h, which the cost model prices the run's collectives with too.
+// TopologyComm applies it per call to any Comm.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "dist/comm/collective_cost.h"
 #include "dist/comm/comm.h"
 
 namespace gpumix::dist {
 
 enum class TopologyAlgo : uint8_t { flat, hierarchical };
 const char* topology_algo_name(TopologyAlgo a);  // "flat", "hierarchical"
-
-// The ring model of one link class (dist/plan/profile.h's LinkProfile, which the planner
-// passes): a collective over n ranks moving B bytes costs (n-1)·latency + (n-1)/n·B/bandwidth.
-struct TopologyLink {
-  double latency_s = 0;
-  double bandwidth_Bps = 0;
-};
-struct TopologyLinks {
-  TopologyLink intra{8e-6, 40e9};
-  TopologyLink inter{20e-6, 25e9};
-};
 
 struct TopologyChoice {
   TopologyAlgo algo = TopologyAlgo::flat;
@@ -53,10 +45,8 @@ struct TopologyChoice {
 };
 
 // The time of both forms of one all_gather_v or reduce_scatter_v (`op`) with these counts
-// on these nodes (Comm::node_of_rank), and the cheaper one (flat on a tie). Flat: one ring
-// over every rank, on the inter-node link when the ranks span nodes. Hierarchical: the
-// three stages above, the intra stages over the largest node, the inter stage over the
-// leaders with the largest node's range, and the fp32 reduction's bytes in reduce-scatter.
+// on these nodes (Comm::node_of_rank), and the cheaper one (flat on a tie): collective_times
+// of dist/comm/collective_cost.h with each rank's bytes (reduce-scatter: the fp32 reduction's).
 TopologyChoice choose_topology_algo(CommOp op, const std::vector<int64_t>& counts,
                                     const std::vector<int>& node_of_rank, size_t elem_size,
                                     const TopologyLinks& links);
@@ -67,16 +57,28 @@ bool nodes_contiguous(const std::vector<int>& node_of_rank);
 // A Comm that runs all_gather_v and reduce_scatter_v on `base` flat or hierarchically, as
 // choose_topology_algo says per call (or always as `force` says, for tests and benchmarks),
 // and everything else on `base` as it is. Collective to make (it splits base into nodes and
-// leaders). The asynchronous forms of a hierarchical call complete before they return.
+// leaders). Its asynchronous all-gather, where the base allows a second thread
+// (Comm::concurrent_threads: MPI initialised with MPI_THREAD_MULTIPLE), runs flat or
+// hierarchically on a thread of its own over communicators of its own (split off at
+// construction, so that the rank's other collectives never meet them), one gather after
+// the other in the order they were issued (the same on every rank): it progresses while the
+// rank computes, which an MPI library without a progress thread does not do for its own
+// nonblocking collectives (they move mostly inside the wait). Elsewhere a hierarchical
+// asynchronous call completes before it returns. The reduce-scatter's asynchronous form
+// always does. GPUMIX_BACKGROUND_GATHERS=0 in the environment keeps the gathers on the
+// calling thread (to compare).
 // Its byte counters (stats()) count its all-gathers and reduce-scatters (the payload as
 // comm.h defines it, whatever the form); the other collectives count in base's.
 // GPUMIX_COLLECTIVES=flat|hierarchical|auto in the environment overrides `mode`.
 class TopologyComm : public Comm {
  public:
   enum class Mode : uint8_t { automatic, flat, hierarchical };
+  // `links` price both collectives; `gather` and `scatter` each its own (the profile
+  // measures them apart).
   TopologyComm(std::unique_ptr<Comm> base, TopologyLinks links, Mode mode = Mode::automatic);
   // Over a Comm the caller keeps alive.
   TopologyComm(Comm& base, TopologyLinks links, Mode mode = Mode::automatic);
+  TopologyComm(Comm& base, TopologyLinks gather, TopologyLinks scatter, Mode mode = Mode::automatic);
 
   int rank() const override { return base_->rank(); }
   int size() const override { return base_->size(); }
@@ -104,24 +106,31 @@ class TopologyComm : public Comm {
   // What the last all_gather_v / reduce_scatter_v ran, and how many of each so far.
   TopologyChoice last_choice() const { return last_; }
   int64_t hierarchical_calls() const { return hierarchical_calls_; }
-  const TopologyLinks& links() const { return links_; }
+  const TopologyLinks& links() const { return links_; }  // the all-gather's
+  const TopologyLinks& scatter_links() const { return scatter_links_; }
   Comm& base() { return *base_; }
+  // Whether asynchronous gathers run on the thread of their own (see above).
+  bool gathers_in_background() const { return background_ != nullptr; }
+  ~TopologyComm() override;
 
  private:
+  class Background;
   void init();
   bool use_hierarchy(CommOp op, const std::vector<int64_t>& counts, size_t elem);
-  void gather_hier(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts);
+  // The three stages over `in_node` and (on a node's first rank) `leaders`.
+  void gather_hier(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts, Comm& in_node, Comm* leaders);
   void scatter_hier(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts);
 
   std::unique_ptr<Comm> owned_;
   Comm* base_;
-  TopologyLinks links_;
+  TopologyLinks links_, scatter_links_;
   Mode mode_;
   std::unique_ptr<Comm> node_, leaders_;  // this rank's node; the leaders (local rank 0) of every node
   std::vector<int> first_rank_of_node_;  // and N at the end
   bool staged_ = false;                  // several nodes, each on consecutive ranks: the stages can run
   TopologyChoice last_;
   int64_t hierarchical_calls_ = 0;
+  std::unique_ptr<Background> background_;  // null: asynchronous gathers as described above
 };
 
 }  // namespace gpumix::dist

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -66,6 +67,15 @@ class Engine {
   // but the first holds replicas): it writes no checkpoint slices and its gradient slices
   // are not counted again in the norm.
   virtual bool primary_replica() const { return true; }
+  // One unit's collectives as this engine runs them now (its layout, its communicators and
+  // forms), each the fastest of `repeats` runs after a warm-up, started together, the slowest
+  // rank's: what the cost model's per-block AG / RS / AR predict. Collective. `form` says
+  // how they ran ("flat", "hierarchical"). Engines without collectives return zeros.
+  struct CollectiveTimes {
+    double all_gather_s = 0, reduce_scatter_s = 0, all_reduce_s = 0;
+    std::string all_gather_form, reduce_scatter_form;
+  };
+  virtual CollectiveTimes time_collectives(int /*unit*/, int /*repeats*/) { return {}; }
   double wait_s = 0;  // time spent waiting for collectives since the last reset
   Tracer* tracer = nullptr;  // the run's (dist/engine/trace.h); null or idle: no spans
 };

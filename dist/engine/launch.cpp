@@ -77,6 +77,7 @@ std::vector<RankWork> work_from_plan_file(const std::string& path, int64_t globa
   const gpumix::dist::Plan plan = gpumix::dist::read_plan(path);
   engine.plan_file = path;
   engine.plan_dtype = plan.dtype;
+  if (plan.comm) engine.plan_links = CollectiveLinks{topology_links(plan.comm->all_gather), topology_links(plan.comm->reduce_scatter)};
   if ((int)plan.ranks.size() != ranks)
     throw std::invalid_argument("plan " + path + " is for " + std::to_string(plan.ranks.size()) +
                                 " ranks but " + std::to_string(ranks) + " are running; make the plan for "

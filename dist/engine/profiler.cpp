@@ -7,12 +7,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include "autograd/functions.h"
 #include "core/ops.h"
 #include "core/precision.h"
 #include "core/rng.h"
 #include "core/stream.h"
+#include "dist/comm/hierarchical.h"
+#include "dist/plan/cost_model.h"
 #include "nn/data/progress.h"
 #include "nn/gpt.h"
 #include "nn/optim.h"
@@ -47,21 +50,24 @@ double time_on(Device device, F&& fn) {
   return start.elapsed_ms(end) * 1e-3;
 }
 
-// Fastest of `repeats` runs of a collective after one warm-up, each started by all ranks
-// together (a barrier, not timed). A rank that the machine did not run in time can only add
-// to a run; on two busy cores most runs waited so, and their median (milliseconds instead
-// of tens of microseconds per collective) made every plan look bound by its collectives,
-// whatever the ranks' speeds.
-template <class F>
-double fastest_collective(Comm& comm, Device device, int repeats, F&& fn) {
+}  // namespace
+
+double fastest_collective(Comm& comm, Device device, int repeats, const std::function<void()>& fn) {
   time_on(device, fn);
-  double fastest = 1e300;
-  for (int i = 0; i < repeats; ++i) {
+  double fastest = 1e300, spent = 0;
+  for (int i = 0;; ++i) {
     comm.barrier();
-    fastest = std::min(fastest, time_on(device, fn));
+    const double t = time_on(device, fn);
+    fastest = std::min(fastest, t);
+    spent += t;
+    // Every rank must run as many: they agree (an untimed scalar collective).
+    const bool more = i + 1 < repeats || (spent < kCollectiveBudget_s && i + 1 < kMaxCollectiveRuns);
+    if (comm.all_reduce_max(more ? 1.0 : 0.0) == 0) break;
   }
-  return fastest;
+  return comm.all_reduce_max(fastest);
 }
+
+namespace {
 
 // Emulated devices share this machine's cores, so a rank computes slower while the others
 // compute too. In training every rank computes at once for the whole step (the plan
@@ -158,7 +164,7 @@ namespace {
 std::string cache_folder(const ProfilerOptions& o) {
   if (o.cache_dir == "-") return "";
   if (!o.cache_dir.empty()) return o.cache_dir;
-  if (const char* c = std::getenv("GPUMIX_CACHE")) return c;
+  if (const char* c = std::getenv("GPUMIX_CACHE")) return std::string(c) == "-" ? "" : c;
   if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/gpumix";
   return "";
 }
@@ -344,82 +350,167 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
   return d;
 }
 
-// Times of all_gather_v and reduce_scatter_v over `comm` at a few sizes, even and uneven;
-// fits the ring model's latency and bandwidth (into intra_node) and the uneven factor.
-// `free_bytes`: the smallest free memory of the ranks that measure with it.
-CommProfile fit_collectives(Comm& comm, Device device, int repeats, double free_bytes) {
+// The collectives of a run measure at its own sizes: one block's parameters gathered in the
+// compute dtype, its fp32 gradient reduce-scattered, and the same for the embedding unit
+// (the largest, once a step each).
+struct CommSizes {
+  int64_t block = 0, embedding = 0;  // elements
+  DType gather_dtype = DType::f32;
+};
+
+// Each rank's counts of `total` elements: even, or skewed (rank r holds in proportion to r + 1).
+std::vector<int64_t> counts_for(int n, int64_t total, bool even) {
+  std::vector<int64_t> c(n);
+  int64_t used = 0;
+  for (int r = 0; r < n; ++r) {
+    c[r] = even ? total / n : total * (r + 1) * 2 / (int64_t)(n * (n + 1));
+    used += c[r];
+  }
+  c[n - 1] += total - used;
+  return c;
+}
+
+// Times of all_gather_v and reduce_scatter_v over `comm` at a small size (latency), at a
+// block's size and at the embedding unit's (the sizes the engine moves), even, and at the
+// block's size uneven; fits the ring model: the latency from the small size, the bandwidth
+// the line through the two large ones with the least relative error at each (a line through
+// 4 KiB and a block extrapolated to the embedding's 2.7x wrongly where the link's time is not
+// quite linear in the bytes), and the uneven factor at the block's size. `free_bytes`: the
+// smallest free memory of the ranks that measure with it (a buffer takes at most a quarter
+// of it).
+CollectiveProfile fit_collective(Comm& comm, Device device, int repeats, double free_bytes, bool gather,
+                                 const CommSizes& sizes) {
   const int n = comm.size();
-  CommProfile result;
+  CollectiveProfile result;
   if (n == 1) {
-    result.all_gather.intra_node = {0, 1e12};
-    result.reduce_scatter.intra_node = {0, 1e12};
+    result.intra_node = {0, 1e12};
     return result;
   }
-  auto counts_for = [&](int64_t total, bool even) {
-    std::vector<int64_t> c(n);
-    int64_t used = 0;
-    for (int r = 0; r < n; ++r) {
-      c[r] = even ? total / n : total * (r + 1) * 2 / (int64_t)(n * (n + 1));
-      used += c[r];
-    }
-    c[n - 1] += total - used;
-    return c;
-  };
-  auto time_op = [&](int64_t total, bool even, bool gather) {
-    const std::vector<int64_t> counts = counts_for(total, even);
-    Tensor full = Tensor::zeros({total}, DType::f32, device);
-    Tensor mine = Tensor::zeros({counts[comm.rank()]}, DType::f32, device);
-    const double t = fastest_collective(comm, device, repeats, [&] {
+  const DType dtype = gather ? sizes.gather_dtype : DType::f32;
+  const double elem = (double)dtype_size(dtype);
+  auto time_op = [&](int64_t total, bool even) {
+    const std::vector<int64_t> counts = counts_for(n, total, even);
+    Tensor full = Tensor::zeros({total}, dtype, device);
+    Tensor mine = Tensor::zeros({counts[comm.rank()]}, dtype, device);
+    return fastest_collective(comm, device, repeats, [&] {
       if (gather)
         comm.all_gather_v(mine, full, counts);
       else
         comm.reduce_scatter_v(full, mine, counts);
     });
-    return comm.all_reduce_max(t);
   };
-  // Elements (fp32) of the two sizes; the large one is at most 1M and its full buffer and
-  // slice take at most half of the smallest free memory among the ranks (they all must use
-  // the same sizes).
-  const int64_t small = 1 << 10;
-  const int64_t large = std::max<int64_t>(8 * small, std::min<int64_t>(1 << 20, (int64_t)(free_bytes / 16)));
-  for (bool gather : {true, false}) {
-    const double t_small = time_op(small, true, gather), t_large = time_op(large, true, gather);
-    const double t_uneven = time_op(large, false, gather);
-    // (n-1) lat + (n-1)/n bytes / bw at two sizes.
-    const double per_byte = std::max(1e-15, (t_large - t_small) / (4.0 * (large - small)) * n / (n - 1));
-    CollectiveProfile& c = gather ? result.all_gather : result.reduce_scatter;
-    c.intra_node.bandwidth_Bps = 1.0 / per_byte;
-    c.intra_node.latency_s = std::max(0.0, (t_small - (n - 1.0) / n * 4.0 * small * per_byte) / (n - 1));
-    c.uneven_factor = std::max(1.0, t_uneven / t_large);
+  const int64_t small = 1 << 10, cap = (int64_t)(free_bytes / 4 / elem);
+  const int64_t block = std::max<int64_t>(8 * small, std::min<int64_t>(sizes.block, cap));
+  const int64_t embedding = std::min<int64_t>(std::max(sizes.embedding, block), cap);
+  const double t_small = time_op(small, true), t_block = time_op(block, true);
+  const double t_embedding = embedding > block ? time_op(embedding, true) : t_block;
+  const double t_uneven = time_op(block, false);
+  const double ring = (n - 1.0) / n;
+  // t = (n-1) lat + (n-1)/n bytes / bw: the latency part from the small size (its bytes
+  // term taken at the line found), the slope by least relative squares at the large sizes.
+  const double lat_part = t_small;
+  double num = 0, den = 0;
+  for (auto [x, t] : {std::pair{(double)block, t_block}, {(double)embedding, t_embedding}}) {
+    const double bytes = ring * elem * x;
+    num += std::max(0.0, t - lat_part) * bytes / (t * t);
+    den += bytes * bytes / (t * t);
   }
+  const double per_byte = std::max(1e-15, num / den);
+  result.intra_node.bandwidth_Bps = 1.0 / per_byte;
+  result.intra_node.latency_s = std::max(0.0, (t_small - ring * elem * (double)small * per_byte) / (n - 1));
+  result.uneven_factor = std::max(1.0, t_uneven / t_block);
   return result;
 }
 
+CommProfile fit_collectives(Comm& comm, Device device, int repeats, double free_bytes, const CommSizes& sizes) {
+  CommProfile p;
+  p.all_gather = fit_collective(comm, device, repeats, free_bytes, true, sizes);
+  p.reduce_scatter = fit_collective(comm, device, repeats, free_bytes, false, sizes);
+  return p;
+}
+
+// How much of a prefetched gather the compute issued after it hides: a block's gather
+// started asynchronously, as the engine prefetches it, then as long a stretch of compute (a
+// spin on the rank's thread), then the wait. The exposed part is what the issue and the
+// wait took; overlap = 1 − exposed / the gather alone, the median of `repeats` runs. Over
+// `comm` as the engine's collectives run (through TopologyComm across nodes). On a GPU the
+// gather runs on its own stream: 1 (not measured).
+double measure_overlap(Comm& comm, Device device, int repeats, double free_bytes, const CommSizes& sizes) {
+  if (comm.size() == 1 || !device.is_cpu()) return 1.0;
+  const int64_t total = std::max<int64_t>(
+      1 << 13, std::min<int64_t>(sizes.block, (int64_t)(free_bytes / 4 / (double)dtype_size(sizes.gather_dtype))));
+  const std::vector<int64_t> counts = counts_for(comm.size(), total, true);
+  Tensor full = Tensor::zeros({total}, sizes.gather_dtype, device);
+  Tensor mine = full.flat_slice(std::accumulate(counts.begin(), counts.begin() + comm.rank(), int64_t(0)),
+                                counts[comm.rank()]);
+  const double alone = fastest_collective(comm, device, repeats, [&] {
+    comm.all_gather_v_async(mine, full, counts)->wait();
+  });
+  std::vector<double> overlap;
+  for (int i = 0; i < std::max(3, repeats); ++i) {
+    comm.barrier();
+    const double t0 = detail::now_seconds();
+    CommRequestPtr req = comm.all_gather_v_async(mine, full, counts);
+    const double issued = detail::now_seconds();
+    while (detail::now_seconds() < issued + alone) {
+    }
+    const double t1 = detail::now_seconds();
+    req->wait();
+    const double exposed = comm.all_reduce_max((issued - t0) + detail::seconds_since(t1));
+    overlap.push_back(std::clamp(1.0 - exposed / alone, 0.0, 1.0));
+  }
+  return median(overlap);
+}
+
 // The collectives of the run's communicator. On one node: its fit is the intra-node link.
-// Across nodes: the whole communicator's fit is the inter-node link (what a collective that
-// spans the nodes costs, bottlenecked by the link between them), and each node's ranks,
-// split off, measure their own collectives at the same time (as the nodes of a
-// hierarchical collective run them): the slowest node's fit is the intra-node link.
-CommProfile measure_comm(Comm& comm, Device device, int repeats) {
+// Across nodes: the whole communicator's fit is the inter-node link (a flat collective that
+// spans the nodes, bottlenecked by the link between them); each node's ranks, split off,
+// measure their own collectives at the same time (as the nodes of a hierarchical
+// collective run them): the slowest node's fit is the intra-node link; the nodes' first
+// ranks alone measure the link between the nodes itself (the hierarchical form's middle
+// stage, the replicas' all-reduce of hybrid sharding). Then the overlap of a prefetched
+// gather, through the form the engine will run (TopologyComm with these links).
+CommProfile measure_comm(Comm& comm, Device device, int repeats, const CommSizes& sizes) {
   const AllocatorStats mem = allocator(device).stats();
   const double smallest_free = -comm.all_reduce_max(-(double)(mem.capacity - mem.in_use));
-  const CommProfile whole = fit_collectives(comm, device, repeats, smallest_free);
-  if (comm.nodes() == 1) return whole;
+  const CommProfile whole = fit_collectives(comm, device, repeats, smallest_free, sizes);
+  if (comm.nodes() == 1) {
+    CommProfile result = whole;
+    result.overlap = measure_overlap(comm, device, repeats, smallest_free, sizes);
+    return result;
+  }
   CommProfile result = whole;
   result.all_gather.inter_node = whole.all_gather.intra_node;
   result.reduce_scatter.inter_node = whole.reduce_scatter.intra_node;
   const std::unique_ptr<Comm> node = comm.split(comm.node());
   const bool measured = node->size() > 1;  // a node of one rank has no intra-node collective
-  const CommProfile local = fit_collectives(*node, device, repeats, smallest_free);
-  if (comm.all_reduce_max(measured ? 1.0 : 0.0) == 0) return result;  // one rank per node: intra never priced
-  auto slowest = [&](const LinkProfile& mine) {
-    LinkProfile l;
-    l.latency_s = comm.all_reduce_max(measured ? mine.latency_s : 0.0);
-    l.bandwidth_Bps = -comm.all_reduce_max(measured ? -mine.bandwidth_Bps : -1e300);
-    return l;
+  const CommProfile local = fit_collectives(*node, device, repeats, smallest_free, sizes);
+  const bool leader = node->rank() == 0;
+  const std::unique_ptr<Comm> leaders = comm.split(leader ? 0 : 1);
+  if (leader) {
+    const CommProfile between = fit_collectives(*leaders, device, repeats, smallest_free, sizes);
+    result.all_gather.leaders = between.all_gather.intra_node;
+    result.reduce_scatter.leaders = between.reduce_scatter.intra_node;
+  }
+  // Every rank takes the first rank's (a leader's) figures.
+  auto from_leader = [&](LinkProfile& l) {
+    l.latency_s = comm.all_reduce_max(comm.rank() == 0 ? l.latency_s : -1.0);
+    l.bandwidth_Bps = comm.all_reduce_max(comm.rank() == 0 ? l.bandwidth_Bps : -1.0);
   };
-  result.all_gather.intra_node = slowest(local.all_gather.intra_node);
-  result.reduce_scatter.intra_node = slowest(local.reduce_scatter.intra_node);
+  from_leader(result.all_gather.leaders);
+  from_leader(result.reduce_scatter.leaders);
+  if (comm.all_reduce_max(measured ? 1.0 : 0.0) > 0) {  // one rank per node: intra never priced
+    auto slowest = [&](const LinkProfile& mine) {
+      LinkProfile l;
+      l.latency_s = comm.all_reduce_max(measured ? mine.latency_s : 0.0);
+      l.bandwidth_Bps = -comm.all_reduce_max(measured ? -mine.bandwidth_Bps : -1e300);
+      return l;
+    };
+    result.all_gather.intra_node = slowest(local.all_gather.intra_node);
+    result.reduce_scatter.intra_node = slowest(local.reduce_scatter.intra_node);
+  }
+  TopologyComm engine_form(comm, topology_links(result.all_gather), topology_links(result.reduce_scatter));
+  result.overlap = measure_overlap(engine_form, device, repeats, smallest_free, sizes);
   return result;
 }
 
@@ -509,7 +600,11 @@ Profile profile_cluster(const GPTConfig& model, int seq_len, DType dtype, const 
     const int node = comm.node_of_rank().at(r);
     p.ranks.push_back({device_profile.name, node, comm.node_names().at(node)});
   }
-  p.comm = measure_comm(comm, device, o.repeats);
+  CommSizes sizes;
+  sizes.block = model.block_params();
+  sizes.embedding = model.embed_params();
+  sizes.gather_dtype = dtype;
+  p.comm = measure_comm(comm, device, o.repeats, sizes);
   p.validate();
   return p;
 }

@@ -15,6 +15,7 @@
 // per rank) and, for CPU devices, the devices of every rank (they share the cores).
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "core/device.h"
@@ -26,7 +27,7 @@ namespace gpumix::dist {
 struct ProfilerOptions {
   int max_micro_batch = 32;  // largest m tried (the planner extrapolates beyond)
   int repeats = 5;           // the slowest rank's timed runs per measurement (median), after one warm-up
-  std::string cache_dir;     // "" : $GPUMIX_CACHE, else $HOME/.cache/gpumix; "-" : no cache
+  std::string cache_dir;     // "" : $GPUMIX_CACHE, else $HOME/.cache/gpumix; "-" (either): no cache
   bool show_progress = true; // rank 0 shows a progress bar
 };
 
@@ -36,6 +37,19 @@ struct ProfilerOptions {
 // share one device entry), measured in that dtype.
 Profile profile_cluster(const GPTConfig& model, int seq_len, DType dtype, const std::string& device_label,
                         Device device, Comm& comm, const ProfilerOptions& options = {});
+
+// Seconds of one collective `fn` that every rank runs together: after a warm-up, runs
+// started by all ranks at once (a barrier, not timed), at least `repeats` of them and at
+// least kCollectiveBudget_s of them (at most kMaxCollectiveRuns), each rank's fastest, then
+// the slowest rank's. Collective. The fastest, because a rank that the machine did not run
+// in time can only add to a run: on two busy cores most runs waited so, and their median
+// (milliseconds instead of tens of microseconds per collective) made every plan look bound
+// by its collectives, whatever the ranks' speeds; a few runs of a fast collective may all
+// have waited so, hence the budget. The profiler measures the links with it, and the
+// engine its collectives at the end of a run (Engine::time_collectives), alike.
+constexpr double kCollectiveBudget_s = 0.1;
+constexpr int kMaxCollectiveRuns = 200;
+double fastest_collective(Comm& comm, Device device, int repeats, const std::function<void()>& fn);
 
 // The profiler's inputs, which `gpumix bench` measures with too: N(0, 1) numbers in `dtype`
 // (drawn in fp32 from a key of `name`, then rounded), and (rows, T) tokens in [0, V) from a

@@ -31,11 +31,13 @@ std::string Replanner::Change::message(const std::string& plan_text) const {
                     " ms predicted)");
 }
 
-Replanner::Replanner(Profile profile, std::string name, int64_t global_batch, const DriftOptions& drift)
+Replanner::Replanner(Profile profile, std::string name, int64_t global_batch, const DriftOptions& drift,
+                     int sharding)
     : profile_(std::move(profile)), name_(std::move(name)), global_batch_(global_batch), drift_(drift) {
   // This engine keeps every rank in every collective, so a rank left out of the plan
   // would still hold the gathered units that its memory model does not count.
   options_.allow_leave_out = false;
+  options_.group_size = sharding;
   plan_ = run_planner(name_, profile_, global_batch_, options_);
   // The engine re-shards within one group size: re-plans keep the first plan's sharding.
   options_.group_size = plan_.sharding.group_size;
@@ -93,16 +95,22 @@ void Replanner::watch() {
   monitor_ = std::make_unique<DriftMonitor>(drift_, predicted);
 }
 
+double median_after_warm_up(const std::vector<double>& per_step) {
+  const size_t skip = per_step.size() > 3 ? 2 : 0;
+  if (per_step.size() <= skip) return 0;
+  std::vector<double> v(per_step.begin() + (long)skip, per_step.end());
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 std::string prediction_table(const Plan& plan, const std::vector<std::vector<double>>& busy_history,
                              const std::vector<double>& peak) {
-  const size_t skip = busy_history.size() > 3 ? 2 : 0;
   std::string out = "predicted vs measured, per rank (compute per step; memory peak)\n"
                     "rank   busy ms pred   measured   ratio  |  memory pred   measured   ratio\n";
   for (size_t r = 0; r < plan.ranks.size(); ++r) {
     std::vector<double> b;
-    for (size_t s = skip; s < busy_history.size(); ++s) b.push_back(busy_history[s][r]);
-    std::sort(b.begin(), b.end());
-    const double measured = b[b.size() / 2], predicted = plan.ranks[r].busy_s;
+    for (const std::vector<double>& step : busy_history) b.push_back(step[r]);
+    const double measured = median_after_warm_up(b), predicted = plan.ranks[r].busy_s;
     const double mem = plan.ranks[r].memory.total();
     char row[200];
     std::snprintf(row, sizeof row, "%4zu %14.1f %10.1f %7.2f  | %12s %10s %7.2f\n", r, predicted * 1e3, measured * 1e3,

@@ -31,7 +31,8 @@ class Replanner {
     std::string message(const std::string& plan_text) const;
   };
 
-  Replanner(Profile profile, std::string name, int64_t global_batch, const DriftOptions& drift);
+  // `sharding`: the gpumix planner's (PlannerOptions::group_size; -1 it chooses).
+  Replanner(Profile profile, std::string name, int64_t global_batch, const DriftOptions& drift, int sharding = -1);
 
   const Plan& plan() const { return plan_; }
   const Profile& profile() const { return profile_; }
@@ -58,6 +59,10 @@ class Replanner {
   std::unique_ptr<DriftMonitor> monitor_;
   Change change_;
 };
+
+// The median of per-step values, the first 2 (warming up) left out when there are more
+// than 3; 0 when there are none.
+double median_after_warm_up(const std::vector<double>& per_step);
 
 // Per rank: the plan's compute time per step next to the measured median (the first two
 // steps of the plan left out: warm-up), and its memory next to the allocator's peak.

@@ -3,12 +3,13 @@
 #include "autograd/functions.h"
 #include "core/ops.h"
 #include "dist/engine/fault.h"
+#include "dist/engine/profiler.h"
 
 namespace gpumix::dist {
 
 ShardedEngine::ShardedEngine(const GPTConfig& config, const ShardLayout& layout, Comm& comm,
                              Device device, DType compute, uint64_t seed, const AdamWConfig& adam,
-                             bool prefetch, int group_size, const TopologyLinks& links)
+                             bool prefetch, int group_size, const CollectiveLinks& links)
     : config_(config), layout_(layout), comm_(comm), shard_(&comm), device_(device), compute_dtype_(compute),
       model_(config, device, compute), adam_(adam), prefetch_(prefetch) {
   if (group_size > 0) {
@@ -19,7 +20,7 @@ ShardedEngine::ShardedEngine(const GPTConfig& config, const ShardLayout& layout,
     shard_ = group_.get();
   }
   if (shard_->nodes() > 1) {
-    topology_ = std::make_unique<TopologyComm>(*shard_, links);
+    topology_ = std::make_unique<TopologyComm>(*shard_, links.all_gather, links.reduce_scatter);
     shard_ = topology_.get();
   }
   GPUMIX_CHECK(layout_.num_ranks() == shard_->size(), "the shard layout has ", layout_.num_ranks(),
@@ -45,8 +46,8 @@ std::vector<Tensor> ShardedEngine::forward_backward(const Tensor& inputs, const 
   {
     TraceSpan unit_span(tracer, nullptr, "unit", head);
     Tensor gh = Tensor::zeros({layout_.unit_size(head)}, DType::f32, device_);
-    bind(head, fetch(head, 0), gh);
-    bind(0, fetch(0, L), g0);
+    bind(head, fetch(head, L), gh);
+    bind(0, embedding_, g0);  // gathered since the forward's start
     for_micro_batches(rows, micro, [&](int64_t j, int64_t r0, int64_t r1) {
       TraceSpan span(tracer, "forward and backward", "compute", head, (int)j);
       Var x(saved[L][j], true);
@@ -88,6 +89,7 @@ std::vector<Tensor> ShardedEngine::forward_backward(const Tensor& inputs, const 
   });
   reduce(0, g0);
   release(0);
+  embedding_ = Tensor();
   return losses;
 }
 
@@ -95,8 +97,7 @@ std::vector<Tensor> ShardedEngine::loss_sums(const Tensor& inputs, const Tensor&
   const int L = config_.L, head = L + 1;
   std::vector<std::vector<Tensor>> saved = forward_blocks(inputs, micro, nullptr);
   TraceSpan unit_span(tracer, nullptr, "unit", head);
-  bind(head, fetch(head, 0), Tensor());
-  bind(0, fetch(0, -1), Tensor());
+  bind(head, fetch(head, -1), Tensor());
   NoGradGuard no_grad;
   std::vector<Tensor> sums;
   for_micro_batches(inputs.size(0), micro, [&](int64_t j, int64_t r0, int64_t r1) {
@@ -105,6 +106,7 @@ std::vector<Tensor> ShardedEngine::loss_sums(const Tensor& inputs, const Tensor&
   });
   release(head);
   release(0);
+  embedding_ = Tensor();
   return sums;
 }
 
@@ -220,12 +222,12 @@ std::vector<std::vector<Tensor>> ShardedEngine::forward_blocks(const Tensor& inp
   std::vector<std::vector<Tensor>> saved(L + 1);
   {
     TraceSpan unit_span(tracer, nullptr, "unit", 0);
-    bind(0, fetch(0, 1), Tensor());
+    embedding_ = fetch(0, 1);
+    bind(0, embedding_, Tensor());
     for_micro_batches(inputs.size(0), micro, [&](int64_t j, int64_t r0, int64_t r1) {
       TraceSpan span(tracer, "forward", "compute", 0, (int)j);
       saved[0].push_back(model_.embed(inputs.slice(r0, r1)).value());
     });
-    release(0);
   }
   for (int l = 0; l < L; ++l) {
     TraceSpan unit_span(tracer, nullptr, "unit", l + 1);
@@ -264,7 +266,6 @@ Tensor ShardedEngine::fetch(int unit, int next) {
     full = own_part_of_full(unit, &mine);
     shard_->all_gather_v(mine, full, layout_.counts(unit));  // in place, around this rank's slice
   }
-  wait_s += detail::seconds_since(t0);
   if (prefetch_ && next >= 0) {
     TraceSpan span(tracer, "issue gather", "collective", next);
     Tensor mine;
@@ -273,7 +274,31 @@ Tensor ShardedEngine::fetch(int unit, int next) {
     pending_ = shard_->all_gather_v_async(mine, pending_full_, layout_.counts(next));
     pending_unit_ = next;
   }
+  // Issuing waits too: the ranks agree on the counts first (MpiOptions::validate), and a
+  // gather that cannot run in the background runs here.
+  wait_s += detail::seconds_since(t0);
   return full;
+}
+
+Engine::CollectiveTimes ShardedEngine::time_collectives(int unit, int repeats) {
+  GPUMIX_CHECK(!pending_, "time_collectives: a prefetched gather of unit ", pending_unit_, " is in flight");
+  auto fastest = [&](const std::function<void()>& op) { return fastest_collective(comm_, device_, repeats, op); };
+  const std::vector<int64_t> counts = layout_.counts(unit);
+  Tensor mine;
+  Tensor full = own_part_of_full(unit, &mine);
+  Tensor grads = Tensor::zeros({layout_.unit_size(unit)}, DType::f32, device_);
+  Tensor slice = Tensor::zeros({counts[shard_rank()]}, DType::f32, device_);
+  CollectiveTimes t;
+  auto form = [&] {
+    return topology_ ? std::string(topology_algo_name(static_cast<TopologyComm*>(topology_.get())->last_choice().algo))
+                     : std::string("flat");
+  };
+  t.all_gather_s = fastest([&] { shard_->all_gather_v(mine, full, counts); });
+  t.all_gather_form = form();
+  t.reduce_scatter_s = fastest([&] { shard_->reduce_scatter_v(grads, slice, counts); });
+  t.reduce_scatter_form = form();
+  if (replicas_) t.all_reduce_s = fastest([&] { if (slice.numel() > 0) replicas_->all_reduce_sum(slice); });
+  return t;
 }
 
 void ShardedEngine::reduce(int unit, const Tensor& full_grad) {

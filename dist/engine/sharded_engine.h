@@ -41,12 +41,17 @@ class ShardedEngine final : public Engine {
  public:
   // `layout` is over comm.size() ranks (full) or over the group_size positions (hybrid).
   // Where the shard ranks span several nodes, the unit collectives run through a
-  // TopologyComm (dist/comm/hierarchical.h): flat or hierarchical per call, as its cost
-  // model says for `links` (the profile's; by default TopologyLinks{}). A hierarchical
-  // gather completes before it returns: it does not overlap the compute.
+  // TopologyComm (dist/comm/hierarchical.h): flat or hierarchical per call, as
+  // dist/comm/collective_cost.h prices them for `links` (the profile's; by default
+  // TopologyLinks{}). Its prefetched gathers, flat or hierarchical, run on a thread of
+  // their own where the library allows one (MPI_THREAD_MULTIPLE: gpumix asks for it), and
+  // so overlap the compute; elsewhere a hierarchical gather completes before it returns.
+  // Unit 0 (the embedding, tied to the LM head) is gathered once per step and kept until
+  // the end of the backward, when its gradient is reduce-scattered (the memory model's
+  // `gathered` term holds it all that time anyway).
   ShardedEngine(const GPTConfig& config, const ShardLayout& layout, Comm& comm, Device device,
                 DType compute, uint64_t seed, const AdamWConfig& adam, bool prefetch, int group_size = 0,
-                const TopologyLinks& links = {});
+                const CollectiveLinks& links = {});
 
   std::vector<Tensor> forward_backward(const Tensor& inputs, const Tensor& targets, int64_t micro,
                                        float scale) override;
@@ -59,6 +64,7 @@ class ShardedEngine final : public Engine {
   void reshard(const ShardLayout& next) override;
   void set_offload(bool on) override;
   bool primary_replica() const override { return !replicas_ || replicas_->rank() == 0; }
+  CollectiveTimes time_collectives(int unit, int repeats) override;
 
  private:
   void allocate_state();
@@ -69,7 +75,9 @@ class ShardedEngine final : public Engine {
   // A buffer for unit u's full parameters in the compute dtype, holding this rank's slice
   // of them (rounded from its master); `mine` gets that slice's view, the gather's input.
   Tensor own_part_of_full(int u, Tensor* mine);
-  // `offload`: where block inputs go until backward (null: they stay in the result).
+  // `offload`: where block inputs go until backward (null: they stay in the result). The
+  // embedding unit stays gathered (embedding_) for the head, which is tied to it; the
+  // caller releases it.
   std::vector<std::vector<Tensor>> forward_blocks(const Tensor& inputs, int64_t micro, InputOffload* offload);
   // Block l's input j for its backward: from `saved`, or back from the offload (which is
   // asked for the next one meanwhile).
@@ -94,6 +102,7 @@ class ShardedEngine final : public Engine {
   AdamWConfig adam_;
   bool prefetch_;
   Tensor master_, grads_;  // (rank_total) fp32: this rank's slices of every unit, back to back
+  Tensor embedding_;       // unit 0 gathered, from the forward's start to the end of the backward
   std::vector<std::unique_ptr<AdamW>> opts_;
   std::unique_ptr<InputOffload> offload_;  // null: block inputs stay on the device
   CommRequestPtr pending_;

@@ -195,6 +195,7 @@ class Training {
   void make_engine();
   void init_from();
   void resume();
+  void check_collectives();
   void print_settings() const;
   void open_log();
   void start_trace();
@@ -221,20 +222,18 @@ class Training {
   void take_rows();
   ShardLayout agreed_layout() const;
   json collectives_vs_plan();
+  static std::string collectives_text(const json& collectives);
   std::vector<double> gather_ranks(double x) const;
   std::string plan_text() const;
   int64_t micro_batch() const { return std::max<int64_t>(1, work_[rank_].micro_batch); }
   Allocator& memory() const { return allocator(device_); }
   Comm& engine_comm() { return device_comm_ ? *device_comm_ : comm_; }
-  // The links the collectives' form is chosen by: the profile's where the run planned
-  // (its all-gather figures), TopologyLinks' defaults otherwise.
-  TopologyLinks topology_links() const {
-    TopologyLinks links;
-    if (!planner_) return links;
-    const CollectiveProfile& ag = planner_->profile().comm.all_gather;
-    links.intra = {ag.intra_node.latency_s, ag.intra_node.bandwidth_Bps};
-    if (ag.inter_node.bandwidth_Bps > 0) links.inter = {ag.inter_node.latency_s, ag.inter_node.bandwidth_Bps};
-    return links;
+  // The links the collectives' form is chosen by: the profile's where the run planned (as
+  // the cost model prices them), a plan file's, else TopologyLinks' defaults.
+  CollectiveLinks topology_links() const {
+    if (!planner_) return engine_options_.plan_links.value_or(CollectiveLinks{});
+    const CostModel cost(planner_->profile());
+    return {cost.links(true), cost.links(false)};
   }
   Tensor on_device(const Tensor& host) const { return device_.is_cpu() ? host : host.to(device_); }
   void choose_device_comm();
@@ -279,6 +278,8 @@ class Training {
   TrainResult result_;
   std::vector<double> rates_;
   std::vector<std::vector<double>> busy_history_;  // per step since the plan started: per rank
+  std::vector<double> step_history_s_;             // per step since the plan started
+  json collectives_;  // collectives_vs_plan() of the running plan (null: not measured yet)
 };
 
 Training::Training(const TrainOptions& o, Comm& comm, const EngineOptions& engine_options)
@@ -396,9 +397,14 @@ void Training::choose_plan(const std::vector<RankWork>& given_work) {
   planner_ = std::make_unique<Replanner>(
       profile_cluster(config_, (int)seq_, dtype_.dtype, engine_options_.device_label, device_, engine_comm(),
                       engine_options_.profiler),
-      engine_options_.planner == "auto" ? "gpumix" : engine_options_.planner, o_.batch, engine_options_.drift);
+      engine_options_.planner == "auto" ? "gpumix" : engine_options_.planner, o_.batch, engine_options_.drift,
+      engine_options_.sharding);
   work_ = planner_->work();
   validate_work(work_, o_.batch, ranks_);
+  if (lead_) {  // what the run planned from, for `gpumix plan --profile` and a look later
+    write_profile(planner_->profile(), (fs::path(o_.out) / "profile.json").string());
+    write_plan(planner_->plan(), (fs::path(o_.out) / "plan.json").string());
+  }
   if (lead_ && !planner_->plan().fits())
     log_warn("warning: the ", planner_->name(), " plan does not fit its memory model: ",
              planner_->plan().oom_message());
@@ -479,6 +485,13 @@ void Training::print_settings() const {
       {"out", o_.out},
   });
   if (planner_) log_info(plan_table(planner_->plan()));
+  if (!collectives_.is_null()) log_info(collectives_text(collectives_));
+}
+
+// Before the first step, the planned collectives against the same ones timed on the layout
+// that will run (so that a run stopped early, or a node lost, has shown them too).
+void Training::check_collectives() {
+  if (planner_ && ranks_ > 1) collectives_ = collectives_vs_plan();
 }
 
 void Training::open_log() {
@@ -581,6 +594,8 @@ StepOutcome Training::forward_backward_update(int step) {
     local_loss = numbers.loss;
     if (faults_enabled() && fault_inject(rank_, "nan_loss")) local_loss = NAN;
   }
+  // The step's own collectives are waits too (the busy time is the step without them).
+  const double t0 = detail::now_seconds();
   {
     TraceSpan span(&tracer_, "loss all-reduce", "collective");
     s.loss = comm_.all_reduce_sum(local_loss);
@@ -591,6 +606,7 @@ StepOutcome Training::forward_backward_update(int step) {
     const double squares = check_finite(numbers, local_loss, comm_, step, config_.L, host_, &s.nonfinite);
     s.norm = std::sqrt(comm_.all_reduce_sum(engine_->primary_replica() ? squares : 0.0));
   }
+  engine_->wait_s += detail::seconds_since(t0);
   if (!s.nonfinite.empty() && !o_.skip_nonfinite)
     throw Error(s.nonfinite + "; the optimizer step was not applied. Lower --lr, resume from the last "
                 "checkpoint, or pass --skip-nonfinite to skip such steps");
@@ -618,6 +634,7 @@ StepTime Training::time_step(double t0) {
   t.tokens_per_s = tokens_per_step_ / t.step_s;
   rates_.push_back(t.tokens_per_s);
   if (ranks_ > 1) busy_history_.push_back(t.busy_s);
+  step_history_s_.push_back(t.step_s);
   return t;
 }
 
@@ -701,6 +718,8 @@ void Training::adopt(std::vector<RankWork> work) {
   engine_->set_offload(work_[rank_].offload);
   take_rows();
   busy_history_.clear();
+  step_history_s_.clear();
+  collectives_ = json();
   memory().reset_peak();  // the final line compares the peak with the plan now running
 }
 
@@ -740,8 +759,25 @@ TrainResult Training::finish() {
   const std::vector<double> peak = gather_ranks((double)memory().stats().peak);
   final_line["peak_bytes"] = peak;
   if (planner_) final_line["predicted_bytes"] = planner_->predicted_bytes();
-  const json collectives = planner_ && ranks_ > 1 ? collectives_vs_plan() : json();
+  if (planner_ && !busy_history_.empty()) {  // compute per step, per rank: as prediction_table prints it
+    std::vector<double> measured;
+    for (int r = 0; r < ranks_; ++r) {
+      std::vector<double> b;
+      for (const std::vector<double>& step : busy_history_) b.push_back(step[r]);
+      measured.push_back(median_after_warm_up(b) * 1e3);
+    }
+    final_line["busy_ms"] = {{"predicted", ms_of(planner_->predicted_busy_s())}, {"measured", measured}};
+  }
+  // Measured again only when a re-plan changed the layout since the start.
+  if (collectives_.is_null() && planner_ && ranks_ > 1) collectives_ = collectives_vs_plan();
+  const json& collectives = collectives_;
   if (!collectives.is_null()) final_line["collectives"] = collectives;
+  // The step: the plan's prediction against the median measured since it started (the
+  // first 2 steps, which warm up, left out when there are more than 3).
+  const double measured_step_s = median_after_warm_up(step_history_s_);
+  if (planner_ && measured_step_s > 0)
+    final_line["step_ms"] = {{"predicted", planner_->plan().predicted.step_s * 1e3}, {"measured", measured_step_s * 1e3},
+                             {"ratio", measured_step_s / planner_->plan().predicted.step_s}};
   if (result_.stop_signal) {
     final_line["stopped"] = signal_name(result_.stop_signal);
     if (result_.step != last_) final_line.erase("val_loss");  // not validated at its end
@@ -750,17 +786,14 @@ TrainResult Training::finish() {
   if (lead_) {
     if (planner_ && !busy_history_.empty())
       log_info(prediction_table(planner_->plan(), busy_history_, peak));
-    if (!collectives.is_null()) {
-      std::string text = "predicted vs measured, per collective kind (one block, " + collectives["over"].get<std::string>() + ")\n";
-      for (const char* kind : {"all_gather", "reduce_scatter"}) {
-        const json& c = collectives[kind];
-        char row[200];
-        std::snprintf(row, sizeof row, "%-15s %8.2f ms predicted %8.2f ms measured  ratio %.2f\n", kind,
-                      c["predicted_ms"].get<double>(), c["measured_ms"].get<double>(), c["ratio"].get<double>());
-        text += row;
-      }
-      log_info(text);
+    if (final_line.contains("step_ms")) {
+      char row[200];
+      std::snprintf(row, sizeof row, "predicted vs measured, the step: %.1f ms predicted, %.1f ms measured (median), "
+                    "ratio %.2f", final_line["step_ms"]["predicted"].get<double>(),
+                    final_line["step_ms"]["measured"].get<double>(), final_line["step_ms"]["ratio"].get<double>());
+      log_info(row);
     }
+    if (!collectives.is_null()) log_info(collectives_text(collectives));
     if (!result_.stop_signal || result_.step == last_) {  // a stopped run was not validated at its end
       char line[256];
       std::snprintf(line, sizeof line, "validation loss %.4f nats/token (%lld windows) vs unigram baseline %.4f "
@@ -821,39 +854,52 @@ ShardLayout Training::agreed_layout() const {
   return layout;
 }
 
-// The cost model's per-block all-gather and reduce-scatter against the same collectives
-// timed now on the running layout: a block's parameters in the compute dtype gathered, its
-// fp32 gradients reduce-scattered, over the communicator the engine uses. Collective; each
-// the fastest of 5 (the others measure the wait for ranks the scheduler did not run, as in
-// the profiler), the slowest rank's. Only a plan with predictions (a planner's) has them.
+// The cost model's per-block all-gather and reduce-scatter (and, hybrid, all-reduce across
+// the groups) against the same collectives timed now by the engine on the running layout,
+// through its own communicators and in the forms it runs them (flat or hierarchical): a
+// block's parameters in the compute dtype gathered, its fp32 gradients reduce-scattered.
+// Collective; each the fastest of 5 (the others measure the wait for ranks the scheduler
+// did not run, as in the profiler), the slowest rank's. Only a plan with predictions (a
+// planner's) has them.
 json Training::collectives_vs_plan() {
-  const ShardLayout layout = agreed_layout();
   const int unit = config_.num_units() > 1 ? 1 : 0;  // unit 1: the first block
-  const std::vector<int64_t> counts = layout.counts(unit);
-  const int64_t n = layout.unit_size(unit), mine = counts[rank_];
-  Comm& comm = engine_comm();
-  Tensor full = Tensor::zeros({n}, dtype_.dtype, device_), part = Tensor::zeros({mine}, dtype_.dtype, device_);
-  Tensor grads = Tensor::zeros({n}, DType::f32, device_), slice = Tensor::zeros({mine}, DType::f32, device_);
-  auto fastest = [&](const std::function<void()>& op) {
-    double best = 1e30;
-    for (int i = 0; i < 6; ++i) {
-      comm.barrier();
-      const double t0 = detail::now_seconds();
-      op();
-      if (i > 0) best = std::min(best, detail::seconds_since(t0));  // the first warms up
-    }
-    return comm.all_reduce_max(best);
-  };
-  const double ag = fastest([&] { comm.all_gather_v(part, full, counts); });
-  const double rs = fastest([&] { comm.reduce_scatter_v(grads, slice, counts); });
+  const Engine::CollectiveTimes t = engine_->time_collectives(unit, 5);
+  const Engine::CollectiveTimes e = engine_->time_collectives(0, 3);  // the embedding
   const PlanPrediction& p = planner_->plan().predicted;
-  auto entry = [](double predicted, double measured) {
-    return json{{"predicted_ms", predicted * 1e3}, {"measured_ms", measured * 1e3},
-                {"ratio", predicted > 0 ? measured / predicted : 0.0}};
+  auto entry = [](double predicted, double measured, const std::string& form) {
+    json e = {{"predicted_ms", predicted * 1e3}, {"measured_ms", measured * 1e3},
+              {"ratio", predicted > 0 ? measured / predicted : 0.0}};
+    if (!form.empty()) e["form"] = form;
+    return e;
   };
-  const int nodes = comm.nodes();
-  return json{{"over", str(ranks_, " ranks on ", nodes, nodes == 1 ? " node" : " nodes")},
-              {"all_gather", entry(p.ag_s, ag)}, {"reduce_scatter", entry(p.rs_s, rs)}};
+  const int nodes = comm_.nodes();
+  json j = {{"over", str(ranks_, " ranks on ", nodes, nodes == 1 ? " node" : " nodes")},
+            {"all_gather", entry(p.ag_s, t.all_gather_s, t.all_gather_form)},
+            {"reduce_scatter", entry(p.rs_s, t.reduce_scatter_s, t.reduce_scatter_form)}};
+  if (work_[0].group_size > 0) j["all_reduce"] = entry(p.ar_s, t.all_reduce_s, "");
+  j["embedding"] = {{"all_gather", entry(p.embed_ag_s, e.all_gather_s, e.all_gather_form)},
+                    {"reduce_scatter", entry(p.embed_rs_s, e.reduce_scatter_s, e.reduce_scatter_form)}};
+  if (work_[0].group_size > 0) j["embedding"]["all_reduce"] = entry(p.embed_ar_s, e.all_reduce_s, "");
+  return j;
+}
+
+std::string Training::collectives_text(const json& collectives) {
+  std::string text = "predicted vs measured, per collective kind (one block; the embedding once a step; " +
+                     collectives["over"].get<std::string>() + ")\n";
+  auto rows = [&](const json& of, const std::string& prefix) {
+    for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"}) {
+      if (!of.contains(kind)) continue;
+      const json& c = of[kind];
+      char row[240];
+      std::snprintf(row, sizeof row, "%-25s %8.2f ms predicted %8.2f ms measured  ratio %.2f%s\n",
+                    (prefix + kind).c_str(), c["predicted_ms"].get<double>(), c["measured_ms"].get<double>(),
+                    c["ratio"].get<double>(), c.contains("form") ? (" (" + c["form"].get<std::string>() + ")").c_str() : "");
+      text += row;
+    }
+  };
+  rows(collectives, "");
+  if (collectives.contains("embedding")) rows(collectives["embedding"], "embedding ");
+  return text;
 }
 
 // Every rank's value of x, on every rank.
@@ -988,6 +1034,7 @@ TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work
   run.init_from();
   run.resume();
   run.start_trace();
+  run.check_collectives();
   run.print_settings();
   run.open_log();
   run.run_steps();

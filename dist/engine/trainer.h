@@ -20,8 +20,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "dist/comm/collective_cost.h"
 #include "dist/comm/comm.h"
 #include "dist/engine/drift.h"
 #include "dist/engine/profiler.h"
@@ -63,6 +65,9 @@ struct EngineOptions {
   // this planner: "gpumix" (alias "auto"), "even", "proportional" or "cephalo". Baseline
   // plans run even when the memory model says they do not fit: the allocator decides.
   std::string planner;
+  // The gpumix planner's sharding (PlannerOptions::group_size): -1 full or hybrid as the cost
+  // model predicts faster, 0 full, G > 0 hybrid in groups of G ranks.
+  int sharding = -1;
   ProfilerOptions profiler;
   // With a planner other than "even": when ranks' measured compute times drift from the
   // plan's (dist/engine/drift.h), correct the profile, re-plan and re-shard in place.
@@ -71,9 +76,12 @@ struct EngineOptions {
   // Trace Event Format file (dist/engine/trace.h); "" : no trace.
   std::string trace;
   int trace_first = 2, trace_last = 4;
-  // The plan file `work` was read from ("" : none) and the compute dtype it was made for.
+  // The plan file `work` was read from ("" : none), the compute dtype it was made for, and
+  // the links its collectives were priced with (TopologyComm chooses their forms by them;
+  // none in older files: its defaults).
   std::string plan_file;
   DType plan_dtype = DType::f32;
+  std::optional<CollectiveLinks> plan_links;
 };
 
 // The run's compute dtype and why, for the settings table ("bf16 (default: this CPU has

@@ -62,20 +62,68 @@ CostModel::CostModel(const Profile& profile, MemoryParams memory, int max_m, Sha
     table_of_rank_.push_back(idx);
     node_of_rank_.push_back(r.node);
   }
+  const double dtype = (double)dtype_size(profile.dtype), grad = memory_.params().grad_accum_bytes;
+  const GPTConfig& g = profile.model;
+  block_ag_bytes_ = (double)g.block_params() * dtype;
+  block_rs_bytes_ = (double)g.block_params() * grad;
+  embed_ag_bytes_ = (double)g.embed_params() * dtype;
+  embed_rs_bytes_ = (double)g.embed_params() * grad;
+  head_ag_bytes_ = (double)g.head_params() * dtype;
+  head_rs_bytes_ = (double)g.head_params() * grad;
 }
 
-CommTimes CostModel::comm(int participants, int nodes, bool even) const {
-  const double dtype = (double)dtype_size(profile_.dtype);
-  const GPTConfig& g = profile_.model;
-  const double block = (double)g.block_params();
-  const double embed = (double)(g.embed_params() + g.head_params());
-  const double rs_bytes = memory_.params().grad_accum_bytes;
+TopologyLinks topology_links(const CollectiveProfile& c) {
+  TopologyLinks l;
+  l.intra = {c.intra_node.latency_s, c.intra_node.bandwidth_Bps};
+  l.inter = c.inter_node.bandwidth_Bps > 0 ? TopologyLink{c.inter_node.latency_s, c.inter_node.bandwidth_Bps} : l.intra;
+  l.leaders = {c.leaders.latency_s, c.leaders.bandwidth_Bps};
+  l.uneven_factor = c.uneven_factor;
+  return l;
+}
+
+TopologyLinks CostModel::links(bool gather) const {
+  return topology_links(gather ? profile_.comm.all_gather : profile_.comm.reduce_scatter);
+}
+
+CommTimes CostModel::unit_comm(const std::vector<int>& ranks, const std::vector<double>& shares,
+                               int even_shares) const {
   CommTimes c;
-  c.ag = collective_time(profile_.comm.all_gather, participants, nodes, block * dtype, even);
-  c.rs = collective_time(profile_.comm.reduce_scatter, participants, nodes, block * rs_bytes, even);
-  c.embed_ag = collective_time(profile_.comm.all_gather, participants, nodes, embed * dtype, even);
-  c.embed_rs = collective_time(profile_.comm.reduce_scatter, participants, nodes, embed * rs_bytes, even);
+  c.overlap = profile_.comm.overlap;
+  if (ranks.size() <= 1) return c;
+  std::vector<int> nodes;
+  for (int r : ranks) nodes.push_back(node_of_rank_[r]);
+  // The stages need each node's ranks consecutive (TopologyComm's condition).
+  bool contiguous = true;
+  std::vector<char> done(profile_.ranks.size() + 1, 0);
+  for (size_t i = 0; i < nodes.size() && contiguous; i++)
+    if (i == 0 || nodes[i] != nodes[i - 1]) {
+      if (nodes[i] >= (int)done.size()) done.resize((size_t)nodes[i] + 1, 0);
+      contiguous = !done[(size_t)nodes[i]];
+      done[(size_t)nodes[i]] = 1;
+    }
+  const Spread spread = spread_of(shares, nodes);
+  const TopologyLinks ag = links(true), rs = links(false);
+  auto times = [&](CollectiveKind kind, const TopologyLinks& l, double unit_bytes, bool* staged) {
+    const CollectiveTimes t = collective_times(kind, spread, unit_bytes, l, contiguous, even_shares);
+    if (staged) *staged = t.staged();
+    return t.best();
+  };
+  c.ag = times(CollectiveKind::all_gather, ag, block_ag_bytes_, &c.ag_staged);
+  c.rs = times(CollectiveKind::reduce_scatter, rs, block_rs_bytes_, &c.rs_staged);
+  c.embed_ag = times(CollectiveKind::all_gather, ag, embed_ag_bytes_, nullptr);
+  c.embed_rs = times(CollectiveKind::reduce_scatter, rs, embed_rs_bytes_, nullptr);
+  c.head_ag = times(CollectiveKind::all_gather, ag, head_ag_bytes_, nullptr);
+  c.head_rs = times(CollectiveKind::reduce_scatter, rs, head_rs_bytes_, nullptr);
   return c;
+}
+
+CommTimes CostModel::comm_members(const std::vector<int>& members, bool even) const {
+  std::map<int, int> on_node;
+  for (int r : members) on_node[node_of_rank_[r]]++;
+  std::vector<double> r;
+  for (int m : members)
+    r.push_back(even ? 1.0 / members.size() : 1.0 / on_node.size() / on_node[node_of_rank_[m]]);
+  return unit_comm(members, r, even ? 1 : 0);
 }
 
 bool shares_even(const std::vector<RankChoice>& choices) {
@@ -89,34 +137,37 @@ bool shares_even(const std::vector<RankChoice>& choices) {
 }
 
 CommTimes CostModel::comm_for(const std::vector<RankChoice>& choices) const {
-  const bool even = shares_even(choices);
   if (!sharding_.hybrid()) {
-    int n = 0;
-    std::set<int> nodes;
-    for (size_t i = 0; i < choices.size(); i++) {
-      if (!choices[i].takes_part()) continue;
-      n++;
-      nodes.insert(node_of_rank_[i]);
-    }
-    return comm(n, (int)nodes.size(), even);
+    std::vector<int> members;
+    std::vector<double> shares;
+    for (size_t i = 0; i < choices.size(); i++)
+      if (choices[i].takes_part()) {
+        members.push_back((int)i);
+        shares.push_back(choices[i].r);
+      }
+    return unit_comm(members, shares);
   }
-  // Within a group: the largest group's collectives (every group runs its own at once).
+  // Within a group: the slowest group's collectives (every group runs its own at once).
   const int g = sharding_.group_size, N = (int)choices.size(), G = N / g;
-  int members = 0, group_nodes = 0;
+  CommTimes c;
+  c.overlap = profile_.comm.overlap;
   for (int first = 0; first < N; first += g) {
-    int n = 0;
-    std::set<int> nodes;
+    std::vector<int> members;
+    std::vector<double> shares;
     for (int i = first; i < first + g; i++)
       if (choices[i].takes_part()) {
-        n++;
-        nodes.insert(node_of_rank_[i]);
+        members.push_back(i);
+        shares.push_back(choices[i].r);
       }
-    members = std::max(members, n);
-    group_nodes = std::max(group_nodes, (int)nodes.size());
+    const CommTimes t = unit_comm(members, shares);
+    for (auto [x, y] : {std::pair{&c.ag, t.ag}, {&c.rs, t.rs}, {&c.embed_ag, t.embed_ag}, {&c.embed_rs, t.embed_rs},
+                        {&c.head_ag, t.head_ag}, {&c.head_rs, t.head_rs}})
+      *x = std::max(*x, y);
+    c.ag_staged = c.ag_staged || t.ag_staged;
+    c.rs_staged = c.rs_staged || t.rs_staged;
   }
-  CommTimes c = comm(members, group_nodes, even);
   // Across groups: the rings of one position each; the busiest node's link carries the sum
-  // of its ranks' shares, on the inter-node link when a ring leaves the node.
+  // of its ranks' shares, on the link between nodes when a ring leaves the node.
   std::map<int, double> node_share;
   int ring_nodes = 1;
   for (int k = 0; k < g; k++) {
@@ -126,15 +177,11 @@ CommTimes CostModel::comm_for(const std::vector<RankChoice>& choices) const {
   }
   double load = 0;
   for (int i = 0; i < N; i++) load = std::max(load, node_share[node_of_rank_[i]] += choices[i].r);
-  const GPTConfig& model = profile_.model;
-  const double grad = memory_.params().grad_accum_bytes;
-  auto all_reduce = [&](double elements) {
-    const double bytes = elements * grad * load;  // (G-1)/G of it crosses the busiest link, each half
-    return collective_time(profile_.comm.reduce_scatter, G, ring_nodes, bytes, true) +
-           collective_time(profile_.comm.all_gather, G, ring_nodes, bytes, true);
-  };
-  c.ar = all_reduce((double)model.block_params());
-  c.embed_ar = all_reduce((double)(model.embed_params() + model.head_params()));
+  const TopologyLinks l = links(false);
+  const TopologyLink& link = ring_nodes > 1 ? l.leader_link() : l.intra;
+  c.ar = all_reduce_time(link, G, block_rs_bytes_ * load);
+  c.embed_ar = all_reduce_time(link, G, embed_rs_bytes_ * load);
+  c.head_ar = all_reduce_time(link, G, head_rs_bytes_ * load);
   return c;
 }
 
@@ -157,8 +204,11 @@ RankTimes CostModel::compute_times(int rank, int64_t b, int m, bool offload) con
 }
 
 void CostModel::apply_comm(RankTimes& t, const CommTimes& c) {
-  t.block = std::max({c.ag, t.fwd, t.offload}) + std::max({c.ag + c.rs + c.ar, t.bwd, t.offload});
-  t.head = std::max(c.embed_ag + c.embed_rs + c.embed_ar, t.head_compute);
+  const double f = std::max(t.fwd, t.offload), g = std::max(t.bwd, t.offload);
+  t.block_fwd = f + c.exposed(f);
+  t.block_bwd = g + c.exposed(g) + c.rs + c.ar;
+  t.block = t.block_fwd + t.block_bwd;
+  t.head = t.head_compute + c.head();
 }
 
 double CostModel::optimizer_time(int rank, double r) const {

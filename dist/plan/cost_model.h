@@ -1,32 +1,56 @@
-// The step-time model of METHOD.md §2, in one place: the planner optimises it, the
-// baselines and the simulator report it.
+// The step-time model of METHOD.md §2 as the engine runs a step (dist/engine/sharded_engine.h),
+// in one place: the planner optimises it, the baselines and the simulator report it.
 //
 // Per block, rank i (batch b in n = ceil(b/m) micro-batches, the last one smaller):
 //   F_i = Σ_k fwd(m_k)                          forward of all micro-batches
 //   G_i = Σ_k bwd(m_k) + (n − 1) · o_i          recompute + backward (+ per-micro-batch overhead)
 //   X_i = b · T · C · dtype / host_bandwidth    offload copy of the block inputs (0 if not)
-//   t_i = max(AG, F_i, X_i) + max(AG + RS, G_i, X_i)
-// (bwd is measured with the recompute, so G_i is §2's n·(f + g)). Ranks synchronise at
-// every block's collectives, and at the embedding / head and the optimizer, so
-//   T_step = L · max_i t_i + max_i max(AG_e + RS_e, H_i) + max_i r_i · P · opt_i
-// with H_i the embedding + head + loss time of the rank's micro-batches and AG_e / RS_e the
-// collectives of the embedding unit. AG moves a block's parameters in the compute dtype,
-// RS its fp32 gradients, over the ranks that take part (b > 0 or r > 0), priced by the
-// profile's ring model, with the uneven factor unless all their shares are equal.
+// (bwd is measured with the recompute, so G_i is §2's n·(f + g)). The engine gathers each
+// block before it computes, prefetching the next block's gather while the current one
+// computes, and reduce-scatters a block's gradient once its backward is done, waiting for
+// it (the next block's compute starts after it). A prefetched gather hides behind the
+// compute it was issued before only as far as the collective moves on its own: the
+// profile's comm.overlap φ (1 on a GPU's comm stream; an MPI library without a progress
+// thread moves a large message mostly inside the wait), so of AG, AG − φ·min(AG, x) is
+// exposed behind compute x. Per block:
+//   fwd_i = F'_i + exposed(AG, F'_i)                     F'_i = max(F_i, X_i)
+//   bwd_i = G'_i + exposed(AG, G'_i) + RS + AR           G'_i = max(G_i, X_i)
+//   t_i   = fwd_i + bwd_i
+// The ranks synchronise at every block's collectives, at the embedding / head and at the
+// optimizer, so
+//   T_step = L · max_i t_i + max_i (H_i + C_head) + max_i r_i · P · opt_i
+// with H_i the embedding + head + loss compute of the rank's micro-batches and C_head the
+// collectives outside the blocks, none of them overlapped: the embedding unit's gather at
+// the start of the step (it stays gathered until the end of the backward: the LM head is
+// tied to it), its reduce-scatter at the end, and the head unit's (the final layernorm,
+// latency only) gather and reduce-scatter. (Each block's forward and backward wait for
+// their own slowest rank; L · max_i t_i charges the slowest rank's sum, the same where one
+// rank is the slowest in both.)
+//
+// The collectives: AG moves a block's parameters in the compute dtype, RS its fp32
+// gradients, over the ranks that take part (b > 0 or r > 0), in the form the engine runs
+// them: flat, or, across nodes each on consecutive ranks, hierarchical where that is
+// cheaper (TopologyComm's choice; both priced by dist/comm/collective_cost.h from the
+// profile's intra-node, inter-node and between-leaders links). The hierarchical form's
+// middle stage is bound by how the state is split between the nodes (each rank's bytes are
+// its share of the unit): the planner weighs that against the optimizer and memory.
 //
 // Hybrid sharding (Sharding below): AG and RS run within a group (its ranks that take part,
 // on the nodes the group spans), and the gradient slices are then all-reduced across the
-// groups, AR, in the backward term: max(AG + RS + AR, G_i). AR is a ring all-reduce (a
-// reduce-scatter and an all-gather) over the G groups: 2(G−1) latencies, and through each
-// node's link 2(G−1)/G × (the sum of the shares of that node's ranks) × the fp32 gradient,
-// since the rings of all positions on a node share its link (a node-wide NIC, as the
-// emulated nodes and most clusters' inter-node fabric per node are modelled here).
+// groups, AR, after the group's reduce-scatter. AR is a ring all-reduce (a reduce-scatter
+// and an all-gather) over the G groups: 2(G−1) latencies, and through each node's link
+// 2(G−1)/G × (the sum of the shares of that node's ranks) × the fp32 gradient, since the
+// rings of all positions on a node share its link (a node-wide NIC, as the emulated nodes
+// and most clusters' inter-node fabric per node are modelled here), on the between-leaders
+// link when the rings leave a node.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "dist/comm/collective_cost.h"
 #include "dist/plan/memory_model.h"
 #include "dist/plan/profile.h"
 
@@ -59,15 +83,23 @@ std::string check_sharding(const Sharding& s, int ranks, const std::vector<doubl
 
 struct CommTimes {
   double ag = 0, rs = 0;              // one block
-  double embed_ag = 0, embed_rs = 0;  // the embedding (+ head) unit
-  double ar = 0, embed_ar = 0;        // hybrid: the all-reduce across groups (0 when full)
+  double embed_ag = 0, embed_rs = 0;  // the embedding unit
+  double head_ag = 0, head_rs = 0;    // the head unit (the final layernorm)
+  double ar = 0, embed_ar = 0, head_ar = 0;  // hybrid: the all-reduce across groups (0 when full)
+  bool ag_staged = false, rs_staged = false;  // a block's collectives run hierarchically
+  double overlap = 1;                 // of a prefetched gather (the profile's comm.overlap)
+  // The part of a gather of time `ag` that compute of time x leaves exposed.
+  double exposed(double x) const { return ag - overlap * std::min(ag, x); }
+  // C_head: the collectives outside the blocks, none overlapped.
+  double head() const { return embed_ag + embed_rs + embed_ar + head_ag + head_rs + head_ar; }
 };
 
 struct RankTimes {
   double fwd = 0, bwd = 0, offload = 0;  // per block: F_i, G_i, X_i
-  double block = 0;                      // t_i
+  double block_fwd = 0, block_bwd = 0;   // per block with the collectives: fwd_i, bwd_i
+  double block = 0;                      // t_i = fwd_i + bwd_i
   double head_compute = 0;               // H_i
-  double head = 0;                       // max(AG_e + RS_e, H_i)
+  double head = 0;                       // H_i + C_head
   double optimizer = 0;                  // r · P · opt
 };
 
@@ -90,10 +122,16 @@ class CostModel {
   int max_m() const { return max_m_; }
   const Sharding& sharding() const { return sharding_; }
 
-  // Full sharding over `participants` ranks on `nodes` nodes.
-  CommTimes comm(int participants, int nodes, bool even) const;
-  // The collectives of these choices under this model's sharding.
+  // The collectives of these choices under this model's sharding, in the forms the engine
+  // runs them (each rank's bytes its share of the unit).
   CommTimes comm_for(const std::vector<RankChoice>& choices) const;
+  // Full sharding over `members` (rank numbers, ascending): with even shares, or (even
+  // false) the fastest uneven ones: the flat form with the uneven factor, the state split
+  // evenly between the members' nodes (what the hierarchical form costs least with). A
+  // lower bound of any uneven shares' collectives, for the planner's search.
+  CommTimes comm_members(const std::vector<int>& members, bool even) const;
+  // The links of one collective kind, as TopologyComm takes them.
+  TopologyLinks links(bool gather) const;
 
   // Compute part of a rank's times (comm not yet applied): fwd, bwd, offload, head_compute.
   RankTimes compute_times(int rank, int64_t b, int m, bool offload) const;
@@ -126,7 +164,16 @@ class CostModel {
   std::vector<int> table_of_rank_;
   std::vector<int> node_of_rank_;
   Sharding sharding_;
+  // Unit sizes in bytes: AG (compute dtype), RS (fp32 accumulated gradients).
+  double block_ag_bytes_ = 0, block_rs_bytes_ = 0, embed_ag_bytes_ = 0, embed_rs_bytes_ = 0, head_ag_bytes_ = 0,
+         head_rs_bytes_ = 0;
+  // The collectives over `ranks` holding `shares` (of the unit), in the cheaper form;
+  // even_shares as collective_times takes it.
+  CommTimes unit_comm(const std::vector<int>& ranks, const std::vector<double>& shares, int even_shares = -1) const;
 };
+
+// One collective kind's links as TopologyComm takes them (inter: intra's when unset).
+TopologyLinks topology_links(const CollectiveProfile& c);
 
 // True when the participants' shares are equal (to 1e-9 relative).
 bool shares_even(const std::vector<RankChoice>& choices);

@@ -76,6 +76,7 @@ Plan make_plan(const CostModel& cost, const std::string& planner, int64_t global
     peak += cost.table((int)i).device->peak_flops;
     p.ranks.push_back(r);
   }
+  if (prof.num_ranks() > 1) p.comm = prof.comm;
   PlanPrediction& pr = p.predicted;
   pr.step_s = step.step;
   pr.block_s = step.block;
@@ -84,6 +85,9 @@ Plan make_plan(const CostModel& cost, const std::string& planner, int64_t global
   pr.ag_s = step.comm.ag;
   pr.rs_s = step.comm.rs;
   pr.ar_s = step.comm.ar;
+  pr.embed_ag_s = step.comm.embed_ag;
+  pr.embed_rs_s = step.comm.embed_rs;
+  pr.embed_ar_s = step.comm.embed_ar;
   pr.even_shares = step.even;
   pr.tokens_per_s = step.step > 0 ? (double)global_batch * prof.seq_len / step.step : 0;
   pr.mfu = step.step > 0 && peak > 0 ? global_batch * cost.flops_per_sample() / step.step / peak : 0;
@@ -135,7 +139,7 @@ json plan_to_json(const Plan& p) {
     if (!r.node_name.empty()) ranks.back()["node_name"] = r.node_name;
   }
   const PlanPrediction& pr = p.predicted;
-  return json{{"format", "gpumix-plan"},
+  json j = {{"format", "gpumix-plan"},
               {"version", 1},
               {"planner", p.planner},
               {"model", config_to_json(p.model)},
@@ -155,10 +159,15 @@ json plan_to_json(const Plan& p) {
                 {"all_gather_s", pr.ag_s},
                 {"reduce_scatter_s", pr.rs_s},
                 {"all_reduce_s", pr.ar_s},
+                {"embedding_all_gather_s", pr.embed_ag_s},
+                {"embedding_reduce_scatter_s", pr.embed_rs_s},
+                {"embedding_all_reduce_s", pr.embed_ar_s},
                 {"even_shares", pr.even_shares},
                 {"tokens_per_s", pr.tokens_per_s},
                 {"mfu", pr.mfu}}},
               {"ranks", ranks}};
+  if (p.comm) j["comm"] = comm_to_json(*p.comm);
+  return j;
 }
 
 namespace {
@@ -204,10 +213,14 @@ Plan plan_from_json(const json& j) {
     pr.ag_s = number_field_or(pj, "all_gather_s", wp, 0);
     pr.rs_s = number_field_or(pj, "reduce_scatter_s", wp, 0);
     pr.ar_s = number_field_or(pj, "all_reduce_s", wp, 0);
+    pr.embed_ag_s = number_field_or(pj, "embedding_all_gather_s", wp, 0);
+    pr.embed_rs_s = number_field_or(pj, "embedding_reduce_scatter_s", wp, 0);
+    pr.embed_ar_s = number_field_or(pj, "embedding_all_reduce_s", wp, 0);
     pr.even_shares = bool_field_or(pj, "even_shares", wp, true);
     pr.tokens_per_s = number_field_or(pj, "tokens_per_s", wp, 0);
     pr.mfu = number_field_or(pj, "mfu", wp, 0);
   }
+  if (has_field(j, "comm")) p.comm = comm_from_json(j.at("comm"), w + ".comm");
   const json& ranks = array_field(j, "ranks", w);
   if (ranks.empty()) format_error(w + ".ranks", "must list at least one rank");
   if (has_field(j, "sharding")) {

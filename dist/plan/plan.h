@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,7 @@ struct PlanPrediction {
   double block_s = 0, head_s = 0, optimizer_s = 0;  // the three terms of T_step
   double ag_s = 0, rs_s = 0;                         // per block
   double ar_s = 0;                                   // per block, hybrid: across groups
+  double embed_ag_s = 0, embed_rs_s = 0, embed_ar_s = 0;  // the embedding unit's, once a step each
   bool even_shares = true;
   double tokens_per_s = 0;
   double mfu = 0;  // model FLOPs / (step · Σ peak of all ranks)
@@ -62,6 +64,9 @@ struct Plan {
   Sharding sharding;
   std::vector<RankPlan> ranks;
   PlanPrediction predicted;
+  // The links its collectives were priced with (its profile's), so that a run of the plan
+  // file chooses their forms as the prediction did; absent in files without one.
+  std::optional<CommProfile> comm;
 
   bool fits() const;
   // Empty when the plan fits; otherwise which ranks run out of memory, by how much.

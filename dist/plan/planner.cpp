@@ -82,6 +82,8 @@ class Search {
   std::vector<Group> groups_;
   bool even_ = false;
   double thr_ = 0;  // smallest R a member must keep: its share when even
+  bool node_aware_ = false;          // the placement between nodes matters (see set_members)
+  std::vector<int> node_of_member_;  // per member: its node, numbered 0..K-1
   CommTimes comm_;
   double base_t_ = 0, base_h_ = 0;
 
@@ -288,6 +290,78 @@ class Search {
     return true;
   }
 
+  // The smallest optimizer time θ with r_i ≤ R_i, Σ r = 1, and no node holding more than
+  // `cap` of the state (water-filling, each node's ranks scaled down to the cap together).
+  bool shares_capped(const std::vector<Option>& alloc, double cap, std::vector<double>* r) const {
+    const size_t K = members_.size();
+    const int nodes = node_of_member_.empty() ? 1 : *std::max_element(node_of_member_.begin(), node_of_member_.end()) + 1;
+    auto fill = [&](double theta) {
+      r->assign(K, 0);
+      std::vector<double> on_node(nodes, 0);
+      for (size_t k = 0; k < K; k++) {
+        (*r)[k] = std::min(std::max(0.0, alloc[k].R), share_cap(members_[k], theta));
+        on_node[node_of_member_[k]] += (*r)[k];
+      }
+      double s = 0;
+      for (size_t k = 0; k < K; k++) {
+        const double node = on_node[node_of_member_[k]];
+        if (node > cap) (*r)[k] *= cap / node;
+        s += (*r)[k];
+      }
+      return s;
+    };
+    double hi = 0;
+    for (size_t k = 0; k < K; k++) hi = std::max(hi, std::max(0.0, alloc[k].R) * opt_per_share_[members_[k]]);
+    if (fill(kInf) < 1.0) return false;
+    double lo = 0;
+    if (hi > 0)
+      for (int it = 0; it < 100 && hi - lo > 1e-15 * hi; it++) {
+        const double mid = 0.5 * (lo + hi);
+        if (fill(mid) >= 1.0) hi = mid;
+        else lo = mid;
+      }
+    const double s = fill(hi > 0 ? hi : kInf);
+    for (double& x : *r) x /= s;
+    return true;
+  }
+
+  // Placements that split the state more evenly between the nodes than the optimizer's
+  // best (`r`): node caps from the most even split the memory allows to r's largest node,
+  // each scored.
+  void score_node_placements(const std::vector<Option>& alloc, const std::vector<double>& r) {
+    const int nodes = *std::max_element(node_of_member_.begin(), node_of_member_.end()) + 1;
+    std::vector<double> on_node(nodes, 0), room(nodes, 0);
+    for (size_t k = 0; k < r.size(); k++) {
+      on_node[node_of_member_[k]] += r[k];
+      room[node_of_member_[k]] += std::max(0.0, alloc[k].R);
+    }
+    const double most = *std::max_element(on_node.begin(), on_node.end());
+    // The smallest cap that the nodes' memory can still hold the state under.
+    double lo = 1.0 / nodes, hi = most;
+    auto holds = [&](double cap) {
+      double s = 0;
+      for (double x : room) s += std::min(cap, x);
+      return s >= 1.0;
+    };
+    if (!holds(lo)) {
+      for (int it = 0; it < 60 && hi - lo > 1e-12; it++) {
+        const double mid = 0.5 * (lo + hi);
+        if (holds(mid)) hi = mid;
+        else lo = mid;
+      }
+      lo = hi;
+    }
+    if (most <= lo * (1 + 1e-9)) return;
+    std::vector<double> capped;
+    for (double f : {0.0, 0.25, 0.5, 0.75}) {
+      if (!shares_capped(alloc, lo + f * (most - lo), &capped)) continue;
+      std::vector<RankChoice> choices(cost_.profile().num_ranks());
+      for (size_t k = 0; k < members_.size(); k++)
+        choices[members_[k]] = {alloc[k].b, alloc[k].m, capped[k], alloc[k].off};
+      score(choices);
+    }
+  }
+
   // Scores a plan; keeps it when it is the fastest so far. Returns its optimizer time θ.
   double score(std::vector<RankChoice>& choices) {
     const CostModel::Step step = cost_.evaluate(choices);
@@ -312,7 +386,9 @@ class Search {
     std::vector<RankChoice> choices(cost_.profile().num_ranks());
     for (size_t k = 0; k < members_.size(); k++)
       choices[members_[k]] = {alloc[k].b, alloc[k].m, r[k], alloc[k].off};
-    return score(choices);
+    const double optimizer = score(choices);
+    if (node_aware_) score_node_placements(alloc, r);
+    return optimizer;
   }
 
   bool feasible(double tau, double eta, double theta) { return allocate(tau, eta, theta, nullptr); }
@@ -328,11 +404,24 @@ class Search {
       if (it == groups_.end()) groups_.push_back({d, {r}});
       else it->ranks.push_back(r);
     }
-    std::set<int> nodes;
-    for (int r : members) nodes.insert(cost_.profile().ranks[r].node);
-    comm_ = cost_.comm((int)members.size(), (int)nodes.size(), even);
+    // Uneven shares: the targets take the collectives at their cheapest (the state split
+    // evenly between the nodes); each plan is then scored with its own.
+    comm_ = cost_.comm_members(members, even);
     base_t_ = 2 * comm_.ag + comm_.rs;
-    base_h_ = comm_.embed_ag + comm_.embed_rs;
+    base_h_ = comm_.head();
+    // Across nodes on consecutive ranks the hierarchical form's middle stage depends on how
+    // the state is split between the nodes: node_of_member_ numbers them for the placement.
+    node_of_member_.clear();
+    std::map<int, int> index;
+    bool contiguous = true;
+    for (size_t k = 0; k < members.size(); k++) {
+      const int node = cost_.profile().ranks[members[k]].node;
+      const bool new_node = !index.count(node);
+      if (k > 0 && node != cost_.profile().ranks[members[k - 1]].node && !new_node) contiguous = false;
+      if (new_node) index.emplace(node, (int)index.size());
+      node_of_member_.push_back(index[node]);
+    }
+    node_aware_ = !even && contiguous && index.size() > 1;
   }
 
   double theta_lower_bound() const {
@@ -822,8 +911,11 @@ Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts)
   CostModel cost(profile, opts.memory, (int)B);
   CommTimes assumed;  // free by default
   if (opts.cephalo_comm_scale > 0) {
-    assumed = cost.comm(N, profile.num_nodes(), true);
-    for (double* x : {&assumed.ag, &assumed.rs, &assumed.embed_ag, &assumed.embed_rs}) *x *= 1.25 * opts.cephalo_comm_scale;
+    std::vector<int> all(N);
+    std::iota(all.begin(), all.end(), 0);
+    assumed = cost.comm_members(all, true);
+    for (double* x : {&assumed.ag, &assumed.rs, &assumed.embed_ag, &assumed.embed_rs, &assumed.head_ag, &assumed.head_rs})
+      *x *= 1.25 * opts.cephalo_comm_scale;
   }
   // Fastest micro-batch per (rank, b) whose compute memory fits.
   auto best_time = [&](int i, int64_t b, int* m_out) {

@@ -111,6 +111,9 @@ void Profile::validate() const {
   validate_link(comm.reduce_scatter.intra_node, "profile: comm.reduce_scatter.intra_node", ranks.size() > 1);
   validate_link(comm.all_gather.inter_node, "profile: comm.all_gather.inter_node", multi_node);
   validate_link(comm.reduce_scatter.inter_node, "profile: comm.reduce_scatter.inter_node", multi_node);
+  validate_link(comm.all_gather.leaders, "profile: comm.all_gather.leaders", false);
+  validate_link(comm.reduce_scatter.leaders, "profile: comm.reduce_scatter.leaders", false);
+  check_range(comm.overlap, 0, 1, "profile: comm.overlap");
   check_range(comm.all_gather.uneven_factor, 1, 100, "profile: comm.all_gather.uneven_factor");
   check_range(comm.reduce_scatter.uneven_factor, 1, 100, "profile: comm.reduce_scatter.uneven_factor");
 }
@@ -137,6 +140,7 @@ static LinkProfile link_from_json(const json& j, const std::string& where) {
 static json collective_to_json(const CollectiveProfile& c) {
   json j{{"intra_node", link_to_json(c.intra_node)}, {"uneven_factor", c.uneven_factor}};
   if (c.inter_node.bandwidth_Bps > 0) j["inter_node"] = link_to_json(c.inter_node);
+  if (c.leaders.bandwidth_Bps > 0) j["leaders"] = link_to_json(c.leaders);
   return j;
 }
 
@@ -145,7 +149,31 @@ static CollectiveProfile collective_from_json(const json& j, const std::string& 
   c.intra_node = link_from_json(field(j, "intra_node", where), where + ".intra_node");
   if (has_field(j, "inter_node"))
     c.inter_node = link_from_json(j.at("inter_node"), where + ".inter_node");
+  if (has_field(j, "leaders")) c.leaders = link_from_json(j.at("leaders"), where + ".leaders");
   c.uneven_factor = number_field_or(j, "uneven_factor", where, 1.0);
+  return c;
+}
+
+json comm_to_json(const CommProfile& c) {
+  return json{{"all_gather", collective_to_json(c.all_gather)},
+              {"reduce_scatter", collective_to_json(c.reduce_scatter)},
+              {"overlap", c.overlap}};
+}
+
+CommProfile comm_from_json(const json& comm, const std::string& where) {
+  CommProfile c;
+  c.all_gather = collective_from_json(field(comm, "all_gather", where), where + ".all_gather");
+  c.reduce_scatter = collective_from_json(field(comm, "reduce_scatter", where), where + ".reduce_scatter");
+  c.overlap = number_field_or(comm, "overlap", where, 1.0);
+  for (const auto& [name, k] : {std::pair<const char*, const CollectiveProfile*>{"all_gather", &c.all_gather},
+                                {"reduce_scatter", &c.reduce_scatter}}) {
+    const std::string w = where + "." + name;
+    validate_link(k->intra_node, w + ".intra_node", false);
+    validate_link(k->inter_node, w + ".inter_node", false);
+    validate_link(k->leaders, w + ".leaders", false);
+    check_range(k->uneven_factor, 1, 100, w + ".uneven_factor");
+  }
+  check_range(c.overlap, 0, 1, where + ".overlap");
   return c;
 }
 
@@ -183,9 +211,7 @@ json profile_to_json(const Profile& p) {
               {"dtype", dtype_name(p.dtype)},
               {"devices", devices},
               {"ranks", ranks},
-              {"comm",
-               {{"all_gather", collective_to_json(p.comm.all_gather)},
-                {"reduce_scatter", collective_to_json(p.comm.reduce_scatter)}}}};
+              {"comm", comm_to_json(p.comm)}};
 }
 
 Profile profile_from_json(const json& j) {
@@ -252,10 +278,7 @@ Profile profile_from_json(const json& j) {
     p.ranks.push_back(info);
   }
   if (p.ranks.size() > 1 || has_field(j, "comm")) {
-    const json& comm = field(j, "comm", w);
-    p.comm.all_gather = collective_from_json(field(comm, "all_gather", w + ".comm"), w + ".comm.all_gather");
-    p.comm.reduce_scatter =
-        collective_from_json(field(comm, "reduce_scatter", w + ".comm"), w + ".comm.reduce_scatter");
+    p.comm = comm_from_json(field(j, "comm", w), w + ".comm");
   }
   p.validate();
   return p;

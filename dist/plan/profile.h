@@ -47,7 +47,8 @@ struct DeviceProfile {
 
 // One link class: time of a collective over n ranks moving `bytes` (the full, gathered
 // buffer) is (n - 1) * latency_s + (n - 1) / n * bytes / bandwidth_Bps (the ring model;
-// bandwidth_Bps is the bus bandwidth that nccl-tests reports).
+// bandwidth_Bps is the bus bandwidth that nccl-tests reports). How the forms of the
+// collectives (flat, hierarchical) are priced from the classes: dist/comm/collective_cost.h.
 struct LinkProfile {
   double latency_s = 0;
   double bandwidth_Bps = 0;
@@ -55,13 +56,19 @@ struct LinkProfile {
 
 struct CollectiveProfile {
   LinkProfile intra_node;       // all participants on one node
-  LinkProfile inter_node;       // participants span several nodes (bandwidth_Bps 0: unset)
+  LinkProfile inter_node;       // a flat collective whose participants span nodes (bandwidth_Bps 0: unset)
+  LinkProfile leaders;          // one rank per node: the link between nodes itself (bandwidth_Bps 0: inter_node's)
   double uneven_factor = 1.0;   // the bytes term costs this much more when shares differ
 };
 
 struct CommProfile {
   CollectiveProfile all_gather;      // gathers a unit's parameters in the compute dtype
   CollectiveProfile reduce_scatter;  // reduces a unit's fp32 gradients
+  // The fraction of a prefetched all-gather that the compute it was issued before hides,
+  // 0..1: min(AG, compute) · overlap of it is hidden. 1 where the collective progresses on
+  // its own (a GPU's comm stream); an MPI library without an asynchronous progress thread
+  // moves most of a large message only inside the wait, and the profiler measures how much.
+  double overlap = 1.0;
 };
 
 struct RankInfo {
@@ -100,6 +107,10 @@ double interpolate(const std::vector<MicroBatchSample>& samples, int m,
 // Time of one collective (bytes = the full buffer) among `ranks` of the profile, on
 // `nodes` distinct nodes; `even` when all participants hold equal shares.
 double collective_time(const CollectiveProfile& c, int ranks, int nodes, double bytes, bool even);
+
+// The "comm" object of profile (and plan) files; `where` names it in errors.
+nlohmann::json comm_to_json(const CommProfile& c);
+CommProfile comm_from_json(const nlohmann::json& j, const std::string& where);
 
 nlohmann::json profile_to_json(const Profile& p);
 Profile profile_from_json(const nlohmann::json& j);  // validates

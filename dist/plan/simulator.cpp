@@ -65,7 +65,7 @@ Profile synthesize_profile(const Cluster& cluster, const GPTConfig& model, int s
                             dtype_name(p.dtype), "`"));
   for (const Cluster::Rank& r : cluster.ranks()) {
     const std::string label = r.device.label();
-    p.ranks.push_back({label, r.node});
+    p.ranks.push_back({label, r.node, ""});  // a described cluster names no host
     bool have = false;
     for (const DeviceProfile& d : p.devices) have |= d.name == label;
     if (have) continue;

@@ -185,6 +185,14 @@ TEST(PlanFile, RoundTripAndValidation) {
   const std::string path = ::testing::TempDir() + "/plan.json";
   write_plan(plan, path);
   EXPECT_EQ(plan_to_json(read_plan(path)).dump(), j.dump());
+  // The links it was priced with travel with it (a run of the file chooses the collectives'
+  // forms by them); files without them still read.
+  ASSERT_TRUE(back.comm.has_value());
+  EXPECT_EQ(back.comm->all_gather.intra_node.bandwidth_Bps, p.comm.all_gather.intra_node.bandwidth_Bps);
+  EXPECT_EQ(back.comm->overlap, p.comm.overlap);
+  json no_comm = j;
+  no_comm.erase("comm");
+  EXPECT_FALSE(plan_from_json(no_comm).comm.has_value());
 
   auto broken = [&](auto edit, const std::string& field) {
     json k = j;
@@ -196,6 +204,7 @@ TEST(PlanFile, RoundTripAndValidation) {
     k["ranks"][0].erase("num_micro_batches");
   }, "ranks[].batch");
   broken([](json& k) { k["ranks"][1]["share"] = 1.5; }, "ranks[1].share");
+  broken([](json& k) { k["comm"]["overlap"] = 2; }, "comm.overlap");
   broken([](json& k) { k["ranks"][1]["device"] = "fast"; }, "ranks[1].device");
   broken([](json& k) { k["seq_len"] = 16; }, "seq_len");
   broken([](json& k) { k["ranks"][0].erase("batch"); }, "ranks[0].batch");

@@ -51,7 +51,7 @@ Profile fake_profile(const GPTConfig& model, int seq_len, const std::vector<Fake
   p.dtype = DType::bf16;  // as the activation sizes below
   for (const FakeDevice& f : devices) p.devices.push_back(fake_device(model, seq_len, f));
   for (size_t i = 0; i < ranks.size(); i++)
-    p.ranks.push_back({devices[ranks[i]].name, nodes.empty() ? 0 : nodes[i]});
+    p.ranks.push_back({devices[ranks[i]].name, nodes.empty() ? 0 : nodes[i], ""});
   for (CollectiveProfile* c : {&p.comm.all_gather, &p.comm.reduce_scatter}) {
     c->intra_node = {latency, bandwidth};
     c->inter_node = {latency * 5, bandwidth / 8};

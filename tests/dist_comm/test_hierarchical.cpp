@@ -72,11 +72,12 @@ TEST(Hierarchical, CostModelChoosesByTheLinks) {
   const std::vector<int64_t> small(32, 1000);          // 4 KB each: latency-bound
   TopologyChoice c = choose_topology_algo(CommOp::all_gather_v, small, nodes, 4, links);
   EXPECT_EQ(c.algo, TopologyAlgo::hierarchical);
-  // flat: 31 inter-node steps; hierarchical: 7 + 3 + 7 steps, 3 of them inter-node.
+  // flat: 31 inter-node steps; hierarchical: a node ring of 7 steps, 3 steps between the
+  // leaders, a broadcast tree of 3 levels in each node.
   const double T = 32 * 1000 * 4.0;
   EXPECT_NEAR(c.flat_s, 31 * 20e-6 + 31.0 / 32 * T / 25e9, 1e-12);
   EXPECT_NEAR(c.hierarchical_s, (7 * 8e-6 + 7.0 / 8 * (T / 4) / 40e9) + (3 * 20e-6 + 3.0 / 4 * T / 25e9) +
-                                    (7 * 8e-6 + 7.0 / 8 * T / 40e9),
+                                    3 * (8e-6 + T / 40e9),
               1e-12);
   EXPECT_EQ(choose_topology_algo(CommOp::reduce_scatter_v, small, nodes, 4, links).algo, TopologyAlgo::hierarchical);
   // Huge buffers on a link between nodes as fast as inside: the extra intra stages lose.
@@ -97,6 +98,81 @@ TEST(Hierarchical, CostModelChoosesByTheLinks) {
   EXPECT_TRUE(std::isinf(c.hierarchical_s));
   EXPECT_FALSE(nodes_contiguous(interleaved));
   EXPECT_TRUE(nodes_contiguous(nodes));
+}
+
+// The middle stage between the leaders is bound by how the state is split between the
+// nodes: an all-gather by the node that holds least (it receives the rest), a
+// reduce-scatter by the one that holds most; an even split costs least.
+TEST(Hierarchical, StateOnTheFarSideOfTheLinkCostsMore) {
+  TopologyLinks links;
+  links.leaders = {1e-4, 1e8};  // a slow link between the nodes
+  const std::vector<int> nodes = {0, 0, 1, 1};
+  const double B = 4e6;
+  auto t = [&](CollectiveKind kind, double node0) {
+    const std::vector<double> bytes = {node0 * B / 2, node0 * B / 2, (1 - node0) * B / 2, (1 - node0) * B / 2};
+    return collective_times(kind, bytes, nodes, links, true).hierarchical;
+  };
+  for (CollectiveKind kind : {CollectiveKind::all_gather, CollectiveKind::reduce_scatter}) {
+    EXPECT_LT(t(kind, 0.5), t(kind, 0.7));
+    EXPECT_LT(t(kind, 0.5), t(kind, 0.3));
+    // Each 10 % of the state moved off the even split costs its bytes once over the slow link.
+    EXPECT_NEAR(t(kind, 0.8) - t(kind, 0.7), 0.1 * B / 1e8, 0.02 * 0.1 * B / 1e8);
+  }
+  // The stage itself, even: the leaders' ring, (K − 1)/K of the buffer.
+  const TopologyLinks fast_nodes = [] {
+    TopologyLinks l;
+    l.intra = {0, 1e30};
+    l.leaders = {1e-4, 1e8};
+    return l;
+  }();
+  EXPECT_NEAR(collective_times(CollectiveKind::all_gather, {B / 4, B / 4, B / 4, B / 4}, nodes, fast_nodes, true)
+                  .hierarchical,
+              1e-4 + 0.5 * B / 1e8, 1e-9);
+  // Unset, the leaders' link is the inter-node one.
+  EXPECT_EQ(TopologyLinks{}.leader_link().bandwidth_Bps, TopologyLinks{}.inter.bandwidth_Bps);
+}
+
+// Where a second thread may run collectives, asynchronous gathers run on one of their own
+// (flat or hierarchical), in issue order, beside the rank's own collectives on the
+// calling thread: the same bits as the flat gather, errors in wait().
+TEST(Hierarchical, AsynchronousGathersRunOnAThreadOfTheirOwn) {
+  for (TopologyComm::Mode mode : {TopologyComm::Mode::hierarchical, TopologyComm::Mode::flat}) {
+    LocalOptions o;
+    o.timeout_s = 20;
+    o.node_of_rank = {0, 0, 1, 1, 1};
+    o.concurrent_threads = true;
+    run_local(5, [&](Comm& base) {
+      TopologyComm c(base, TopologyLinks{}, mode);
+      ASSERT_TRUE(c.gathers_in_background());
+      const int r = c.rank();
+      for (const std::vector<int64_t>& counts : count_patterns(5)) {
+        const std::string where = str(mode == TopologyComm::Mode::flat ? "flat" : "hierarchical", ", counts ",
+                                      counts_str(counts), " rank ", r);
+        // Two gathers in flight, and a reduce-scatter on this thread meanwhile.
+        Tensor a = Tensor::full(Shape{sum_of(counts)}, -7.0f), b = Tensor::full(Shape{sum_of(counts)}, -7.0f);
+        Tensor in = tensor_of(rank_input(r, counts[r]));
+        CommRequestPtr first = c.all_gather_v_async(in, a, counts);
+        CommRequestPtr second = c.all_gather_v_async(in, b, counts);
+        Tensor full = tensor_of(rank_input(r, sum_of(counts)));
+        Tensor part = Tensor::full(Shape{counts[r]}, -7.0f);
+        c.reduce_scatter_v(full, part, counts);
+        second->wait();
+        first->wait();
+        EXPECT_TRUE(bitwise_equal("background all_gather_v " + where, a.to_vector(), gather_reference(counts)));
+        EXPECT_TRUE(bitwise_equal("second background all_gather_v " + where, b.to_vector(), gather_reference(counts)));
+        std::vector<double> allowance;
+        EXPECT_TRUE(within("reduce_scatter_v beside them " + where, part.to_vector(),
+                           scatter_reference(counts, r, &allowance), allowance));
+      }
+      // Counts that do not match the ranks: the base's own error, as flat.
+      Tensor out = Tensor::empty(Shape{3});
+      EXPECT_THROW(c.all_gather_v_async(tensor_of({1}), out, {1, 1, 1})->wait(), Error);
+    }, o);
+  }
+  // Without a second thread: none.
+  LocalOptions o;
+  o.node_of_rank = {0, 1};
+  run_local(2, [&](Comm& base) { EXPECT_FALSE(TopologyComm(base, TopologyLinks{}).gathers_in_background()); }, o);
 }
 
 // Automatic mode on simulated nodes: small calls go hierarchical, and the results hold.

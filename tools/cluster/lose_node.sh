@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # GPUMix across two emulated nodes, one of them lost mid-run (issue 23, items 2 and 4), in
 # one command: builds the cluster (emulated_cluster.sh), profiles the devices under mpirun
-# and plans (the profile, the plan file and its table must name every rank's node), trains an
-# uneven plan on 2 nodes x 2 ranks through `mpirun --hostfile`, kills every process of the second node during a step,
-# checks that the surviving ranks end within 10 s naming the lost node and its ranks, resumes
-# with `gpumix train --resume` on the surviving node alone (2 ranks, re-planned), and tears
-# the cluster down. The losses of both parts must equal one process's (4 thread ranks, the
-# same plan, not interrupted) within fp32 rounding; the loss curve is printed and written.
+# and plans (the profile, the plan file and its table must name every rank's node), trains
+# the plan GPUMix makes for its unequal devices (profiled at start-up, planned: full or
+# hybrid sharding, whichever its cost model predicts faster) on 2 nodes x 2 ranks through
+# `mpirun --hostfile`, printing its collectives predicted vs measured per kind before the
+# first step, kills every process of the second node during a step, checks that the
+# surviving ranks end within 10 s naming the lost node and its ranks, resumes with
+# `gpumix train --resume` on the surviving node alone (2 ranks, re-planned), and tears the
+# cluster down. The losses of both parts must equal one process's (4 thread ranks, the
+# same plan file, not interrupted) within fp32 rounding; the loss curve is printed and
+# written.
 #
 #   lose_node.sh [--quick] [--rate RATE] [--gpumix PATH] [--data CORPUS] [--out DIR]
 #
@@ -32,6 +36,8 @@ done
 [ -e "$data" ] || { echo "lose_node.sh: no corpus at $data; pass --data CORPUS (Debian's fortunes package gives /usr/share/games/fortunes)" >&2; exit 1; }
 
 if [ $inside = 0 ]; then
+  # The machine's load, at the start and the end: the step times hold only for it.
+  echo "load at the start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
   # Outside: make the run folder (removed afterwards unless --out), then go onto the cluster.
   keep=1
   if [ -z "$out" ]; then out=$(mktemp -d /tmp/gpumix-lose-node.XXXXXX); keep=0; fi
@@ -40,18 +46,19 @@ if [ $inside = 0 ]; then
   args=(--rate "$rate" --gpumix "$gpumix" --data "$data" --out "$out")
   [ $quick = 1 ] && args+=(--quick)
   "$here/emulated_cluster.sh" with --nodes 2 --slots 2 --rate "$rate" -- "$0" --inside "${args[@]}" || status=$?
+  echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
   [ $keep = 1 ] || rm -rf "$out"
   exit $status
 fi
 
 # ---- inside: on the login node of the cluster that is up -----------------------------------
+export GPUMIX_CACHE=${GPUMIX_CACHE:--}  # profiled afresh unless a cache is named
 read -r -a nodes <<< "$GPUMIX_CLUSTER_NODES"
 lost=${nodes[1]} left=${nodes[0]}
 if [ $quick = 1 ]; then
   model=(--model gpt-nano --layers 2 --channels 32 --seq 16 --batch 8)
   profile_model=(--model gpt-nano --seq 16) batch=8  # `gpumix profile` takes presets only
   steps=10 ckpt=2 kill_after=5
-  plan=(--batches 1,3,1,3 --micro-batches 1,1,1,1 --shares 0.1,0.4,0.1,0.4)
   # Steps of a few ms could all be over before the kill lands: from step 6 on, the second
   # node's devices run 40x slower (the engine's test-only fault hook, dist/engine/fault.h;
   # timing only, the losses are unchanged), so the kill falls inside step 6.
@@ -60,13 +67,14 @@ else
   model=(--model gpt-nano --seq 128 --batch 16)
   profile_model=(--model gpt-nano --seq 128) batch=16
   steps=40 ckpt=10 kill_after=25
-  plan=(--batches 2,6,2,6 --micro-batches 1,2,1,2 --shares 0.1,0.4,0.1,0.4)
 fi
 # Unequal emulated devices: on each node a fast one and a slow one (mpirun fills the
 # hostfile's slots in order: ranks 0, 1 on the first node, 2, 3 on the second).
 devices=cpu:mem=1GiB:slow=2,cpu:mem=1GiB,cpu:mem=1GiB:slow=2,cpu:mem=1GiB
+# No re-planning on drift (a loaded machine's noise would re-shard mid-run): the reference
+# runs the plan file the cluster run started with.
 common=(--data "$data" "${model[@]}" --dtype fp32 --steps $steps --lr 3e-3 --warmup 2 --eval-interval 0
-        --eval-windows 2 --seed 7 --threads 1)
+        --eval-windows 2 --seed 7 --threads 1 --drift-threshold 0)
 losses() {  # LOG -> "step loss" lines, the last record of each step
   python3 -c 'import json,sys
 d = {}
@@ -81,11 +89,7 @@ t = [json.loads(l).get("ms") for l in open(sys.argv[1]) if "\"step\"" in l]
 t = [x for x in t if x is not None][1:]
 print("%.0f" % statistics.median(t) if t else "?")' "$1"; }
 
-echo "== 1. one process, 4 thread ranks, the same plan (the reference)"
-"$gpumix" train "${common[@]}" --ranks 4 "${plan[@]}" --devices "$devices" --ckpt-interval 0 --quiet \
-  --out "$out/reference" > "$out/reference.txt" 2>&1 || { cat "$out/reference.txt"; fail "the reference run failed"; }
-
-echo "== 2. the ranks' nodes, as MPI tells them: mpirun gpumix profile, then gpumix plan"
+echo "== 1. the ranks' nodes, as MPI tells them: mpirun gpumix profile, then gpumix plan"
 mpirun --hostfile "$GPUMIX_CLUSTER_HOSTFILE" -np 4 "$gpumix" profile --devices "$devices" "${profile_model[@]}" \
   --dtype fp32 --max-micro-batch 2 --repeats 3 --cache - --out "$out/profile.json" > "$out/profile.txt" 2>&1 ||
   { cat "$out/profile.txt"; fail "mpirun gpumix profile failed"; }
@@ -112,9 +116,10 @@ if [r.get("node_name") for r in plan["ranks"]] != want: sys.exit("FAIL: the plan
 EOF
 grep -q "$lost" "$out/plan.txt" || fail "the plan table does not name node $lost"
 
-echo "== 3. mpirun --hostfile: 2 nodes x 2 ranks, links $(cat /run/"${GPUMIX_CLUSTER_PREFIX:-gpumix}"-cluster/shaped)"
-GPUMIX_FAULT=${slow_after_kill:-} mpirun --hostfile "$GPUMIX_CLUSTER_HOSTFILE" -np 4 -x GPUMIX_FAULT "$gpumix" train "${common[@]}" "${plan[@]}" --devices "$devices" \
-  --ckpt-interval $ckpt --out "$out/run" > "$out/cluster.txt" 2>&1 &
+echo "== 2. mpirun --hostfile: 2 nodes x 2 ranks, links $(cat /run/"${GPUMIX_CLUSTER_PREFIX:-gpumix}"-cluster/shaped)"
+echo "     the devices profiled and planned by gpumix train, the plan's collectives checked before step 1"
+GPUMIX_FAULT=${slow_after_kill:-} mpirun --hostfile "$GPUMIX_CLUSTER_HOSTFILE" -np 4 -x GPUMIX_FAULT -x GPUMIX_CACHE \
+  "$gpumix" train "${common[@]}" --devices "$devices" --ckpt-interval $ckpt --out "$out/run" > "$out/cluster.txt" 2>&1 &
 mpirun_pid=$!
 # Wait until step $kill_after is logged, then lose the second node during the next step.
 for ((i = 0; i < 1200; i++)); do
@@ -123,6 +128,9 @@ for ((i = 0; i < 1200; i++)); do
   sleep 0.1
 done
 kill -0 $mpirun_pid 2>/dev/null || { cat "$out/cluster.txt"; fail "the cluster run ended before step $kill_after was logged"; }
+grep -E "^plan \(gpumix\)|^step [0-9.]+ s =" "$out/cluster.txt" | sed 's/^/  /'
+grep -A8 "^predicted vs measured, per collective kind" "$out/cluster.txt" | grep -E "^predicted|ms predicted" | sed 's/^/  /' ||
+  fail "the cluster run printed no collectives predicted vs measured"
 t0=$(date +%s.%N)
 "$GPUMIX_CLUSTER" kill "$lost"
 rc=0; wait $mpirun_pid || rc=$?
@@ -135,6 +143,11 @@ for r in 0 1; do
   grep -q "rank $r (node $left): lost node $lost (ranks 2, 3)" "$out/cluster.txt" ||
     { cat "$out/cluster.txt"; fail "rank $r did not report 'lost node $lost (ranks 2, 3)'"; }
 done
+
+echo "== 3. one process, 4 thread ranks, the cluster run's plan file, not interrupted (the reference)"
+[ -f "$out/run/plan.json" ] || fail "the cluster run wrote no plan file ($out/run/plan.json)"
+"$gpumix" train "${common[@]}" --ranks 4 --plan "$out/run/plan.json" --devices "$devices" --ckpt-interval 0 --quiet \
+  --out "$out/reference" > "$out/reference.txt" 2>&1 || { cat "$out/reference.txt"; fail "the reference run failed"; }
 
 echo "== 4. --resume on the node left ($left): 2 ranks, re-planned from its devices"
 mpirun --host "$left:2" -np 2 "$gpumix" train "${common[@]}" --devices cpu:mem=1GiB:slow=2,cpu:mem=1GiB \
