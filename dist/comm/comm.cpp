@@ -51,7 +51,8 @@ CommBytes comm_payload_bytes(CommOp op, const std::vector<int64_t>& counts, int 
   const int64_t n = (int64_t)counts.size();
   const int64_t e = (int64_t)elem_size;
   CommBytes b;
-  if (n <= 1) return b;
+  // Counts that do not name this rank move nothing; the collective itself reports them.
+  if (n <= 1 || rank < 0 || rank >= n) return b;
   int64_t total = 0;
   for (int64_t c : counts) total += c;
   switch (op) {

@@ -230,8 +230,9 @@ CommRequestPtr TopologyComm::all_gather_v_async(const Tensor& in, Tensor& out, c
     return background_->gather(in, out, counts, hierarchical);
   }
   if (!hierarchical) {
+    CommRequestPtr request = base_->all_gather_v_async(in, out, counts);  // reports bad counts first
     record(CommOp::all_gather_v, comm_payload_bytes(CommOp::all_gather_v, counts, rank(), dtype_size(in.dtype())), 0);
-    return base_->all_gather_v_async(in, out, counts);
+    return request;
   }
   return Comm::all_gather_v_async(in, out, counts);  // runs all_gather_v now
 }
@@ -239,8 +240,9 @@ CommRequestPtr TopologyComm::all_gather_v_async(const Tensor& in, Tensor& out, c
 CommRequestPtr TopologyComm::reduce_scatter_v_async(const Tensor& in, Tensor& out,
                                                     const std::vector<int64_t>& counts) {
   if (!use_hierarchy(CommOp::reduce_scatter_v, counts, sizeof(float))) {
+    CommRequestPtr request = base_->reduce_scatter_v_async(in, out, counts);  // reports bad counts first
     record(CommOp::reduce_scatter_v, comm_payload_bytes(CommOp::reduce_scatter_v, counts, rank(), sizeof(float)), 0);
-    return base_->reduce_scatter_v_async(in, out, counts);
+    return request;
   }
   return Comm::reduce_scatter_v_async(in, out, counts);
 }

@@ -601,6 +601,9 @@ TEST(CommLocal, PayloadFormula) {
   EXPECT_EQ(comm_payload_bytes(CommOp::reduce_scatter_v, counts, 1, 4).sent, 28);
   EXPECT_EQ(comm_payload_bytes(CommOp::reduce_scatter_v, counts, 1, 4).received, 24);
   EXPECT_EQ(comm_payload_bytes(CommOp::all_gather_v, {5}, 0, 4).sent, 0);  // one rank: nothing
+  // Counts too short for the rank (a bad call the collective reports): nothing, no read past.
+  EXPECT_EQ(comm_payload_bytes(CommOp::all_gather_v, counts, 3, 4).sent, 0);
+  EXPECT_EQ(comm_payload_bytes(CommOp::reduce_scatter_v, counts, -1, 4).received, 0);
 }
 
 // ---- the NCCL uneven-algorithm cost model ---------------------------------------------------
