@@ -71,13 +71,12 @@ bool is_planner_name(const std::string& plan) {
 
 // The per-rank work of a plan file (`gpumix plan --out`); its ranks and global batch must
 // be the run's. The run computes in the plan's dtype unless --dtype says otherwise
-// (engine.plan_dtype; choose_compute_dtype).
+// (engine.file_plan's dtype; choose_compute_dtype).
 std::vector<RankWork> work_from_plan_file(const std::string& path, int64_t global_batch, int ranks,
                                           EngineOptions& engine) {
-  const gpumix::dist::Plan plan = gpumix::dist::read_plan(path);
+  engine.file_plan = std::make_shared<const gpumix::dist::Plan>(gpumix::dist::read_plan(path));
   engine.plan_file = path;
-  engine.plan_dtype = plan.dtype;
-  if (plan.comm) engine.plan_links = CollectiveLinks{topology_links(plan.comm->all_gather), topology_links(plan.comm->reduce_scatter)};
+  const gpumix::dist::Plan& plan = *engine.file_plan;
   if ((int)plan.ranks.size() != ranks)
     throw std::invalid_argument("plan " + path + " is for " + std::to_string(plan.ranks.size()) +
                                 " ranks but " + std::to_string(ranks) + " are running; make the plan for "

@@ -50,18 +50,6 @@ std::vector<RankWork> Replanner::work() const {
   return w;
 }
 
-std::vector<double> Replanner::predicted_busy_s() const {
-  std::vector<double> t;
-  for (const RankPlan& r : plan_.ranks) t.push_back(r.busy_s);
-  return t;
-}
-
-std::vector<double> Replanner::predicted_bytes() const {
-  std::vector<double> b;
-  for (const RankPlan& r : plan_.ranks) b.push_back(r.memory.total());
-  return b;
-}
-
 bool Replanner::observe(const std::vector<double>& busy_s) {
   if (name_ == "even") return false;  // even shares ignore speed: nothing to re-plan
   const std::vector<double> factors = monitor_->observe(busy_s);
@@ -89,7 +77,7 @@ bool Replanner::observe(const std::vector<double>& busy_s) {
 }
 
 void Replanner::watch() {
-  std::vector<double> predicted = predicted_busy_s();
+  std::vector<double> predicted = predicted_busy_s(plan_);
   for (size_t i = 0; i < predicted.size(); ++i)
     if (plan_.ranks[i].batch == 0) predicted[i] = 0;  // a state-only rank's time is too small to judge
   monitor_ = std::make_unique<DriftMonitor>(drift_, predicted);
@@ -101,6 +89,18 @@ double median_after_warm_up(const std::vector<double>& per_step) {
   std::vector<double> v(per_step.begin() + (long)skip, per_step.end());
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+std::vector<double> predicted_busy_s(const Plan& plan) {
+  std::vector<double> t;
+  for (const RankPlan& r : plan.ranks) t.push_back(r.busy_s);
+  return t;
+}
+
+std::vector<double> predicted_bytes(const Plan& plan) {
+  std::vector<double> b;
+  for (const RankPlan& r : plan.ranks) b.push_back(r.memory.total());
+  return b;
 }
 
 std::string prediction_table(const Plan& plan, const std::vector<std::vector<double>>& busy_history,

@@ -39,8 +39,6 @@ class Replanner {
   const std::string& name() const { return name_; }
   const Change& last_change() const { return change_; }
   std::vector<RankWork> work() const;
-  std::vector<double> predicted_busy_s() const;
-  std::vector<double> predicted_bytes() const;
 
   // One step's compute seconds per rank. True when drift was confirmed: the profile is
   // corrected and, if the planner then finds a plan at least 5% faster than the running
@@ -63,6 +61,10 @@ class Replanner {
 // The median of per-step values, the first 2 (warming up) left out when there are more
 // than 3; 0 when there are none.
 double median_after_warm_up(const std::vector<double>& per_step);
+
+// A plan's predictions per rank: compute seconds per step, and memory bytes.
+std::vector<double> predicted_busy_s(const Plan& plan);
+std::vector<double> predicted_bytes(const Plan& plan);
 
 // Per rank: the plan's compute time per step next to the measured median (the first two
 // steps of the plan left out: warm-up), and its memory next to the allocator's peak.

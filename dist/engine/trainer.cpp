@@ -231,9 +231,20 @@ class Training {
   // The links the collectives' form is chosen by: the profile's where the run planned (as
   // the cost model prices them), a plan file's, else TopologyLinks' defaults.
   CollectiveLinks topology_links() const {
-    if (!planner_) return engine_options_.plan_links.value_or(CollectiveLinks{});
-    const CostModel cost(planner_->profile());
-    return {cost.links(true), cost.links(false)};
+    if (planner_) {
+      const CostModel cost(planner_->profile());
+      return {cost.links(true), cost.links(false)};
+    }
+    const Plan* file = engine_options_.file_plan.get();
+    if (file && file->comm) return {dist::topology_links(file->comm->all_gather), dist::topology_links(file->comm->reduce_scatter)};
+    return {};
+  }
+  // The plan whose predictions the run is measured against: the planner's (re-planned as it
+  // goes), or a plan file's that has them (made from its maker's profile); null: none.
+  const Plan* predicting_plan() const {
+    if (planner_) return &planner_->plan();
+    const Plan* file = engine_options_.file_plan.get();
+    return file && file->predicted.step_s > 0 ? file : nullptr;
   }
   Tensor on_device(const Tensor& host) const { return device_.is_cpu() ? host : host.to(device_); }
   void choose_device_comm();
@@ -378,7 +389,7 @@ void Training::choose_dtype() {
   ComputeDtypeSources sources;
   sources.flag = o_.dtype;
   sources.plan_file = engine_options_.plan_file;
-  sources.plan_dtype = engine_options_.plan_dtype;
+  if (engine_options_.file_plan) sources.plan_dtype = engine_options_.file_plan->dtype;
   for (double f : gather_ranks((double)native_bf16_feature(device_))) sources.native.push_back(kNativeFeatures[(int)f]);
   try {
     if (resuming_) sources.checkpoint = checkpoint_dtype(open_checkpoint(o_.resume));
@@ -484,14 +495,14 @@ void Training::print_settings() const {
       {"seed", std::to_string(o_.seed)},
       {"out", o_.out},
   });
-  if (planner_) log_info(plan_table(planner_->plan()));
+  if (const Plan* plan = predicting_plan()) log_info(plan_table(*plan));
   if (!collectives_.is_null()) log_info(collectives_text(collectives_));
 }
 
 // Before the first step, the planned collectives against the same ones timed on the layout
 // that will run (so that a run stopped early, or a node lost, has shown them too).
 void Training::check_collectives() {
-  if (planner_ && ranks_ > 1) collectives_ = collectives_vs_plan();
+  if (predicting_plan() && ranks_ > 1) collectives_ = collectives_vs_plan();
 }
 
 void Training::open_log() {
@@ -663,9 +674,9 @@ json Training::step_line(int step, const StepOutcome& s, const StepTime& t, std:
     line["dtype"] = dtype_name(dtype_.dtype);
     line["unigram_loss"] = result_.unigram_loss;
   }
-  if (planner_) {
-    line["predicted_ms"] = planner_->plan().predicted.step_s * 1e3;
-    line["predicted_busy_ms"] = ms_of(planner_->predicted_busy_s());
+  if (const Plan* plan = predicting_plan()) {
+    line["predicted_ms"] = plan->predicted.step_s * 1e3;
+    line["predicted_busy_ms"] = ms_of(predicted_busy_s(*plan));
   }
   return line;
 }
@@ -758,34 +769,34 @@ TrainResult Training::finish() {
   // prediction.
   const std::vector<double> peak = gather_ranks((double)memory().stats().peak);
   final_line["peak_bytes"] = peak;
-  if (planner_) final_line["predicted_bytes"] = planner_->predicted_bytes();
-  if (planner_ && !busy_history_.empty()) {  // compute per step, per rank: as prediction_table prints it
+  const Plan* plan = predicting_plan();
+  if (plan) final_line["predicted_bytes"] = predicted_bytes(*plan);
+  if (plan && !busy_history_.empty()) {  // compute per step, per rank: as prediction_table prints it
     std::vector<double> measured;
     for (int r = 0; r < ranks_; ++r) {
       std::vector<double> b;
       for (const std::vector<double>& step : busy_history_) b.push_back(step[r]);
       measured.push_back(median_after_warm_up(b) * 1e3);
     }
-    final_line["busy_ms"] = {{"predicted", ms_of(planner_->predicted_busy_s())}, {"measured", measured}};
+    final_line["busy_ms"] = {{"predicted", ms_of(predicted_busy_s(*plan))}, {"measured", measured}};
   }
   // Measured again only when a re-plan changed the layout since the start.
-  if (collectives_.is_null() && planner_ && ranks_ > 1) collectives_ = collectives_vs_plan();
+  if (collectives_.is_null() && plan && ranks_ > 1) collectives_ = collectives_vs_plan();
   const json& collectives = collectives_;
   if (!collectives.is_null()) final_line["collectives"] = collectives;
   // The step: the plan's prediction against the median measured since it started (the
   // first 2 steps, which warm up, left out when there are more than 3).
   const double measured_step_s = median_after_warm_up(step_history_s_);
-  if (planner_ && measured_step_s > 0)
-    final_line["step_ms"] = {{"predicted", planner_->plan().predicted.step_s * 1e3}, {"measured", measured_step_s * 1e3},
-                             {"ratio", measured_step_s / planner_->plan().predicted.step_s}};
+  if (plan && measured_step_s > 0)
+    final_line["step_ms"] = {{"predicted", plan->predicted.step_s * 1e3}, {"measured", measured_step_s * 1e3},
+                             {"ratio", measured_step_s / plan->predicted.step_s}};
   if (result_.stop_signal) {
     final_line["stopped"] = signal_name(result_.stop_signal);
     if (result_.step != last_) final_line.erase("val_loss");  // not validated at its end
   }
   log_line(final_line);
   if (lead_) {
-    if (planner_ && !busy_history_.empty())
-      log_info(prediction_table(planner_->plan(), busy_history_, peak));
+    if (plan && !busy_history_.empty()) log_info(prediction_table(*plan, busy_history_, peak));
     if (final_line.contains("step_ms")) {
       char row[200];
       std::snprintf(row, sizeof row, "predicted vs measured, the step: %.1f ms predicted, %.1f ms measured (median), "
@@ -860,12 +871,12 @@ ShardLayout Training::agreed_layout() const {
 // block's parameters in the compute dtype gathered, its fp32 gradients reduce-scattered.
 // Collective; each the fastest of 5 (the others measure the wait for ranks the scheduler
 // did not run, as in the profiler), the slowest rank's. Only a plan with predictions (a
-// planner's) has them.
+// planner's, or a plan file's) has them.
 json Training::collectives_vs_plan() {
   const int unit = config_.num_units() > 1 ? 1 : 0;  // unit 1: the first block
   const Engine::CollectiveTimes t = engine_->time_collectives(unit, 5);
   const Engine::CollectiveTimes e = engine_->time_collectives(0, 3);  // the embedding
-  const PlanPrediction& p = planner_->plan().predicted;
+  const PlanPrediction& p = predicting_plan()->predicted;
   auto entry = [](double predicted, double measured, const std::string& form) {
     json e = {{"predicted_ms", predicted * 1e3}, {"measured_ms", measured * 1e3},
               {"ratio", predicted > 0 ? measured / predicted : 0.0}};

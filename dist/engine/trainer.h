@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "dist/comm/comm.h"
 #include "dist/engine/drift.h"
 #include "dist/engine/profiler.h"
+#include "dist/plan/plan.h"
 #include "nn/train.h"
 
 namespace gpumix::dist {
@@ -76,12 +78,12 @@ struct EngineOptions {
   // Trace Event Format file (dist/engine/trace.h); "" : no trace.
   std::string trace;
   int trace_first = 2, trace_last = 4;
-  // The plan file `work` was read from ("" : none), the compute dtype it was made for, and
-  // the links its collectives were priced with (TopologyComm chooses their forms by them;
-  // none in older files: its defaults).
+  // The plan file `work` was read from ("" : none) and what it holds: the compute dtype it
+  // was made for, the links its collectives were priced with (TopologyComm chooses their
+  // forms by them; none in older files: its defaults) and its predictions, which the run
+  // measures itself against as a planned run does.
   std::string plan_file;
-  DType plan_dtype = DType::f32;
-  std::optional<CollectiveLinks> plan_links;
+  std::shared_ptr<const Plan> file_plan;
 };
 
 // The run's compute dtype and why, for the settings table ("bf16 (default: this CPU has

@@ -529,6 +529,42 @@ TEST_F(Tools, TheStartUpProfileIsBoundedAndCachedPerBound) {
   else unsetenv("GPUMIX_CACHE");
 }
 
+// A run of a plan file measures itself against the file's predictions as a planned run
+// does: the plan table, per rank and per collective kind, the step; printed and logged.
+TEST_F(Tools, APlanFileRunPrintsPredictedVsMeasured) {
+  auto train = [&](const std::string& name, const std::vector<std::string>& how) {
+    std::vector<std::string> extra = {"--devices", "cpu,cpu:slow=2", "--steps", "4"};
+    extra.insert(extra.end(), how.begin(), how.end());
+    const Result r = gpumix(train_args(path(name), extra), dir_);
+    EXPECT_EQ(r.code, 0) << show(r);
+    return r;
+  };
+  const char* before = std::getenv("GPUMIX_CACHE");
+  const std::string saved = before ? before : "";
+  setenv("GPUMIX_CACHE", "-", 1);
+  train("planned_for_file", {"--profile-repeats", "1", "--profile-max-micro-batch", "2"});
+  if (before) setenv("GPUMIX_CACHE", saved.c_str(), 1);
+  else unsetenv("GPUMIX_CACHE");
+  const std::string plan_file = path("planned_for_file/plan.json");
+  ASSERT_TRUE(fs::exists(plan_file));
+  const double planned_step_s = nlohmann::json::parse(read_file(plan_file))["predicted"]["step_s"].get<double>();
+  ASSERT_GT(planned_step_s, 0);
+
+  const Result r = train("from_plan_file", {"--plan", plan_file});
+  for (const char* part : {"predicted vs measured, per rank", "predicted vs measured, per collective kind",
+                           "predicted vs measured, the step"})
+    EXPECT_NE(r.out.find(part), std::string::npos) << "stdout lacks '" << part << "'\n" << show(r);
+  std::ifstream log(path("from_plan_file/log.jsonl"));
+  std::string line, last;
+  while (std::getline(log, line)) last = line;
+  const nlohmann::json final_line = nlohmann::json::parse(last);
+  ASSERT_TRUE(final_line.contains("step_ms")) << last;
+  EXPECT_DOUBLE_EQ(final_line["step_ms"]["predicted"].get<double>(), planned_step_s * 1e3);
+  EXPECT_GT(final_line["step_ms"]["measured"].get<double>(), 0);
+  EXPECT_EQ(final_line["busy_ms"]["predicted"].size(), 2u);
+  EXPECT_TRUE(final_line["collectives"].contains("all_gather")) << last;
+}
+
 // ---- train: resume ------------------------------------------------------------------------
 
 TEST_F(Tools, ResumeIsBitwiseExact) {
