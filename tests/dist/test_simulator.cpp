@@ -101,8 +101,10 @@ TEST(Simulator, SvgHasOneSectionPerPlanner) {
   for (const Plan& pl : plans) EXPECT_NE(svg.find(pl.planner + ": step"), std::string::npos);
 }
 
-// A 1,024-device, 8-type cluster plans in well under a second (the benchmark times it).
-TEST(Simulator, LargeClusterPlansQuickly) {
+// A 1,024-device, 8-type cluster plans, every device kept within its memory. How fast is
+// bench/dist/bench_planner's question (BM_gpumix_1024x8_B4096), not a test's: a time limit
+// here failed under ASan on a loaded CI machine (5.02 s).
+TEST(Simulator, LargeClusterPlans) {
   json nodes = json::array();
   const char* types[] = {"H100", "A100-80GB", "A100-40GB", "L40S", "A6000", "V100-32GB", "A10G", "L4"};
   for (int n = 0; n < 128; n++) nodes.push_back({{"devices", {std::string(types[n / 16]) + ":count=8"}}});
@@ -113,9 +115,12 @@ TEST(Simulator, LargeClusterPlansQuickly) {
   const auto t0 = std::chrono::steady_clock::now();
   const Plan plan = plan_gpumix(p, 4096);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_TRUE(plan.fits());
-  EXPECT_LT(s, 5.0);  // generous for a loaded CI machine; the benchmark shows the real figure
-  RecordProperty("plan_seconds", std::to_string(s));
+  EXPECT_TRUE(plan.fits()) << plan.oom_message();
+  EXPECT_EQ((int)plan.ranks.size(), 1024);
+  int64_t batch = 0;
+  for (const RankPlan& r : plan.ranks) batch += r.batch;
+  EXPECT_EQ(batch, 4096);
+  RecordProperty("plan_seconds", std::to_string(s));  // for a look, never judged
 }
 
 }  // namespace
