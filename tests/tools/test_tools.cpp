@@ -19,6 +19,7 @@
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -96,6 +97,38 @@ std::vector<int> log_steps(const std::string& run) {
   }
   return steps;
 }
+
+// The last line of a run's log (the run's result: "final"), or null when there is none.
+nlohmann::json log_final(const std::string& run) {
+  std::ifstream in(run + "/log.jsonl");
+  std::string line;
+  nlohmann::json final_line;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("final")) final_line = std::move(j);
+  }
+  return final_line;
+}
+
+// An environment variable set for a scope (the gpumix processes a test starts inherit it),
+// then put back as it was.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* v = std::getenv(name)) before_ = v;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (before_) setenv(name_, before_->c_str(), 1);
+    else unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> before_;
+};
 
 // Expects a clear failure: exit 1 and every part in stderr.
 void expect_failure(const Result& r, std::initializer_list<std::string> parts) {
@@ -486,9 +519,7 @@ TEST_F(Tools, TheStartUpProfileIsBoundedAndCachedPerBound) {
   // to the bound only, and other bounds are measured and cached apart (a quick profile never
   // stands in for a full one), while the same bounds read the cache.
   const std::string cache = path("bounded_cache");
-  const char* before = std::getenv("GPUMIX_CACHE");
-  const std::string saved = before ? before : "";
-  setenv("GPUMIX_CACHE", cache.c_str(), 1);
+  const ScopedEnv cache_here("GPUMIX_CACHE", cache);
   auto train = [&](const std::string& name, const std::string& repeats, const std::string& max_m) {
     const Result r = gpumix(train_args(path(name), {"--devices", "cpu,cpu:slow=2", "--steps", "2",
                                                     "--profile-repeats", repeats, "--profile-max-micro-batch", max_m}),
@@ -525,8 +556,6 @@ TEST_F(Tools, TheStartUpProfileIsBoundedAndCachedPerBound) {
   r = train("bounded_1x2", "2", "1");
   EXPECT_NE(r.out.find("micro-batches <= 1, 2 repeats "), std::string::npos) << show(r);
   EXPECT_EQ(cached().size(), 6u) << "other repeats: measured apart";
-  if (before) setenv("GPUMIX_CACHE", saved.c_str(), 1);
-  else unsetenv("GPUMIX_CACHE");
 }
 
 // A run of a plan file measures itself against the file's predictions as a planned run
@@ -539,12 +568,10 @@ TEST_F(Tools, APlanFileRunPrintsPredictedVsMeasured) {
     EXPECT_EQ(r.code, 0) << show(r);
     return r;
   };
-  const char* before = std::getenv("GPUMIX_CACHE");
-  const std::string saved = before ? before : "";
-  setenv("GPUMIX_CACHE", "-", 1);
-  train("planned_for_file", {"--profile-repeats", "1", "--profile-max-micro-batch", "2"});
-  if (before) setenv("GPUMIX_CACHE", saved.c_str(), 1);
-  else unsetenv("GPUMIX_CACHE");
+  {
+    const ScopedEnv no_cache("GPUMIX_CACHE", "-");
+    train("planned_for_file", {"--profile-repeats", "1", "--profile-max-micro-batch", "2"});
+  }
   const std::string plan_file = path("planned_for_file/plan.json");
   ASSERT_TRUE(fs::exists(plan_file));
   const double planned_step_s = nlohmann::json::parse(read_file(plan_file))["predicted"]["step_s"].get<double>();
@@ -554,10 +581,8 @@ TEST_F(Tools, APlanFileRunPrintsPredictedVsMeasured) {
   for (const char* part : {"predicted vs measured, per rank", "predicted vs measured, per collective kind",
                            "predicted vs measured, the step"})
     EXPECT_NE(r.out.find(part), std::string::npos) << "stdout lacks '" << part << "'\n" << show(r);
-  std::ifstream log(path("from_plan_file/log.jsonl"));
-  std::string line, last;
-  while (std::getline(log, line)) last = line;
-  const nlohmann::json final_line = nlohmann::json::parse(last);
+  const nlohmann::json final_line = log_final(path("from_plan_file"));
+  const std::string last = final_line.dump();
   ASSERT_TRUE(final_line.contains("step_ms")) << last;
   EXPECT_DOUBLE_EQ(final_line["step_ms"]["predicted"].get<double>(), planned_step_s * 1e3);
   EXPECT_GT(final_line["step_ms"]["measured"].get<double>(), 0);
@@ -709,12 +734,11 @@ TEST_F(Tools, ValidationUsesTheSameWindowsAtEveryStepAndTheFullSetAtTheEnd) {
   std::ifstream in(out + "/log.jsonl");
   std::string text;
   std::vector<nlohmann::json> evals;
-  nlohmann::json final_line;
   while (std::getline(in, text)) {
     const nlohmann::json j = nlohmann::json::parse(text);
-    if (j.contains("final")) final_line = j;
-    else if (j.contains("val_loss")) evals.push_back(j);
+    if (!j.contains("final") && j.contains("val_loss")) evals.push_back(j);
   }
+  const nlohmann::json final_line = log_final(out);
   ASSERT_EQ(evals.size(), 3u);  // steps 2, 4, 6
   const int64_t total = evals[0].at("val_windows_total").get<int64_t>();
   ASSERT_GT(total, 2) << "the corpus must give more validation windows than --eval-windows";
