@@ -77,6 +77,9 @@ const GemmShape k_train_gemms[] = {
     {"mlp_fwd_C384:2048x1536x384,B^T", 2048, 1536, 384, false, true, 0.0f},
     {"mlp_dinp_C384:2048x384x1536,+=", 2048, 384, 1536, false, false, 1.0f},
     {"mlp_dweight_C384:1536x384x2048,A^T,+=", 1536, 384, 2048, true, false, 1.0f},
+    {"mlp_down_fwd_C384:2048x384x1536,B^T", 2048, 384, 1536, false, true, 0.0f},
+    {"lmhead_dinp_C384:2048x384x8192,+=", 2048, 384, 8192, false, false, 1.0f},
+    {"lmhead_dweight_C384:8192x384x2048,A^T,+=", 8192, 384, 2048, true, false, 1.0f},
     {"mlp_fwd_gpt2:1024x3072x768,B^T", 1024, 3072, 768, false, true, 0.0f},
     {"lmhead_fwd_gpt2:1024x50257x768,B^T", 1024, 50257, 768, false, true, 0.0f},
 };

@@ -21,7 +21,12 @@
 #   - tbf shaping at RATE on every node link, both directions (node egress and the switch's
 #     port egress); latency through netem where the kernel has it (--delay), else said;
 #   - a hostfile (S slots per node) and /etc/netns/NODE/hosts, which `ip netns exec`
-#     mounts over /etc/hosts inside that namespace (the cluster's name service).
+#     mounts over /etc/hosts inside that namespace (the cluster's name service);
+#   - cores of its own for every node, as a real node has: the machine's cores split evenly
+#     among the nodes (all of them shared when there are fewer cores than nodes), the rsh
+#     agent confining each node's orted and ranks to its part (taskset), and Open MPI's
+#     binding off (each node's orted, seeing the whole machine, bound every node's first
+#     rank to core 0: two nodes' ranks computed on one core while the other sat idle).
 # --slurm: Slurm too (Debian's slurm-wlm): slurmctld on the login node, one slurmd per node
 # (S CPUs each, auth/none, no cgroups, each with a /tmp of its own as a real node has), so
 # that `srun -N K --ntasks-per-node S --mpi=pmix CMD` runs CMD across the nodes; the run
@@ -69,6 +74,16 @@ rate_bits() {
 }
 
 nodes_up() { cat "$state/nodes"; }
+
+# The cores this script may use (its affinity, e.g. "0-3,8" expanded), space-separated.
+machine_cores() {
+  local list part ids=()
+  list=$(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status)
+  for part in ${list//,/ }; do
+    if [[ $part == *-* ]]; then ids+=($(seq "${part%-*}" "${part#*-}")); else ids+=("$part"); fi
+  done
+  echo "${ids[*]}"
+}
 
 # tbf on dev DEV in namespace NS at RATE; netem delay below it when asked and available.
 shape_dev() {
@@ -175,6 +190,10 @@ mpi_env() {
   export OMPI_MCA_btl_tcp_if_include=$subnet
   export OMPI_MCA_oob_tcp_if_include=$subnet
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  # Each node's processes stay on the node's cores (the rsh agent's taskset, from this file);
+  # Open MPI would bind them as if every node had the whole machine.
+  export GPUMIX_CLUSTER_CPUS="$state/cpus"
+  export OMPI_MCA_hwloc_base_binding_policy=none
   # The nodes share this machine's cores. With more slots than cores, a rank spinning on its
   # TCP wait steals the core of the rank that would send (seen: a 70 ms step took 400 ms);
   # Open MPI yields when it knows a host is oversubscribed, but each node here looks whole.
@@ -186,6 +205,8 @@ mpi_env() {
   GPUMIX_CLUSTER_NODES=$(tr '\n' ' ' < "$state/nodes"); export GPUMIX_CLUSTER_NODES
   if [ -f "$state/slurm/slurm.conf" ]; then export SLURM_CONF="$state/slurm/slurm.conf"; fi
 }
+
+node_cpus() { awk -v h="$1" '$1 == h {print $2}' "$state/cpus"; }  # NODE -> its cores, as taskset -c takes them
 
 # Slurm on the cluster: a controller on the login node, a slurmd per node. slurmd runs under
 # nsenter (the network namespace alone: `ip netns exec` would mount a /sys without the
@@ -217,7 +238,7 @@ slurm_up() {
   ip netns exec "$head" unshare --uts sh -c 'hostname "$1"; slurmctld -f "$2"' sh "$head" "$d/slurm.conf"
   for node in $(nodes_up); do
     mkdir -p "$d/spool/$node" "$d/tmp-$node"
-    nsenter --net="/run/netns/$node" unshare --uts --mount --propagation private \
+    nsenter --net="/run/netns/$node" taskset -c "$(node_cpus "$node")" unshare --uts --mount --propagation private \
       sh -c 'hostname "$1"; mount --bind "$2" /tmp; mount --bind "/etc/netns/$1/hosts" /etc/hosts; slurmd -f "$3" -N "$1"' \
       sh "$node" "$d/tmp-$node" "$d/slurm.conf"
   done
@@ -272,11 +293,20 @@ cmd_up() {
   ip -n "$switch" link set br0 up
   add_host "$head" 127.200.0.1
   local i hosts="127.0.0.1 localhost"$'\n'"127.200.0.1 $head"$'\n'
-  : > "$state/hostfile"
+  local cores; read -r -a cores <<< "$(machine_cores)"
+  local ncores=${#cores[@]}
+  [ "$ncores" -ge "$k" ] || note "$ncores cores for $k nodes: every node shares all of them"
+  : > "$state/hostfile"; : > "$state/cpus"
   for ((i = 0; i < k; i++)); do
     add_host "$prefix-node$i" "127.200.0.$((10 + i))"
     echo "$prefix-node$i" >> "$state/nodes"
     echo "$prefix-node$i slots=$slots" >> "$state/hostfile"
+    if [ "$ncores" -ge "$k" ]; then
+      local own="${cores[*]:$((i * ncores / k)):$(((i + 1) * ncores / k - i * ncores / k))}"
+      echo "$prefix-node$i ${own// /,}" >> "$state/cpus"
+    else
+      echo "$prefix-node$i $(IFS=,; echo "${cores[*]}")" >> "$state/cpus"
+    fi
     hosts+="127.200.0.$((10 + i)) $prefix-node$i"$'\n'
   done
   local ns
