@@ -77,12 +77,9 @@ nodes_up() { cat "$state/nodes"; }
 
 # The cores this script may use (its affinity, e.g. "0-3,8" expanded), space-separated.
 machine_cores() {
-  local list part ids=()
+  local list part
   list=$(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status)
-  for part in ${list//,/ }; do
-    if [[ $part == *-* ]]; then ids+=($(seq "${part%-*}" "${part#*-}")); else ids+=("$part"); fi
-  done
-  echo "${ids[*]}"
+  for part in ${list//,/ }; do seq "${part%-*}" "${part#*-}"; done | tr '\n' ' '  # "5" is 5-5
 }
 
 # tbf on dev DEV in namespace NS at RATE; netem delay below it when asked and available.
