@@ -232,6 +232,7 @@ CostModel::Step CostModel::evaluate(const std::vector<RankChoice>& choices) cons
   Step s;
   s.comm = comm_for(choices);
   s.even = shares_even(choices);
+  s.ranks.reserve(choices.size());
   for (size_t i = 0; i < choices.size(); i++) {
     const RankChoice& c = choices[i];
     RankTimes t;

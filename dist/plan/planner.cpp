@@ -30,6 +30,7 @@ struct Option {
 struct Group {
   int device = 0;
   std::vector<int> ranks;
+  std::vector<size_t> positions;  // of each rank among the members
 };
 
 // The 1-2-4-8 grid of micro-batch sizes for large instances, plus the profiled sizes.
@@ -248,8 +249,7 @@ class Search {
         const Group& gr = groups_[g];
         for (size_t j = 0; j < gr.ranks.size(); j++) {
           const int64_t b = level[g] + ((int64_t)j < above[g] ? 1 : 0);
-          const size_t k = std::find(members_.begin(), members_.end(), gr.ranks[j]) - members_.begin();
-          (*out)[k] = best_option(gr.ranks[j], b, tau, eta);
+          (*out)[gr.positions[j]] = best_option(gr.ranks[j], b, tau, eta);
         }
       }
     }
@@ -398,11 +398,12 @@ class Search {
     even_ = even;
     thr_ = even ? 1.0 / members.size() : 0.0;
     groups_.clear();
-    for (int r : members) {
-      const int d = cost_.device_index(r);
+    for (size_t k = 0; k < members.size(); k++) {
+      const int d = cost_.device_index(members[k]);
       auto it = std::find_if(groups_.begin(), groups_.end(), [&](const Group& g) { return g.device == d; });
-      if (it == groups_.end()) groups_.push_back({d, {r}});
-      else it->ranks.push_back(r);
+      if (it == groups_.end()) it = groups_.insert(groups_.end(), Group{d, {}, {}});
+      it->ranks.push_back(members[k]);
+      it->positions.push_back(k);
     }
     // Uneven shares: the targets take the collectives at their cheapest (the state split
     // evenly between the nodes); each plan is then scored with its own.
