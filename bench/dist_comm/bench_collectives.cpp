@@ -19,8 +19,9 @@
 // across emulated or real nodes: bench/dist_comm/flat_vs_hierarchical.sh; or thread ranks
 // on simulated nodes, GPUMIX_BENCH_NODES=0,0,1,1), every benchmark runs in three forms side
 // by side: flat (the backend's own collective), hierarchical (forced), auto (TopologyComm's
-// cost-model choice, with its default links). Leave GPUMIX_COLLECTIVES unset: it would
-// override the forced forms.
+// cost-model choice, with the links measured first as the profiler measures them, at 1 and
+// 8 MiB: what a planned run gives the engine; printed). Leave GPUMIX_COLLECTIVES unset: it
+// would override the forced forms.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -32,6 +33,8 @@
 
 #include "dist/comm/comm.h"
 #include "dist/comm/hierarchical.h"
+#include "dist/engine/profiler.h"
+#include "dist/plan/cost_model.h"
 
 using namespace gpumix;
 using namespace gpumix::dist;
@@ -42,17 +45,37 @@ enum Op : int32_t { kQuit = -1, kAllGather = 0, kReduceScatter = 1 };
 const char* kOpNames[] = {"all_gather_v", "reduce_scatter_v"};
 const char* kFormNames[] = {"flat", "hierarchical", "auto"};
 
-// The forms of the collectives on this rank: [0] the backend itself; on several nodes also
-// [1] hierarchical and [2] automatic TopologyComms over it (made collectively, in order).
-std::vector<Comm*> g_forms;
-std::vector<std::unique_ptr<Comm>> g_owned;
-void make_forms(Comm& base) {
-  g_forms = {&base};
-  if (base.nodes() < 2) return;
-  g_owned.push_back(std::make_unique<TopologyComm>(base, TopologyLinks{}, TopologyComm::Mode::hierarchical));
-  g_owned.push_back(std::make_unique<TopologyComm>(base, TopologyLinks{}, TopologyComm::Mode::automatic));
-  for (auto& c : g_owned) g_forms.push_back(c.get());
+// The forms of the collectives on a rank: [0] the backend itself; on several nodes also
+// [1] hierarchical and [2] automatic TopologyComms over it, the latter with the links
+// measured over `base` (collective: every rank makes them, in this order).
+struct Forms {
+  std::vector<Comm*> forms;
+  std::vector<std::unique_ptr<Comm>> owned;
+};
+Forms make_forms(Comm& base) {
+  Forms f;
+  f.forms = {&base};
+  if (base.nodes() < 2) return f;
+  CommSizes sizes;
+  sizes.block = (1 << 20) / 4;
+  sizes.embedding = (8 << 20) / 4;
+  const CommProfile links = measure_comm(base, Device::cpu(), 5, sizes);
+  if (base.rank() == 0) {
+    auto say = [](const char* kind, const CollectiveProfile& c) {
+      std::fprintf(stderr, "links measured for auto, %s: intra-node %.1f us + %.0f MB/s, inter-node %.1f us + %.0f MB/s, leaders %.1f us + %.0f MB/s\n",
+                   kind, c.intra_node.latency_s * 1e6, c.intra_node.bandwidth_Bps / 1e6, c.inter_node.latency_s * 1e6,
+                   c.inter_node.bandwidth_Bps / 1e6, c.leaders.latency_s * 1e6, c.leaders.bandwidth_Bps / 1e6);
+    };
+    say("all-gather", links.all_gather);
+    say("reduce-scatter", links.reduce_scatter);
+  }
+  f.owned.push_back(std::make_unique<TopologyComm>(base, TopologyLinks{}, TopologyComm::Mode::hierarchical));
+  f.owned.push_back(std::make_unique<TopologyComm>(base, topology_links(links.all_gather),
+                                                   topology_links(links.reduce_scatter), TopologyComm::Mode::automatic));
+  for (auto& c : f.owned) f.forms.push_back(c.get());
+  return f;
 }
+std::vector<Comm*> g_forms;  // rank 0's, for the benchmarks
 
 struct Skew {
   const char* name;
@@ -171,7 +194,8 @@ int main(int argc, char** argv) {
   if (launched_by_mpi() && mpi_built()) {
     MpiSession mpi(&argc, &argv);
     std::unique_ptr<Comm> comm = make_mpi_comm();
-    make_forms(*comm);
+    Forms forms = make_forms(*comm);
+    g_forms = forms.forms;
     if (comm->rank() != 0) {
       follow(*comm, g_forms);
       return 0;
@@ -202,18 +226,13 @@ int main(int argc, char** argv) {
   for (int r = 1; r < n; ++r)
     helpers.emplace_back([&group, r] {
       std::unique_ptr<Comm> comm = group.comm(r);
-      std::vector<std::unique_ptr<Comm>> mine;
-      std::vector<Comm*> forms = {comm.get()};
-      if (comm->nodes() > 1) {
-        mine.push_back(std::make_unique<TopologyComm>(*comm, TopologyLinks{}, TopologyComm::Mode::hierarchical));
-        mine.push_back(std::make_unique<TopologyComm>(*comm, TopologyLinks{}, TopologyComm::Mode::automatic));
-        for (auto& c : mine) forms.push_back(c.get());
-      }
-      follow(*comm, forms);
+      const Forms forms = make_forms(*comm);
+      follow(*comm, forms.forms);
     });
   {
     std::unique_ptr<Comm> comm = group.comm(0);
-    make_forms(*comm);
+    Forms forms = make_forms(*comm);
+    g_forms = forms.forms;
     register_all(comm.get(), "local");
     benchmark::Initialize(&argc, argv);
     benchmark::RunSpecifiedBenchmarks();

@@ -10,7 +10,8 @@
 # a build with build/bench/dist_comm/bench_collectives. For each rate it brings a cluster of
 # NODES x SLOTS ranks up, runs bench_collectives under `mpirun --hostfile` (every benchmark
 # in three forms: flat = Open MPI's own collective, hierarchical = dist/comm/hierarchical.h's
-# three stages forced, auto = TopologyComm's cost-model choice with its default links), and
+# three stages forced, auto = TopologyComm's cost-model choice with the links bench_collectives
+# measured first, printed as "links measured for auto"), and
 # tears it down (also on failure: `with` does). Output: OUT_DIR/RATE.json (Google Benchmark)
 # and OUT_DIR/RATE.txt; a summary table of flat vs hierarchical time per case at the end,
 # with the load average at the start and at the end (OUT_DIR/load.txt too): on a machine

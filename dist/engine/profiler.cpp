@@ -350,14 +350,6 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
   return d;
 }
 
-// The collectives of a run measure at its own sizes: one block's parameters gathered in the
-// compute dtype, its fp32 gradient reduce-scattered, and the same for the embedding unit
-// (the largest, once a step each).
-struct CommSizes {
-  int64_t block = 0, embedding = 0;  // elements
-  DType gather_dtype = DType::f32;
-};
-
 // Each rank's counts of `total` elements: even, or skewed (rank r holds in proportion to r + 1).
 std::vector<int64_t> counts_for(int n, int64_t total, bool even) {
   std::vector<int64_t> c(n);
@@ -462,6 +454,8 @@ double measure_overlap(Comm& comm, Device device, int repeats, double free_bytes
   return median(overlap);
 }
 
+}  // namespace
+
 // The collectives of the run's communicator. On one node: its fit is the intra-node link.
 // Across nodes: the whole communicator's fit is the inter-node link (a flat collective that
 // spans the nodes, bottlenecked by the link between them); each node's ranks, split off,
@@ -513,6 +507,8 @@ CommProfile measure_comm(Comm& comm, Device device, int repeats, const CommSizes
   result.overlap = measure_overlap(engine_form, device, repeats, smallest_free, sizes);
   return result;
 }
+
+namespace {
 
 // Every rank's JSON text, gathered to every rank.
 std::vector<std::string> all_gather_strings(Comm& comm, const std::string& mine, Device device) {

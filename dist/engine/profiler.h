@@ -51,6 +51,18 @@ constexpr double kCollectiveBudget_s = 0.1;
 constexpr int kMaxCollectiveRuns = 200;
 double fastest_collective(Comm& comm, Device device, int repeats, const std::function<void()>& fn);
 
+// The collectives of a run measure at its own sizes: one block's parameters gathered in the
+// compute dtype, its fp32 gradient reduce-scattered, and the same for the embedding unit
+// (the largest, once a step each).
+struct CommSizes {
+  int64_t block = 0, embedding = 0;  // elements
+  DType gather_dtype = DType::f32;
+};
+
+// The links of `comm`'s collectives (intra-node, inter-node, the leaders'), and the overlap
+// of a prefetched gather, as a profile holds them. Collective.
+CommProfile measure_comm(Comm& comm, Device device, int repeats, const CommSizes& sizes);
+
 // The profiler's inputs, which `gpumix bench` measures with too: N(0, 1) numbers in `dtype`
 // (drawn in fp32 from a key of `name`, then rounded), and (rows, T) tokens in [0, V) from a
 // fixed hash.
