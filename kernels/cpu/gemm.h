@@ -17,4 +17,9 @@ std::string gemm_impl_info(GemmKind kind);
 // Number of distinct GEMM primitives (shape, types, layouts, alpha, beta, threads) cached.
 int64_t gemm_cached_primitives();
 
+// A product with a transposed A of more rows than this runs in blocks of this many rows of
+// C: oneDNN 2.6 ran the LM head's weight gradient (50,257 x 768 x 8,192, bf16) at 228 GFLOP/s
+// whole and 390-415 in blocks of 2k-40k rows (1024-deep: 330 against 400).
+constexpr int kGemmTransARowBlock = 32768;
+
 }  // namespace gpumix::kernels::cpu

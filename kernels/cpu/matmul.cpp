@@ -230,6 +230,12 @@ void gemm_any(GemmKind kind, bool trans_a, bool trans_b, int m, int n, int k, fl
   }
   check_ld("lda", lda, trans_a ? m : k, "A", trans_a);
   check_ld("ldb", ldb, trans_b ? k : n, "B", trans_b);
+  if (trans_a && batch == 1 && m > kGemmTransARowBlock) {
+    for (int i0 = 0; i0 < m; i0 += kGemmTransARowBlock)  // op(A)'s rows are A's columns
+      gemm_any(kind, trans_a, trans_b, std::min(kGemmTransARowBlock, m - i0), n, k, alpha, a + i0, lda, b, ldb,
+               beta, c + (int64_t)i0 * ldc, ldc, 1, (int64_t)0, (int64_t)0, (int64_t)0, bias);
+    return;
+  }
   if (batch > 1 && stride_c == 0) {
     // Every product lands on the same C: run them in order, as the reference does.
     for (int p = 0; p < batch; p++)

@@ -97,6 +97,18 @@ TEST(GemmBf16, MatchesRefAllTransposesBothResultTypes) {
         }
 }
 
+// More rows of a transposed A than one block: the product runs block by block
+// (kGemmTransARowBlock), the last one short, each on its own rows of C and columns of A.
+TEST(GemmBf16, ATransposedOfManyRowsRunsInRowBlocks) {
+  const GemmCase g{2 * cpu::kGemmTransARowBlock + 5, 3, 4, 1};
+  uint32_t seed = 500;
+  for (int tb = 0; tb < 2; tb++)
+    for (float beta : {0.0f, 1.0f}) {
+      check_gemm<uint16_t>(g, true, tb, 0.7f, beta, false, seed++);
+      check_gemm<float>(g, true, tb, 1.0f, beta, false, seed++);
+    }
+}
+
 TEST(GemmBf16, SharedOperandAcrossTheBatch) {
   // stride_b == 0: one B for every batch matrix (oneDNN broadcasts it).
   check_gemm<uint16_t>({33, 20, 17, 3}, false, true, 1.0f, 0.0f, true, 7);
