@@ -298,12 +298,9 @@ cmd_up() {
     add_host "$prefix-node$i" "127.200.0.$((10 + i))"
     echo "$prefix-node$i" >> "$state/nodes"
     echo "$prefix-node$i slots=$slots" >> "$state/hostfile"
-    if [ "$ncores" -ge "$k" ]; then
-      local own="${cores[*]:$((i * ncores / k)):$(((i + 1) * ncores / k - i * ncores / k))}"
-      echo "$prefix-node$i ${own// /,}" >> "$state/cpus"
-    else
-      echo "$prefix-node$i $(IFS=,; echo "${cores[*]}")" >> "$state/cpus"
-    fi
+    local own=("${cores[@]}")
+    [ "$ncores" -lt "$k" ] || own=("${cores[@]:i * ncores / k:(i + 1) * ncores / k - i * ncores / k}")
+    echo "$prefix-node$i $(IFS=,; echo "${own[*]}")" >> "$state/cpus"
     hosts+="127.200.0.$((10 + i)) $prefix-node$i"$'\n'
   done
   local ns
