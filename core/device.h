@@ -1,5 +1,5 @@
 // Devices: a real CPU or CUDA GPU, or an emulated device (a CPU rank given a memory
-// capacity and a slowdown factor; see DESIGN.md "Devices and emulation"). A Device is a
+// capacity and a slowdown factor; see docs/design.md "Devices and emulation"). A Device is a
 // small value (kind, index); its properties and its allocator live in a per-process
 // registry, so tensors can carry the Device by value.
 #pragma once

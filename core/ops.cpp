@@ -19,7 +19,7 @@ namespace gpumix::ops {
 
 namespace {
 
-// Emulated slowdown (DESIGN.md "Devices and emulation"): a device with slowdown f > 1 takes
+// Emulated slowdown (docs/design.md "Devices and emulation"): a device with slowdown f > 1 takes
 // f x each op's own time, by waiting after the op. On one OpenMP thread an op's own time
 // is its CPU time, so that emulated devices sharing a machine's cores keep their speeds:
 // the time an op spent waiting for a core that another rank held comes out of the wait.

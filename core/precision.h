@@ -1,4 +1,4 @@
-// The mixed-precision contract (DESIGN.md "Numbers and precision"), written once: a run
+// The mixed-precision contract (docs/design.md "Numbers and precision"), written once: a run
 // computes in ONE compute dtype, f32 or bf16, and the dtype of every tensor argument of
 // every op follows from it and the argument's role. core/ops.cpp checks each op's arguments
 // against this rule; every Backend (core/backend.h says each argument's role, op by op)

@@ -22,7 +22,7 @@ namespace {
 using namespace gpumix::dist;
 
 int cmd_plan(int argc, char** argv) {
-  CLI::App app{"Plan per-rank batches, micro-batches and state shares (METHOD.md §4)", "gpumix plan"};
+  CLI::App app{"Plan per-rank batches, micro-batches and state shares (docs/method.md §4)", "gpumix plan"};
   std::string profile_path, cluster_path, model_name, out_path, svg_path, planner = "gpumix", dtype_text;
   int64_t global_batch = 0;
   int seq = 0;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/hetero: GPUMix vs even vs proportional sharding on emulated heterogeneous clusters of
-# three CPU ranks (DESIGN.md "Devices and emulation"), measured side by side in one run:
+# three CPU ranks (docs/design.md "Devices and emulation"), measured side by side in one run:
 # tokens/s, out-of-memory outcomes, predicted vs measured compute time per rank and step
 # time, predicted vs measured peak memory per rank. Writes bench/results/hetero.md.
 #   bench/hetero/run.sh                 the three clusters below, 10 steps per run

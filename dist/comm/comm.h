@@ -1,5 +1,5 @@
 // Communication between ranks: the collectives that uneven sharded data parallelism needs
-// (METHOD.md §5-6), behind one interface with three backends.
+// (docs/method.md §5-6), behind one interface with three backends.
 //
 //   local  ranks are threads of one process (tests, teaching, emulation on one machine):
 //          LocalGroup / run_local. Host buffers, or device buffers on the same or different
@@ -306,7 +306,7 @@ std::unique_ptr<Comm> make_mpi_comm(const MpiOptions& options = {});
 // ---- NCCL backend -----------------------------------------------------------------------
 
 // How an uneven all-gather / reduce-scatter runs on NCCL, which has no variable-count
-// collectives (METHOD.md §6): `padded` pads every shard to the largest (M) and runs one
+// collectives (docs/method.md §6): `padded` pads every shard to the largest (M) and runs one
 // ncclAllGather / ncclReduceScatter in place on slots of M elements (wire bytes ~ N*M);
 // `grouped` runs one ncclBroadcast / ncclReduce per non-empty root inside one
 // ncclGroupStart/End (wire bytes ~ T, more launches).

@@ -6,7 +6,7 @@
 // MPI communicator kept beside the NCCL one, which also checks before every collective
 // that the ranks pass the same counts.
 //
-// NCCL has no variable-count collectives (METHOD.md §6). Uneven all-gather and
+// NCCL has no variable-count collectives (docs/method.md §6). Uneven all-gather and
 // reduce-scatter run, chosen per call by choose_uneven_algo (comm.h):
 //   padded   every shard padded to the largest (M) in a staging buffer of N*M elements
 //            ("slots"): copy-in, one in-place ncclAllGather / ncclReduceScatter, copy-out;

@@ -1,4 +1,4 @@
-// Offload of saved block inputs (METHOD.md §5; a plan's `offload`, which the planner
+// Offload of saved block inputs (docs/method.md §5; a plan's `offload`, which the planner
 // chooses for GPUs): the sharded engine keeps each micro-batch's block input in host
 // memory between the block's forward and its backward, so that the device holds only a
 // few of them (dist/plan/memory_model.h: `offload_staging` micro-batches) instead of all

@@ -1,4 +1,4 @@
-// The profiler (METHOD.md §1): measures, on every rank at once, what the planner needs for
+// The profiler (docs/method.md §1): measures, on every rank at once, what the planner needs for
 // the model being trained: per-block forward and backward (+ recompute) times and the
 // allocator's peak at micro-batch sizes 1, 2, 4, ... up to the largest that fits, the
 // embedding + head + loss, AdamW per parameter, and the collectives among the ranks (even

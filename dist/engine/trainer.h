@@ -1,5 +1,5 @@
 // The training loop on one or many ranks. Every rank calls train() with the same options
-// and plan and its own Comm; together they execute the plan as METHOD.md §5 describes:
+// and plan and its own Comm; together they execute the plan as docs/method.md §5 describes:
 //
 // - one rank: the whole model on its device, each micro-batch's forward and backward
 //   in turn (gradient accumulation), AdamW over all parameters

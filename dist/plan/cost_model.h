@@ -1,4 +1,4 @@
-// The step-time model of METHOD.md §2 as the engine runs a step (dist/engine/sharded_engine.h),
+// The step-time model of docs/method.md §2 as the engine runs a step (dist/engine/sharded_engine.h),
 // in one place: the planner optimises it, the baselines and the simulator report it.
 //
 // Per block, rank i (batch b in n = ceil(b/m) micro-batches, the last one smaller):
@@ -64,7 +64,7 @@ struct RankChoice {
   bool takes_part() const { return b > 0 || r > 0; }
 };
 
-// How the training state is sharded (METHOD.md §5; FSDP2's HSDP, ZeRO++'s hpZ).
+// How the training state is sharded (docs/method.md §5; FSDP2's HSDP, ZeRO++'s hpZ).
 //   full    group_size 0: every unit is sharded over all the ranks that take part.
 //   hybrid  group_size g (1 <= g < N, g divides N): ranks in rank order form N/g groups of
 //           g; each group holds the whole state, sharded within the group by position

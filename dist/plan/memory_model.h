@@ -1,4 +1,4 @@
-// The memory model of METHOD.md §3: bytes on one rank for a given plan, term by term, so
+// The memory model of docs/method.md §3: bytes on one rank for a given plan, term by term, so
 // that each term can be held against the allocator's measured peak.
 //
 //   state    = r · P · (master + grad + AdamW m, v)                  (fp32: 16 B / param in
@@ -25,7 +25,7 @@
 // embedding unit and of one block. Every other unit's gathered
 // buffers are freed as soon as it ran. b = 0 with r > 0 is a rank that only holds
 // state (it still gathers); b = 0 and r = 0 is a rank left out, which uses nothing.
-// The carried term is not in METHOD.md's list but the layer-major backward needs it: the
+// The carried term (b · T · C · dtype) is there because the layer-major backward needs it: the
 // gradient flowing into block ℓ is held for all micro-batches at once. Taking the larger of
 // the two phases' peaks rather than their sum matches the allocator's measured peak (the
 // sum over-predicted by 20-25 % where the head dominates, e.g. gpt-nano's 4096-token vocabulary).

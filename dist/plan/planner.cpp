@@ -905,7 +905,7 @@ Plan plan_proportional(const Profile& profile, int64_t B, const PlannerOptions& 
 // communication assumed free; (2) check only that the cluster's total free memory holds
 // the state; (3) start from even shares and water-fill the overflow of full ranks into
 // the ranks with spare memory in equal parts, without checking that each receiver can
-// take its part (the flaw METHOD.md §4.1 names). Evaluated with our models.
+// take its part (the flaw docs/method.md §4.1 names). Evaluated with our models.
 Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts) {
   check_batch(B);
   const int N = profile.num_ranks();

@@ -1,4 +1,4 @@
-// The planner of METHOD.md §4 and the baselines it is compared with, side by side.
+// The planner of docs/method.md §4 and the baselines it is compared with, side by side.
 //
 // gpumix: chooses per rank b_i, m_i, r_i, offload, and which ranks to leave out, jointly,
 // minimising T_step of dist/plan/cost_model.h subject to the memory of dist/plan/memory_model.h.

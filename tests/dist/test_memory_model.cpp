@@ -1,4 +1,4 @@
-// The memory model, term by term (METHOD.md §3).
+// The memory model, term by term (docs/method.md §3).
 #include <gtest/gtest.h>
 
 #include <algorithm>

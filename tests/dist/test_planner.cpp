@@ -84,7 +84,7 @@ TEST(Planner, ExactOnFourRanksBatchSixteen) {
 
 // Cephalo's water-filling puts state on ranks that have no room for it; ours fits. Among
 // random small clusters, find the cases where its plan overflows a rank that *received*
-// state (the flaw of METHOD.md §4.1), and check that ours fits there.
+// state (the flaw of docs/method.md §4.1), and check that ours fits there.
 TEST(Planner, CephaloPlanDoesNotFitOursDoes) {
   std::mt19937 rng(31);
   int flaw_cases = 0, ours_fit = 0;

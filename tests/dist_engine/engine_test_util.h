@@ -140,7 +140,7 @@ inline std::vector<float> read_array(const std::string& ckpt, const std::string&
 //
 // Two plans compute the same gradient with the additions in another order (micro-batches,
 // ranks), so results differ by fp32 rounding. The allowance is the fp32 formula of
-// DESIGN.md, |x - ref| <= atol + rtol * |ref|:
+// docs/design.md, |x - ref| <= atol + rtol * |ref|:
 //   losses (a mean over the batch of per-token cross-entropies, ~6 nats):
 //       rtol = 1e-5, atol = 0
 //   parameters after k AdamW steps at peak rate lr:
@@ -156,7 +156,7 @@ inline std::vector<float> read_array(const std::string& ckpt, const std::string&
 //   (at least 1) may therefore exceed the allowance, by no more than both plans moving it
 //   fully apart, 2 k lr (params_agree).
 //
-// In bf16 (DESIGN.md "Numbers and precision") the same holds, with two changes. A gathered
+// In bf16 (docs/design.md "Numbers and precision") the same holds, with two changes. A gathered
 // unit is each rank's slice of the same fp32 masters rounded to bf16 and concatenated, the
 // rounding one rank's model makes of its own master, so every plan computes with the
 // parameters one rank does, and the kernels compute a row alike in any micro-batch up to
