@@ -10,7 +10,6 @@
 
 #include "core/error.h"
 #include "nn/data/token_file.h"
-#include "nn/hf/gpt2.h"
 #include "nn/infer.h"
 #include "nn/train.h"
 
@@ -30,10 +29,8 @@ EvalResult evaluate(const EvalOptions& o, const std::function<void(int64_t, int6
   std::optional<data::Tokenizer> tok;
   std::string tokenizer_error;  // why a text corpus cannot be encoded
   if (!o.model.empty()) {
-    hf::Gpt2Model m = hf::read_model(o.model);
-    model = std::make_unique<GPT>(m.config, Device::cpu(), 0, o.dtype);
-    std::copy(m.params.begin(), m.params.end(), model->params().data<float>());
-    model->sync_compute_params();
+    HfModel m = load_hf_model(o.model, o.dtype);
+    model = std::move(m.model);
     tok = std::move(m.tokenizer);
     r.source = o.model;
     r.tokenizer = o.model + " (vocab.json, merges.txt)";

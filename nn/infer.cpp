@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "kernels/philox.h"
 #include "nn/data/loader.h"
+#include "nn/hf/gpt2.h"
 
 namespace gpumix {
 
@@ -19,6 +20,14 @@ std::unique_ptr<GPT> load_model(const CheckpointReader& reader, DType compute) {
   reader.read_slice("master", 0, model->params().data<float>(), model->num_params());
   model->sync_compute_params();
   return model;
+}
+
+HfModel load_hf_model(const std::string& dir, DType compute) {
+  hf::Gpt2Model m = hf::read_model(dir);
+  auto model = std::make_unique<GPT>(m.config, Device::cpu(), 0, compute);
+  std::copy(m.params.begin(), m.params.end(), model->params().data<float>());
+  model->sync_compute_params();
+  return {std::move(model), std::move(m.tokenizer)};
 }
 
 void check_token_ids(const int32_t* ids, int64_t n, int64_t vocab, const char* what, int32_t lowest) {

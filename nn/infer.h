@@ -15,6 +15,7 @@
 
 #include "core/tensor.h"
 #include "nn/checkpoint.h"
+#include "nn/data/bpe.h"
 #include "nn/gpt.h"
 
 namespace gpumix {
@@ -22,6 +23,14 @@ namespace gpumix {
 // The checkpoint's model (its shape from meta.json, its fp32 master weights) on the CPU,
 // computing in `compute` (f32 or bf16: then with its compute copy made from the master).
 std::unique_ptr<GPT> load_model(const CheckpointReader& reader, DType compute = DType::f32);
+
+// A Hugging Face GPT-2 folder (nn/hf/gpt2.h): its model on the CPU, computing in `compute`,
+// and the tokenizer that came with it.
+struct HfModel {
+  std::unique_ptr<GPT> model;
+  data::Tokenizer tokenizer;
+};
+HfModel load_hf_model(const std::string& dir, DType compute = DType::f32);
 
 // Throws Error naming `what`, the position and the value when an id of ids[0, n) is outside
 // [lowest, vocab) (lowest -1 for targets, where -1 means "no target").

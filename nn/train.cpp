@@ -242,10 +242,8 @@ std::string generate(const GenerateOptions& o) {
   std::unique_ptr<GPT> model;
   std::optional<data::Tokenizer> tok;  // not needed for a prompt of ids
   if (!o.model.empty()) {
-    hf::Gpt2Model m = hf::read_model(o.model);
-    model = std::make_unique<GPT>(m.config, Device::cpu(), 0, o.dtype);
-    std::copy(m.params.begin(), m.params.end(), model->params().data<float>());
-    model->sync_compute_params();
+    HfModel m = load_hf_model(o.model, o.dtype);
+    model = std::move(m.model);
     tok = std::move(m.tokenizer);
   } else {
     const CheckpointReader reader = open_checkpoint(o.ckpt);

@@ -76,6 +76,14 @@ void* buf(const Tensor& t) { return t.numel() > 0 ? t.raw_data() : g_dummy; }
 // through host copies (synchronously; the asynchronous forms complete before they return).
 bool on_device(const Tensor& t) { return t.defined() && !t.device().is_cpu(); }
 Tensor host_copy(const Tensor& t) { return on_device(t) ? t.to(Device::cpu()) : t; }
+// Runs collective(host_in, host_out) on host copies and copies the result back to the
+// device; in place (all-reduce, broadcast) when `in` is `out`.
+template <class F>
+void through_host(const Tensor& in, Tensor& out, F&& collective) {
+  Tensor host_out = host_copy(out);
+  collective(&in == &out ? host_out : host_copy(in), host_out);
+  if (on_device(out)) out.copy_from(host_out);
+}
 
 class MpiComm;
 
@@ -182,12 +190,8 @@ class MpiComm : public Comm {
   }
 
   void all_gather_v(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
-    if (on_device(in) || on_device(out)) {
-      Tensor host_out = host_copy(out);
-      all_gather_v(host_copy(in), host_out, counts);
-      if (on_device(out)) out.copy_from(host_out);
-      return;
-    }
+    if (on_device(in) || on_device(out))
+      return through_host(in, out, [&](const Tensor& i, Tensor& o) { all_gather_v(i, o, counts); });
     const double start = detail::now_seconds();
     const CommBytes bytes = start_gather(in, out, counts, nullptr);
     record(CommOp::all_gather_v, bytes, detail::seconds_since(start));
@@ -202,12 +206,8 @@ class MpiComm : public Comm {
   }
 
   void reduce_scatter_v(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
-    if (on_device(in) || on_device(out)) {
-      Tensor host_out = host_copy(out);
-      reduce_scatter_v(host_copy(in), host_out, counts);
-      if (on_device(out)) out.copy_from(host_out);
-      return;
-    }
+    if (on_device(in) || on_device(out))
+      return through_host(in, out, [&](const Tensor& i, Tensor& o) { reduce_scatter_v(i, o, counts); });
     const double start = detail::now_seconds();
     const CommBytes bytes = start_scatter(in, out, counts, nullptr);
     record(CommOp::reduce_scatter_v, bytes, detail::seconds_since(start));
@@ -226,12 +226,7 @@ class MpiComm : public Comm {
   }
 
   void all_reduce_sum(Tensor& t) override {
-    if (on_device(t)) {
-      Tensor host = host_copy(t);
-      all_reduce_sum(host);
-      t.copy_from(host);
-      return;
-    }
+    if (on_device(t)) return through_host(t, t, [&](const Tensor&, Tensor& host) { all_reduce_sum(host); });
     const double start = detail::now_seconds();
     const CommBytes bytes = start_all_reduce(t, nullptr);
     record(CommOp::all_reduce, bytes, detail::seconds_since(start));
@@ -244,12 +239,7 @@ class MpiComm : public Comm {
   }
 
   void broadcast(Tensor& t, int root) override {
-    if (on_device(t)) {
-      Tensor host = host_copy(t);
-      broadcast(host, root);
-      t.copy_from(host);
-      return;
-    }
+    if (on_device(t)) return through_host(t, t, [&](const Tensor&, Tensor& host) { broadcast(host, root); });
     const double start = detail::now_seconds();
     const CommBytes bytes = start_broadcast(t, root, nullptr);
     record(CommOp::broadcast, bytes, detail::seconds_since(start));

@@ -14,13 +14,7 @@
 namespace gpumix::dist {
 namespace {
 
-using test::bitwise_equal;
-using test::count_patterns;
-using test::gather_reference;
-using test::offsets_of;
-using test::rank_input;
-using test::scatter_reference;
-using test::sum_of;
+using namespace test;  // the shared references and inputs (comm_test_util.h)
 
 class CommLocalCuda : public ::testing::Test {
  protected:

@@ -12,15 +12,7 @@
 namespace gpumix::dist {
 namespace {
 
-using test::bitwise_equal;
-using test::count_patterns;
-using test::counts_str;
-using test::gather_reference;
-using test::offsets_of;
-using test::rank_input;
-using test::scatter_reference;
-using test::sum_of;
-using test::within;
+using namespace test;  // the shared references and inputs (comm_test_util.h)
 
 Tensor tensor_of(const std::vector<float>& v) { return Tensor::from_vector(v, Shape{(int64_t)v.size()}); }
 
