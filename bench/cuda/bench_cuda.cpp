@@ -322,7 +322,8 @@ void BM_matmul_backward(benchmark::State& state) {
 double attention_flops(int B, int T, int NH, int HS) { return 2.0 * B * NH * (double)T * T * HS; }
 
 void BM_attention(benchmark::State& state) {
-  const int T = (int)state.range(0), mode = (int)state.range(1);  // 0 fwd, 1 fwd+bwd, 2/3 ref
+  // T; mode 0 fwd, 1 fwd+bwd, 2/3 the same of the reference; B (bench/gpu/check.sh: 16)
+  const int T = (int)state.range(0), mode = (int)state.range(1), kB = (int)state.range(2);
   const int HS = kC / kNH;
   const size_t nqkv = (size_t)kB * T * 3 * kC, nout = (size_t)kB * T * kC;
   bf16 *qkv = dev_alloc<bf16>(nqkv), *out = dev_alloc<bf16>(nout), *g = dev_alloc<bf16>(nout),
@@ -390,7 +391,8 @@ BENCHMARK(BM_embedding_backward)->UseManualTime()->Unit(benchmark::kMicrosecond)
 BENCHMARK(BM_matmul_forward)->Args({768, 2304})->Args({768, 3072})->Args({3072, 768})->Args({768, 50304})
     ->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_matmul_backward)->Args({768, 3072})->Args({768, 50304})->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_attention)->Args({1024, 0})->Args({1024, 1})->Args({1024, 2})->Args({1024, 3})
+BENCHMARK(BM_attention)->Args({1024, 0, kB})->Args({1024, 1, kB})->Args({1024, 2, kB})->Args({1024, 3, kB})
+    ->Args({1024, 0, 16})->Args({1024, 1, 16})->Args({64, 0, 1})->Args({64, 1, 1})
     ->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {

@@ -1,34 +1,41 @@
 #!/usr/bin/env bash
-# The one GPU check (issues 13 and 20): on a fresh GPU machine (python with meson, ninja and
-# PyTorch; no apt, no network) runs, from a build made and packed HERE (no compilation
-# there), in this order, the most valuable first (a 15-minute lease buys one call and a rerun):
-#   1. every GPU test of the build (meson tests named cuda/gpu/nccl: bench/gpu/gpu_tests.py,
-#      run by bench/gpu/carried.py test: the build's meson may not be the machine's);
-#   2. trains gpt2 124M (T 1024, bf16) end to end: GPUMix (bench_train --device cuda:0)
-#      beside PyTorch eager (bench/gpu/torch_compare.py --e2e): tokens/s, MFU;
-#   3. times the CUDA kernels (bench_cuda) and the same kernels in PyTorch, then every kernel
-#      of a gpt2 step against the GPU's measured roofs (gpumix bench, issue 21);
-#   4. runs the heterogeneous cluster: three emulated devices on the one GPU, `gpumix train`
-#      under --plan gpumix, even and proportional: step times, per-rank predicted vs
-#      measured time and memory (bench/hetero/summarize.py);
-#   5. torch.compile's end to end, last: its compilation (a minute or more) cannot starve
-#      the stages above.
-# It writes $OUT/results.md (a table of every target of the issue, measured / target / met,
+# The one GPU check (issues 13, 20 and 28): on a fresh GPU machine (python with meson, ninja
+# and PyTorch; no apt, no network) runs, from a build made and packed HERE (no compilation
+# there), in two parts, each within one device call with a rerun to spare:
+#   part 1 (the first GPU minutes; the default):
+#     1. every GPU test of the build (meson tests named cuda/gpu/nccl: bench/gpu/gpu_tests.py,
+#        run by bench/gpu/carried.py test: the build's meson may not be the machine's);
+#     2. attention forward + backward at B 16, T 1024, NH 12, HS 64: GPUMix's kernels
+#        (bench_cuda) beside PyTorch's scaled_dot_product_attention (flash);
+#     3. gpt2 124M (T 1024, bf16) end to end: GPUMix (bench_train --device cuda:0) beside
+#        PyTorch eager and torch.compile (bench/gpu/torch_compare.py --e2e): tokens/s, MFU;
+#     4. compute-sanitizer memcheck, racecheck and synccheck on the kernel tests' small shapes;
+#   part 2 (GPUMIX_CHECK_PART=2, a second call when device time is left):
+#     5. the CUDA kernels (bench_cuda) and the same kernels in PyTorch, then every kernel
+#        of a gpt2 step against the GPU's measured roofs (gpumix bench, issue 21);
+#     6. the heterogeneous cluster: three emulated devices on the one GPU, `gpumix train`
+#        under --plan gpumix, even and proportional: step times, per-rank predicted vs
+#        measured time and memory (bench/hetero/summarize.py).
+# GPUMIX_CHECK_PART=all runs both in one call (GPUMIX_CHECK_BUDGET=560, timeout_s=600).
+# It writes $OUT/results.md (a table of every target of the issues, measured / target / met,
 # then the stages and the details) and $OUT/logs.tar.gz (every log), or the same under
-# bench/results/gpu-<date>/ when $OUT is unset. Every stage has a time limit; a failed or
-# late stage is recorded and the check goes on; results.md is rewritten after each stage,
-# so a check cut short still reports what it measured.
+# bench/results/gpu-<date>/ when $OUT is unset. Every stage has a time limit (the table
+# LIMIT below, the one place they are set; GPUMIX_CHECK_PLAN=1 prints it with each part's
+# sum and fails when a part exceeds the budget); a failed or late stage is recorded and the
+# check goes on; results.md is rewritten after each stage, so a check cut short still
+# reports what it measured.
 #
 # HOW THE FIRST GPU SESSION RUNS IT (bench/gpu/README.md says the same, with the why):
 #   here:   bench/gpu/prepare.sh      # builds sm_90 (build-gpu90, ~10-40 min on 2 cores the
 #                                     # first time, ccache after), packs .gpudeps/ (< 64 MiB)
 #   device: run(command="bash bench/gpu/check.sh", carry=[".gpudeps"], timeout_s=340)
-#   then:   copy files_at/results.md and logs.tar.gz to bench/results/gpu-<date>/, commit.
-# The stages get 280 s in all (GPUMIX_CHECK_BUDGET), the call 340 s: with the machine's start
-# (1-2 min) twice, a rerun fits in the 15 minutes. If the GPU is not compute capability 9.0,
+#   then:   copy files_at/results.md and logs.tar.gz to bench/results/gpu-<date>/, commit;
+#           if device time is left, the same with "GPUMIX_CHECK_PART=2 bash bench/gpu/check.sh".
+# Each part's stages get 280 s in all (GPUMIX_CHECK_BUDGET), the call 340 s: with the machine's
+# start (1-2 min) twice, a rerun fits in the 15 minutes. If the GPU is not compute capability 9.0,
 # or the carried programs do not load there, the check builds there as before (deps from
-# .gpudeps/deps.tar.xz) and results.md says why; then rerun with GPUMIX_CHECK_BUDGET=470 and
-# timeout_s=560 for the whole list (the build alone takes ~240 s).
+# .gpudeps/deps.tar.xz) and results.md says why; then rerun part 1 with
+# GPUMIX_CHECK_BUDGET=560 and timeout_s=600 (the build alone takes ~240 s).
 #
 # Here (no GPU) it rehearses everything up to the point where a GPU is needed:
 #   bench/gpu/rehearse.sh            # unpacks .gpudeps into a fresh copy of the tree, as there
@@ -47,8 +54,40 @@ LOGS=${GPUMIX_CHECK_LOGS:-/tmp/gpucheck-logs}  # tarred into $RES: the device to
 # build's GPU stages on the CPU; GPUMIX_CHECK_KEEP_BUILD=1 reuses $BUILD when building here.
 SCALE=${GPUMIX_CHECK_SCALE:-1}
 EMULATED=${GPUMIX_CHECK_EMULATED:-0}
-BUDGET=${GPUMIX_CHECK_BUDGET:-280}
-BUDGET=$(( BUDGET * SCALE ))  # seconds for all stages; the device tool's call gets 340
+PART=${GPUMIX_CHECK_PART:-1}
+case "$PART" in 1|2) DEFAULT_BUDGET=280 ;; all) DEFAULT_BUDGET=560 ;;
+  *) echo "check.sh: GPUMIX_CHECK_PART must be 1, 2 or all, got '$PART'" >&2; exit 2 ;; esac
+BUDGET=${GPUMIX_CHECK_BUDGET:-$DEFAULT_BUDGET}  # seconds for all stages; the device call gets 60 more
+
+# ---- the time plan: every stage's limit in seconds on an H200 (x SCALE elsewhere) ------------
+# The carried build's setup opens both parts (each call may find a fresh machine). The
+# fallback (building on the GPU machine, when the carried build cannot run there) adds its
+# own stages and needs GPUMIX_CHECK_BUDGET=560 with timeout_s=600 for part 1: no rerun fits.
+FALLBACK_BUDGET=560
+declare -A LIMIT=(
+  [carried]=20 [tests-gpu]=55 [attention-gpumix]=15 [attention-torch]=20 [e2e-gpumix]=25
+  [e2e-torch-eager]=20 [e2e-torch-compile]=60 [sanitize]=30
+  [bench-cuda]=45 [torch-kernels]=25 [gpumix-bench]=60 [hetero-tokenizer]=20 [hetero-gpumix]=50
+  [hetero-even]=25 [hetero-proportional]=25
+  [deps]=30 [nccl]=15 [configure]=30 [build]=240)
+PART1="carried tests-gpu attention-gpumix attention-torch e2e-gpumix e2e-torch-eager e2e-torch-compile sanitize"
+PART2="carried bench-cuda torch-kernels gpumix-bench hetero-tokenizer hetero-gpumix hetero-even hetero-proportional"
+FALLBACK="deps nccl configure build"
+case "$PART" in 1) RUNS=" $PART1 $FALLBACK " ;; 2) RUNS=" $PART2 $FALLBACK " ;; all) RUNS=" $PART1 $PART2 $FALLBACK " ;; esac
+sum_limits() { local t=0 n; for n in "$@"; do t=$(( t + LIMIT[$n] )); done; echo $t; }
+if [ "${GPUMIX_CHECK_PLAN:-0}" = 1 ]; then
+  bad=0
+  for part in 1 2; do
+    names=PART$part; total=$(sum_limits ${!names})
+    echo "part $part: $(for n in ${!names}; do printf '%s %ss, ' "$n" "${LIMIT[$n]}"; done)total ${total}s of a ${DEFAULT_BUDGET}s budget"
+    [ "$total" -le 280 ] || { echo "check.sh: part $part's stage limits add to ${total}s, more than its 280 s" >&2; bad=1; }
+  done
+  total=$(sum_limits $PART1 $FALLBACK)
+  echo "part 1 building on the GPU machine (fallback: $FALLBACK): total ${total}s (GPUMIX_CHECK_BUDGET=$FALLBACK_BUDGET)"
+  [ "$total" -le $FALLBACK_BUDGET ] || { echo "check.sh: the fallback's part 1 adds to ${total}s, more than $FALLBACK_BUDGET s" >&2; bad=1; }
+  exit $bad
+fi
+BUDGET=$(( BUDGET * SCALE ))
 CARRIED_TAR="$ROOT/.gpudeps/build.tar.xz"
 [ "$EMULATED" = 1 ] && CARRIED_TAR="$ROOT/.gpudeps-emu/build.tar.xz"  # never carried to a GPU
 CARRIED=${GPUMIX_CARRIED_DIR:-/tmp/gpumix-carried}  # unpacked outside the working tree
@@ -66,14 +105,18 @@ report() {
   tar -C "$LOGS" --exclude='ckpt-*' -czf "$RES/logs.tar.gz" . 2>/dev/null
 }
 
-# stage NAME LIMIT_S LOG CMD...: runs CMD under timeout (limit x SCALE, at most what is left
+# stage NAME LOG CMD...: runs CMD under timeout (LIMIT[NAME] x SCALE, at most what is left
 # of the budget), appends to $LOGS/LOG, records the result in stages.tsv, rewrites the
-# report. Returns CMD's status. On a machine without a GPU, a GPU stage's result says so
-# (in the emulated rehearsal only PyTorch's: GPUMix's run on the emulated device).
-GPU_STAGES=" tests-gpu e2e-gpumix e2e-torch-eager bench-cuda torch-kernels gpumix-bench hetero-gpumix hetero-even hetero-proportional e2e-torch-compile "
-TORCH_STAGES=" e2e-torch-eager torch-kernels e2e-torch-compile "
+# report. Returns CMD's status (125 when the stage is not in this part or out of time). On a
+# machine without a GPU, a GPU stage's result says so (in the emulated rehearsal only
+# PyTorch's: GPUMix's run on the emulated device).
+GPU_STAGES=" tests-gpu attention-gpumix attention-torch e2e-gpumix e2e-torch-eager e2e-torch-compile sanitize bench-cuda torch-kernels gpumix-bench hetero-gpumix hetero-even hetero-proportional "
+TORCH_STAGES=" attention-torch e2e-torch-eager torch-kernels e2e-torch-compile "
+in_part() { [[ "$RUNS" == *" $1 "* ]]; }
 stage() {
-  local name=$1 limit=$(( $2 * SCALE )) log="$LOGS/$3"; shift 3
+  local name=$1 log="$LOGS/$2"; shift 2
+  in_part "$name" || return 125
+  local limit=$(( LIMIT[$name] * SCALE ))
   local left=$(( BUDGET - $(elapsed) ))
   if [ "$left" -lt 15 ]; then
     printf '%s\tskipped: out of time (budget %s s)\t0\n' "$name" "$BUDGET" >> "$LOGS/stages.tsv"
@@ -111,6 +154,7 @@ command -v ninja >/dev/null || ! NINJA_DIR=$(python3 -c "import ninja; print(nin
   ln -sf "$NINJA_DIR/ninja" "$TOOLS/ninja"
 chmod +x "$TOOLS"/* 2>/dev/null
 date -u '+%Y-%m-%d %H:%M UTC' > "$LOGS/date.txt"
+echo "$RUNS" > "$LOGS/part.txt"  # report.py: which stages this call runs (GPUMIX_CHECK_PART)
 if ! command -v nvidia-smi >/dev/null; then
   NO_GPU=1; echo "none: no nvidia-smi (no NVIDIA driver)" > "$LOGS/gpu.txt"
 elif GPUS=$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1) &&
@@ -148,7 +192,7 @@ CC_NOTE=""
 # "Build:" line) says why.
 USE_CARRIED=0
 if [ -f "$CARRIED_TAR" ]; then
-  stage carried 60 build.log python3 "$ROOT/bench/gpu/carried.py" setup "$CARRIED_TAR" "$CARRIED" "$ROOT"
+  stage carried build.log python3 "$ROOT/bench/gpu/carried.py" setup "$CARRIED_TAR" "$CARRIED" "$ROOT"
   if [ $? -eq 0 ]; then
     C_ARCHS=$(python3 "$ROOT/bench/gpu/carried.py" manifest "$CARRIED" gpu_archs)
     C_EMU=$(python3 "$ROOT/bench/gpu/carried.py" manifest "$CARRIED" emulated)
@@ -205,7 +249,7 @@ if [ "$USE_CARRIED" = 0 ]; then
     echo "unpacked $(du -sh "$DEPS_ROOT" | cut -f1) into $DEPS_ROOT"
   }
   export -f setup_deps; export ROOT DEPS_ROOT
-  stage deps 60 env.log bash -c setup_deps
+  stage deps env.log bash -c setup_deps
   L="$DEPS_ROOT/usr/lib/x86_64-linux-gnu"
   export PKG_CONFIG="$DEPS_ROOT/usr/bin/pkgconf"
   export PKG_CONFIG_LIBDIR="$L/pkgconfig:$DEPS_ROOT/usr/share/pkgconfig"
@@ -238,7 +282,7 @@ if [ "$USE_CARRIED" = 0 ]; then
   }
   export -f find_nccl; export NVCC
   rm -f /tmp/gpumix_cuda_path /tmp/gpumix_nccl_lib
-  stage nccl 30 env.log bash -c find_nccl
+  stage nccl env.log bash -c find_nccl
   [ -f /tmp/gpumix_cuda_path ] && export CUDA_PATH=$(cat /tmp/gpumix_cuda_path)
   [ -f /tmp/gpumix_nccl_lib ] && export LD_LIBRARY_PATH="$(cat /tmp/gpumix_nccl_lib):$LD_LIBRARY_PATH"
 fi
@@ -262,6 +306,11 @@ HETERO_WHAT="the gpt2 shape (L 12, C 768) with a 4096-token BPE vocabulary of th
 # 32, 5 repeats) on a GPU, where it takes seconds.
 HETERO_PROFILE=()
 BENCH_ARGS=(--benchmark_min_time=0.2)
+# Attention at the gpt2 shape of issue 28: B 16, T 1024, NH 12, HS 64 (C 768), causal.
+ATTN=(--B 16 --T 1024 --NH 12 --C 768)
+ATTN_BENCH_ARGS=(--benchmark_min_time=0.2 "--benchmark_filter=^BM_attention/1024/[01]/16/")
+# compute-sanitizer: every kernel test but the gpt2-shape cases (named *Gpt2* or *T1024*).
+SAN_FILTER=${GPUMIX_CHECK_SAN_FILTER:-*-*Gpt2*:*T1024*:*/1024*}
 # gpumix bench (issue 21): every kernel of one gpt2 training step by role against the GPU's
 # measured roofs and its datasheet, the table a user compares GPUs with.
 GPUMIX_BENCH=(--model gpt2 --seq 1024 --batch 8 --dtype bf16 --repeat 5)
@@ -286,6 +335,8 @@ if [ "$EMULATED" = 1 ]; then
   # bench_cuda's shapes are gpt2's (B 8, T 1024): only a few small kernels, one iteration
   # each, unless GPUMIX_CHECK_BENCH_FILTER names others.
   BENCH_ARGS=(--benchmark_min_time=0.001 "--benchmark_filter=${GPUMIX_CHECK_BENCH_FILTER:-^BM_(copy|layernorm_forward/768|add_bf16)/}")
+  ATTN=(--B 1 --T 64 --NH 12 --C 768)
+  ATTN_BENCH_ARGS=(--benchmark_min_time=0.001 "--benchmark_filter=^BM_attention/64/[01]/1/")
   GPUMIX_BENCH=(--model gpt-nano --seq 32 --batch 2 --dtype bf16 --repeat 2)
   TEST_MULT=1
 fi
@@ -298,7 +349,7 @@ CORPUS="$CARRIED/fortunes"
 if [ "$USE_CARRIED" = 0 ]; then
   [ "${GPUMIX_CHECK_KEEP_BUILD:-0}" = 1 ] || rm -rf "$BUILD"
   [ -f "$BUILD/build.ninja" ] && CONF=(--reconfigure) || CONF=()
-  stage configure 90 build.log meson setup "${CONF[@]}" "$BUILD" -Dgpu_archs="$CC" -Dmpi=disabled \
+  stage configure build.log meson setup "${CONF[@]}" "$BUILD" -Dgpu_archs="$CC" -Dmpi=disabled \
     -Dcuda=enabled -Dfortran=disabled -Dbuildtype=release
   mapfile -t TEST_TARGETS < <(pyrun "$ROOT/bench/gpu/gpu_tests.py" targets "$BUILD" 2>> "$LOGS/build.log")
   # torch.compile's caches (inductor, Triton) are warmed meanwhile: the build leaves cores
@@ -309,7 +360,7 @@ if [ "$USE_CARRIED" = 0 ]; then
       > "$LOGS/compile_warmup.txt" 2>&1 &
     WARM_PID=$!  # timeout's: a kill reaches python through it
   fi
-  stage build 240 build.log ninja -C "$BUILD" -j"$(nproc)" tools/gpumix bench/nn/bench_train \
+  stage build build.log ninja -C "$BUILD" -j"$(nproc)" tools/gpumix bench/nn/bench_train \
     bench/cuda/bench_cuda "${TEST_TARGETS[@]}"
 fi
 echo "GPU tests: $(pyrun "$ROOT/bench/gpu/gpu_tests.py" names "$BUILD" 2>&1 | tr '\n' ' ')" >> "$LOGS/build.log"
@@ -321,10 +372,10 @@ mapfile -t TEST_NAMES < <(pyrun "$ROOT/bench/gpu/gpu_tests.py" names "$BUILD" 2>
 # GPUMIX_CHECK_TESTS="cuda engine_cuda": only those (a rerun of the failed ones).
 [ -n "${GPUMIX_CHECK_TESTS:-}" ] && read -r -a TEST_NAMES <<< "$GPUMIX_CHECK_TESTS"
 if [ "$USE_CARRIED" = 1 ]; then
-  stage tests-gpu 100 tests.log python3 "$ROOT/bench/gpu/carried.py" test --timeout-multiplier "$TEST_MULT" \
+  stage tests-gpu tests.log python3 "$ROOT/bench/gpu/carried.py" test --timeout-multiplier "$TEST_MULT" \
     "$CARRIED" "${TEST_NAMES[@]}"
 else
-  stage tests-gpu 100 tests.log meson test -C "$BUILD" --no-rebuild --num-processes 1 \
+  stage tests-gpu tests.log meson test -C "$BUILD" --no-rebuild --num-processes 1 \
     --timeout-multiplier "$TEST_MULT" --verbose "${TEST_NAMES[@]}"
 fi
 
@@ -334,46 +385,73 @@ if [ -n "${WARM_PID:-}" ]; then
   kill "$WARM_PID" 2>/dev/null; wait "$WARM_PID" 2>/dev/null
 fi
 
-# ---- 2. end to end: gpt2 124M beside PyTorch eager -------------------------------------------------
-stage e2e-gpumix 45 e2e_gpumix.txt "$BUILD/bench/nn/bench_train" "${E2E[@]}" --device cuda:0 --dtype bf16
-stage e2e-torch-eager 40 e2e_eager.txt env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
-  python3 "$ROOT/bench/gpu/torch_compare.py" --e2e eager "${E2E[@]}"
+# ---- 2. attention forward + backward beside PyTorch's SDPA (flash) ---------------------------------
+stage attention-gpumix attention_gpumix.txt "$BUILD/bench/cuda/bench_cuda" "${ATTN_BENCH_ARGS[@]}" \
+  --benchmark_out="$LOGS/attention.json" --benchmark_out_format=json
+stage attention-torch attention_torch.txt env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
+  python3 "$ROOT/bench/gpu/torch_compare.py" --attention "${ATTN[@]}"
 
-# ---- 3. kernels -----------------------------------------------------------------------------------------
-stage bench-cuda 45 bench.txt "$BUILD/bench/cuda/bench_cuda" "${BENCH_ARGS[@]}" \
+# ---- 3. end to end: gpt2 124M beside PyTorch eager and torch.compile --------------------------------
+stage e2e-gpumix e2e_gpumix.txt "$BUILD/bench/nn/bench_train" "${E2E[@]}" --device cuda:0 --dtype bf16
+stage e2e-torch-eager e2e_eager.txt env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
+  python3 "$ROOT/bench/gpu/torch_compare.py" --e2e eager "${E2E[@]}"
+stage e2e-torch-compile e2e_compile.txt env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
+  python3 "$ROOT/bench/gpu/torch_compare.py" --e2e compile "${E2E[@]}"
+
+# ---- 4. compute-sanitizer on the kernel tests' small shapes -----------------------------------------
+# memcheck (out-of-bounds and misaligned accesses), racecheck (shared-memory hazards) and
+# synccheck (barriers in divergent code), each on the CUDA kernel tests minus the gpt2-shape
+# cases (SAN_FILTER), each with a third of the stage's time. The emulator checks the same
+# three things its own way; these are the GPU's word on them.
+sanitize() {
+  local cs rc=0 tool
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null) ||
+    { echo "no compute-sanitizer on this machine"; return 3; }
+  for tool in memcheck racecheck synccheck; do
+    echo "---- compute-sanitizer --tool $tool"
+    timeout -k 2 "$SAN_EACH" "$cs" --tool "$tool" --error-exitcode 9 "$BUILD/tests/cuda/test_cuda_kernels" \
+      --gtest_filter="$SAN_FILTER" --gtest_brief=1
+    local r=$?
+    echo "SANITIZE $tool rc $r"
+    [ $r -ne 0 ] && rc=1
+  done
+  return $rc
+}
+SAN_EACH=$(( LIMIT[sanitize] * SCALE / 3 ))
+export -f sanitize; export BUILD SAN_FILTER SAN_EACH
+stage sanitize sanitize.txt bash -c sanitize
+
+# ---- 5. kernels (part 2) --------------------------------------------------------------------------------
+stage bench-cuda bench.txt "$BUILD/bench/cuda/bench_cuda" "${BENCH_ARGS[@]}" \
   --benchmark_out="$LOGS/bench.json" --benchmark_out_format=json
-stage torch-kernels 25 torch_kernels.txt env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
+stage torch-kernels torch_kernels.txt env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
   python3 "$ROOT/bench/gpu/torch_compare.py"
-stage gpumix-bench 60 gpumix_bench.txt "$GPUMIX" bench --devices cuda:0 "${GPUMIX_BENCH[@]}" --quiet \
+stage gpumix-bench gpumix_bench.txt "$GPUMIX" bench --devices cuda:0 "${GPUMIX_BENCH[@]}" --quiet \
   --json "$LOGS/gpumix_bench.json" --svg "$LOGS/gpumix_bench.svg"
 
-# ---- 4. the heterogeneous run -------------------------------------------------------------------------
+# ---- 6. the heterogeneous run (part 2) ------------------------------------------------------------------
 # bench/hetero's layout, so that its summarize.py reads it: <cluster>-<planner>.txt, .rc,
 # <cluster>-<planner>/log.jsonl. The planners share one profile cache, so the device
 # profiles are measured once (in the first run) and every plan is made from the same ones.
-HW="$LOGS/hetero"
-mkdir -p "$HW"
-{ echo "name=gpu3"; echo "devices=$HETERO_DEVICES"; echo "steps=$HETERO_STEPS"; echo "model=${HETERO_MODEL[*]:1}"
-  echo "what=$HETERO_WHAT"
-  echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"; } > "$LOGS/hetero.txt"
-stage hetero-tokenizer 20 hetero/tokenizer.txt "$GPUMIX" tokenizer train --data "$CORPUS" --vocab "$HETERO_VOCAB" \
-  --out "$HW/tokenizer.bpe"
-for p in gpumix even proportional; do
-  limit=25; [ $p = gpumix ] && limit=60  # the first run also profiles the three devices
-  stage "hetero-$p" "$limit" "hetero/gpu3-$p.txt" env GPUMIX_CACHE="$HW/profiles" "$GPUMIX" train \
-    --data "$CORPUS" --tokenizer "$HW/tokenizer.bpe" "${HETERO_MODEL[@]}" \
-    --steps "$HETERO_STEPS" --lr 3e-4 --eval-interval 0 --eval-windows 2 --ckpt-interval 0 \
-    --devices "$HETERO_DEVICES" --plan "$p" "${HETERO_PROFILE[@]}" --drift-threshold 0 --quiet --out "$HW/gpu3-$p"
-  echo $? > "$HW/gpu3-$p.rc"
-  touch "$HW/gpu3-$p.txt"  # a skipped stage wrote none
-  rm -rf "$HW/gpu3-$p"/ckpt-*  # the final checkpoint (~1 GB): nothing reads it
-done
-echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >> "$LOGS/hetero.txt"
-report
-
-# ---- 5. torch.compile, last: whatever it takes cannot starve the stages above ----------------------------
-stage e2e-torch-compile 120 e2e_compile.txt env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
-  python3 "$ROOT/bench/gpu/torch_compare.py" --e2e compile "${E2E[@]}"
+if in_part hetero-gpumix; then
+  HW="$LOGS/hetero"
+  mkdir -p "$HW"
+  { echo "name=gpu3"; echo "devices=$HETERO_DEVICES"; echo "steps=$HETERO_STEPS"; echo "model=${HETERO_MODEL[*]:1}"
+    echo "what=$HETERO_WHAT"
+    echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"; } > "$LOGS/hetero.txt"
+  stage hetero-tokenizer hetero/tokenizer.txt "$GPUMIX" tokenizer train --data "$CORPUS" --vocab "$HETERO_VOCAB" \
+    --out "$HW/tokenizer.bpe"
+  for p in gpumix even proportional; do
+    stage "hetero-$p" "hetero/gpu3-$p.txt" env GPUMIX_CACHE="$HW/profiles" "$GPUMIX" train \
+      --data "$CORPUS" --tokenizer "$HW/tokenizer.bpe" "${HETERO_MODEL[@]}" \
+      --steps "$HETERO_STEPS" --lr 3e-4 --eval-interval 0 --eval-windows 2 --ckpt-interval 0 \
+      --devices "$HETERO_DEVICES" --plan "$p" "${HETERO_PROFILE[@]}" --drift-threshold 0 --quiet --out "$HW/gpu3-$p"
+    echo $? > "$HW/gpu3-$p.rc"
+    touch "$HW/gpu3-$p.txt"  # a skipped stage wrote none
+    rm -rf "$HW/gpu3-$p"/ckpt-*  # the final checkpoint (~1 GB): nothing reads it
+  done
+  echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >> "$LOGS/hetero.txt"
+fi
 
 echo "total $(elapsed) s" >> "$LOGS/env.log"
 report

@@ -17,6 +17,10 @@ its end; the median of the timed steps after the warm-up (which includes the com
 is printed as a RESULT line as bench_train prints it.
 
   python3 bench/gpu/torch_compare.py --e2e eager --L 12 --NH 12 --C 768 --T 1024 --V 50257 --B 16
+
+--attention: causal scaled_dot_product_attention (flash where PyTorch picks it) at --B, --T,
+--NH, --C (HS = C / NH), bf16, forward and forward + backward, CUDA events, median of 30; a
+RESULT line with both times, beside bench_cuda's BM_attention at the same shape.
 """
 import argparse
 import os
@@ -219,10 +223,26 @@ def e2e(a):
           f"{statistics.median(rates):.1f} peak_mib {peak:.1f}")
 
 
+def attention(a):
+    HS = a.C // a.NH
+    q, k, v = (torch.randn(a.B, a.NH, a.T, HS, device=dev, dtype=bf, requires_grad=True) for _ in range(3))
+    go = torch.randn(a.B, a.NH, a.T, HS, device=dev, dtype=bf)
+
+    def fwd_bwd():
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.autograd.grad(o, (q, k, v), go)
+    fwd_us = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), flush=False)
+    fwd_bwd_us = timed(fwd_bwd, flush=False)
+    print(f"torch {torch.__version__}, device {props.name}; sdpa causal B={a.B} T={a.T} NH={a.NH} HS={HS}")
+    print(f"RESULT torch-sdpa fwd_ms {fwd_us / 1e3:.4f} fwd_bwd_ms {fwd_bwd_us / 1e3:.4f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--e2e", choices=("eager", "compile"),
                     help="the end-to-end training step instead of the kernel table")
+    ap.add_argument("--attention", action="store_true",
+                    help="causal SDPA forward and forward + backward at --B --T --NH --C")
     for name, default in (("L", 12), ("NH", 12), ("C", 768), ("T", 1024), ("V", 50257), ("B", 16)):
         ap.add_argument("--" + name, type=int, default=default)
     ap.add_argument("--steps", type=int, default=10, help="timed steps")
@@ -234,7 +254,9 @@ def main():
     a = ap.parse_args()
     if a.steps < 1 or a.warmup < 0:
         sys.exit("torch_compare: --steps must be >= 1 and --warmup >= 0")
-    if a.e2e:
+    if a.attention:
+        attention(a)
+    elif a.e2e:
         e2e(a)
     else:
         kernels()
