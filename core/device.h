@@ -28,7 +28,7 @@ struct Device {
 struct DeviceProps {
   std::string name;      // "cpu", "NVIDIA H200", "NVIDIA H200 (emulated mem=6GiB slow=3)"
   int64_t capacity = 0;  // bytes the allocator lets tensors hold
-  double slowdown = 1;   // emulation: each kernel takes slowdown x its own time (core/ops.cpp)
+  double slowdown = 1;   // emulation: each kernel takes slowdown x its own time (core/slowdown.h)
   bool emulated = false;
   // The physical GPU of a cuda device (its CUDA device number; 0 on a CPU). A logical
   // Device::cuda(i) is one rank's view of that GPU, as Device::cpu(r) is rank r's view of

@@ -1,153 +1,23 @@
 // Validation and the one dispatch point of every tensor op.
 #include "core/ops.h"
 
-#include <omp.h>
-#include <time.h>
 
 #include <algorithm>
-#include <chrono>
-#include <deque>
-#include <map>
-#include <thread>
 #include <vector>
 
 #include "core/backend.h"
 #include "core/precision.h"
+#include "core/slowdown.h"
 #include "core/stream.h"
 
 namespace gpumix::ops {
 
 namespace {
 
-// Emulated slowdown (docs/design.md "Devices and emulation"): a device with slowdown f > 1 takes
-// f x each op's own time, by waiting after the op. On one OpenMP thread an op's own time
-// is its CPU time, so that emulated devices sharing a machine's cores keep their speeds:
-// the time an op spent waiting for a core that another rank held comes out of the wait.
-// With several threads it is the wall time (the caller's CPU time would miss the others';
-// such ranks get cores of their own, dist/engine/launch.h). What is owed carries over from op to
-// op, so waits too short to sleep and sleeps that overran even out (a little credit is
-// kept, never much). Real devices have f = 1: no cost beyond one lookup.
-class SlowdownGuard {
- public:
-  explicit SlowdownGuard(Device device) : factor_(device_props(device).slowdown) {
-    if (factor_ > 1) {
-      wall_ = now_s();
-      alone_ = omp_get_max_threads() == 1;
-      if (alone_) cpu_ = thread_cpu_s();
-    }
-  }
-  ~SlowdownGuard() {
-    if (factor_ <= 1) return;
-    const double wall = now_s() - wall_, own = alone_ ? thread_cpu_s() - cpu_ : wall;
-    owed_s = std::max(owed_s + factor_ * own - wall, -kMaxCredit_s);
-    if (owed_s < kMinSleep_s) return;
-    const double t0 = now_s();
-    std::this_thread::sleep_for(std::chrono::duration<double>(owed_s));
-    owed_s -= now_s() - t0;
-  }
-
- private:
-  static constexpr double kMinSleep_s = 50e-6, kMaxCredit_s = 2e-3;
-  static double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  }
-  static double thread_cpu_s() {
-    timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-  }
-  static thread_local double owed_s;  // this thread's wait still to serve (< 0: credit)
-  double factor_, wall_ = 0, cpu_ = 0;
-  bool alone_ = false;
-};
-thread_local double SlowdownGuard::owed_s = 0;
-
-// Emulated slowdown on a GPU, without stalling the host: events around each op measure
-// its own time on the GPU, and once they have completed (queried, never waited for) a spin
-// kernel on the compute stream serves (f - 1) x that time, so that later work on the
-// stream starts that much later. Per thread and logical device (a rank's thread drives its
-// device). What is owed below kMinSpin_ms waits for more. A host far ahead of its GPU
-// (kMaxPending ops) extends the newest span over the next ops instead of opening more:
-// no spin lies inside a span, as spins are enqueued only after spans completed (which
-// leaves the queue short of full, so the next op opens a span of its own).
-class GpuSlowdown {
- public:
-  explicit GpuSlowdown(Device device) : device_(device) {}
-  void before() {
-    if (pending_.size() >= kMaxPending) return;  // after() extends the newest span
-    if (spare_.empty()) spare_.emplace_back();
-    pending_.push_back(std::move(spare_.back()));
-    spare_.pop_back();
-    pending_.back().start.record(device_);
-  }
-  void after(double factor) {
-    pending_.back().stop.record(device_);  // when extending: moves the newest span's end
-    while (!pending_.empty() && pending_.front().stop.query()) {
-      owed_ms_ += (factor - 1) * pending_.front().start.elapsed_ms(pending_.front().stop);
-      spare_.push_back(std::move(pending_.front()));
-      pending_.pop_front();
-    }
-    if (owed_ms_ < kMinSpin_ms) return;
-    serve();
-  }
-  // All spans complete (the caller synchronised the device): what they owe, on the stream
-  // now; returns its milliseconds.
-  double settle(double factor) {
-    for (Span& s : pending_) {
-      owed_ms_ += (factor - 1) * s.start.elapsed_ms(s.stop);
-      spare_.push_back(std::move(s));
-    }
-    pending_.clear();
-    const double served = owed_ms_;
-    if (served > 0) serve();
-    return served;
-  }
-  double served_ms() const { return served_ms_; }
-
- private:
-  static constexpr size_t kMaxPending = 1024;
-  static constexpr double kMinSpin_ms = 0.02;
-  struct Span {
-    Event start, stop;
-  };
-  void serve() {
-    device_backend(device_).spin(device_, owed_ms_);
-    served_ms_ += owed_ms_;
-    owed_ms_ = 0;
-  }
-  Device device_;
-  std::deque<Span> pending_;
-  std::vector<Span> spare_;
-  double owed_ms_ = 0, served_ms_ = 0;
-};
-
-GpuSlowdown& gpu_slowdown(Device device) {
-  thread_local std::map<int, GpuSlowdown> per_device;
-  return per_device.try_emplace(device.index, device).first->second;
-}
-
-class GpuSlowdownGuard {
- public:
-  explicit GpuSlowdownGuard(Device device) : factor_(device_props(device).slowdown) {
-    if (factor_ > 1) (slowdown_ = &gpu_slowdown(device))->before();
-  }
-  ~GpuSlowdownGuard() {
-    if (slowdown_) slowdown_->after(factor_);
-  }
-
- private:
-  double factor_;
-  GpuSlowdown* slowdown_ = nullptr;
-};
-
 // The dispatch point: every op reaches its device's backend through here.
 template <class F>
 auto dispatch(Device device, F&& run) {
-  if (device.is_cuda()) {
-    GpuSlowdownGuard guard(device);
-    return run(device_backend(device));
-  }
-  SlowdownGuard guard(device);
+  SlowdownScope slowdown(device);  // an emulated slow device's wait (core/slowdown.h)
   return run(device_backend(device));
 }
 
@@ -565,19 +435,6 @@ std::vector<float> read_scalars(const std::vector<Tensor>& ts) {
     GPUMIX_CHECK(ts[i].numel() == 1, "read_scalars: tensor ", i, " has ", ts[i].numel(),
                  " elements ", ts[i].shape().str(), ", expected 1");
   return dispatch(device, [&](const Backend& b) { return b.read_scalars(ts); });
-}
-
-double settle_slowdown(Device device) {
-  synchronize(device);
-  const double factor = device_props(device).slowdown;
-  if (!device.is_cuda() || factor <= 1) return 0;  // a CPU's slowdown waits inside each op
-  const double served = gpu_slowdown(device).settle(factor);
-  synchronize(device);
-  return served;
-}
-
-double slowdown_served_ms(Device device) {
-  return device.is_cuda() && device_props(device).slowdown > 1 ? gpu_slowdown(device).served_ms() : 0;
 }
 
 void fill(Tensor& t, float value) {

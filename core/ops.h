@@ -115,7 +115,7 @@ void convert(Tensor& out, const Tensor& in);     // f32 <-> bf16, same device an
 
 // Waits until the device has finished all its work, its emulated slowdown for that work
 // included: on a cuda device with slowdown f > 1, the spin of f - 1 times the work enqueued
-// so far, which otherwise goes onto the stream with the next op (core/ops.cpp), is served
+// so far, which otherwise goes onto the stream with the next op (core/slowdown.h), is served
 // now and waited for. Returns that spin's milliseconds (0 on other devices: a CPU's
 // slowdown waits inside each op). For measurements: nothing before them is charged to them
 // (a cache flush before a timed kernel), and a timed kernel's own slowdown is known.

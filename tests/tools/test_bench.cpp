@@ -93,7 +93,7 @@ TEST_F(Bench, CompareRefusesUnreadableFiles) {
 
 // Two CPU devices, the second emulated 3x slower: every role measured on both, the collectives
 // among them, the roofline drawn, and compare's per-block speed ratio the one the files give.
-// (How slow the emulated device comes out depends on the machine's load, core/ops.cpp: on a
+// (How slow the emulated device comes out depends on the machine's load, core/slowdown.h: on a
 // shared machine its wait follows its CPU time, so the ratio itself is not asserted.)
 TEST_F(Bench, TwoDevicesOfDifferentSpeedThenCompare) {
   const Result r = gpumix({"bench", "--devices", "cpu,cpu:slow=3", "--model", "gpt-nano", "--seq", "32", "--batch",
