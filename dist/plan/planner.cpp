@@ -16,13 +16,11 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// One way for a rank to run b samples: its block time t, head time h, and the largest
-// state share R that still fits next to it.
+// One way for a rank to run b samples (its work, share not yet set): its block time t,
+// head time h, and the largest state share R that still fits next to it.
 struct Option {
   double t = 0, h = 0, R = -kInf;
-  int64_t b = 0;
-  int m = 0;
-  bool off = false;
+  RankWork work;
   bool ok() const { return R > -kInf; }
 };
 
@@ -34,13 +32,13 @@ struct Group {
 };
 
 // The 1-2-4-8 grid of micro-batch sizes for large instances, plus the profiled sizes.
-std::vector<int> micro_batch_grid(const Profile& p, int64_t B) {
-  std::set<int> ms;
-  for (int64_t m = 1; m <= B; m *= 2) ms.insert((int)m);
+std::vector<int64_t> micro_batch_grid(const Profile& p, int64_t B) {
+  std::set<int64_t> ms;
+  for (int64_t m = 1; m <= B; m *= 2) ms.insert(m);
   for (const DeviceProfile& d : p.devices)
     for (const MicroBatchSample& s : d.samples)
       if (s.m <= B) ms.insert(s.m);
-  return std::vector<int>(ms.begin(), ms.end());
+  return std::vector<int64_t>(ms.begin(), ms.end());
 }
 
 class Search {
@@ -65,7 +63,7 @@ class Search {
   }
 
   bool found() const { return best_step_ < kInf; }
-  const std::vector<RankChoice>& best() const { return best_; }
+  const std::vector<RankWork>& best() const { return best_; }
 
  private:
   const CostModel& cost_;
@@ -73,7 +71,7 @@ class Search {
   const PlannerOptions& opts_;
   bool exact_;
   int L_;
-  std::vector<int> grid_;
+  std::vector<int64_t> grid_;
   std::vector<double> cap_;
   std::vector<bool> can_offload_;
   std::vector<double> opt_per_share_;
@@ -89,9 +87,9 @@ class Search {
   double base_t_ = 0, base_h_ = 0;
 
   double best_step_ = kInf;
-  std::vector<RankChoice> best_;
+  std::vector<RankWork> best_;
 
-  Option eval(int rank, int64_t b, int m, bool off) const {
+  Option eval(int rank, int64_t b, int64_t m, bool off) const {
     RankTimes t = cost_.compute_times(rank, b, m, off);
     CostModel::apply_comm(t, comm_);
     const MemoryTerms w = cost_.memory_terms(rank, b, m, 0, off);
@@ -99,9 +97,7 @@ class Search {
     o.t = t.block;
     o.h = t.head;
     o.R = cost_.memory().max_share(w, cap_[rank]);
-    o.b = b;
-    o.m = b > 0 ? m : 0;
-    o.off = off;
+    o.work = {b, b > 0 ? m : 0, 0, off};
     return o;
   }
 
@@ -113,11 +109,11 @@ class Search {
     }
     for (int off = 0; off <= (can_offload_[rank] ? 1 : 0); off++) {
       if (exact_) {
-        for (int m = 1; m <= b; m++) f(eval(rank, b, m, off));
+        for (int64_t m = 1; m <= b; m++) f(eval(rank, b, m, off));
       } else {
-        for (int m : grid_)
+        for (int64_t m : grid_)
           if (m < b) f(eval(rank, b, m, off));
-        f(eval(rank, b, (int)b, off));
+        f(eval(rank, b, b, off));
       }
     }
   }
@@ -161,7 +157,7 @@ class Search {
       for (int64_t b = 0; b <= B; b++) v[b] = best_option(g.ranks[0], b, tau, eta);
     }
     std::vector<std::vector<double>> dp(K + 1, std::vector<double>(B + 1, -kInf));
-    std::vector<std::vector<int>> pick(K + 1, std::vector<int>(B + 1, -1));
+    std::vector<std::vector<int64_t>> pick(K + 1, std::vector<int64_t>(B + 1, -1));
     dp[0][0] = 0;
     for (size_t k = 0; k < K; k++) {
       const int rank = members_[k];
@@ -174,7 +170,7 @@ class Search {
           const double total = dp[k][s] + val;
           if (total > dp[k + 1][s + b]) {
             dp[k + 1][s + b] = total;
-            pick[k + 1][s + b] = (int)b;
+            pick[k + 1][s + b] = b;
           }
         }
       }
@@ -184,7 +180,7 @@ class Search {
       out->assign(K, Option{});
       int64_t s = B;
       for (size_t k = K; k > 0; k--) {
-        const int b = pick[k][s];
+        const int64_t b = pick[k][s];
         (*out)[k - 1] = opts_of_device[cost_.device_index(members_[k - 1])][b];
         s -= b;
       }
@@ -355,24 +351,31 @@ class Search {
     std::vector<double> capped;
     for (double f : {0.0, 0.25, 0.5, 0.75}) {
       if (!shares_capped(alloc, lo + f * (most - lo), &capped)) continue;
-      std::vector<RankChoice> choices(cost_.profile().num_ranks());
-      for (size_t k = 0; k < members_.size(); k++)
-        choices[members_[k]] = {alloc[k].b, alloc[k].m, capped[k], alloc[k].off};
-      score(choices);
+      score(with_shares(alloc, capped));
     }
   }
 
+  // Every rank's work: the members' allocated options with shares r (in member order);
+  // the others left out.
+  std::vector<RankWork> with_shares(const std::vector<Option>& alloc, const std::vector<double>& r) const {
+    std::vector<RankWork> work(cost_.profile().num_ranks());
+    for (size_t k = 0; k < members_.size(); k++) {
+      work[members_[k]] = alloc[k].work;
+      work[members_[k]].share = r[k];
+    }
+    return work;
+  }
+
   // Scores a plan; keeps it when it is the fastest so far. Returns its optimizer time θ.
-  double score(std::vector<RankChoice>& choices) {
-    const CostModel::Step step = cost_.evaluate(choices);
-    for (size_t i = 0; i < choices.size(); i++) {  // the safety net: never keep a plan that does not fit
-      if (!choices[i].takes_part()) continue;
-      const MemoryTerms m = cost_.memory_terms((int)i, choices[i].b, choices[i].m, choices[i].r, choices[i].offload);
-      if (m.total() > cost_.capacity((int)i)) return kInf;
+  double score(const std::vector<RankWork>& work) {
+    const CostModel::Step step = cost_.evaluate(work);
+    for (size_t i = 0; i < work.size(); i++) {  // the safety net: never keep a plan that does not fit
+      if (!work[i].takes_part()) continue;
+      if (cost_.memory_terms((int)i, work[i]).total() > cost_.capacity((int)i)) return kInf;
     }
     if (step.step < best_step_) {
       best_step_ = step.step;
-      best_ = choices;
+      best_ = work;
     }
     return step.optimizer;
   }
@@ -383,10 +386,7 @@ class Search {
     if (!allocate(tau, eta, theta, &alloc)) return kInf;
     std::vector<double> r;
     if (!shares(alloc, &r)) return kInf;
-    std::vector<RankChoice> choices(cost_.profile().num_ranks());
-    for (size_t k = 0; k < members_.size(); k++)
-      choices[members_[k]] = {alloc[k].b, alloc[k].m, r[k], alloc[k].off};
-    const double optimizer = score(choices);
+    const double optimizer = score(with_shares(alloc, r));
     if (node_aware_) score_node_placements(alloc, r);
     return optimizer;
   }
@@ -662,19 +662,19 @@ namespace {
 
 Plan plan_full(const Profile& profile, int64_t B, const PlannerOptions& opts) {
   const bool exact = use_exact(profile, B, opts);
-  CostModel cost(profile, opts.memory, (int)B);
+  CostModel cost(profile, opts.memory, B);
   Search search(cost, B, opts, exact);
   search.run(candidate_sets(cost, exact, opts.allow_leave_out));
   if (!search.found()) throw_infeasible(cost, B, opts);
   // Offload only where it is needed: the search keeps the most free memory, so it may
   // offload where keeping the inputs on the device fits as well and is no slower.
-  std::vector<RankChoice> best = search.best();
+  std::vector<RankWork> best = search.best();
   const double step = cost.evaluate(best).step;
   for (size_t i = 0; i < best.size(); i++) {
     if (!best[i].offload) continue;
     best[i].offload = false;
-    const MemoryTerms m = cost.memory_terms((int)i, best[i].b, best[i].m, best[i].r, false);
-    if (m.total() > cost.capacity((int)i) || cost.evaluate(best).step > step) best[i].offload = true;
+    if (cost.memory_terms((int)i, best[i]).total() > cost.capacity((int)i) || cost.evaluate(best).step > step)
+      best[i].offload = true;
   }
   return make_plan(cost, "gpumix", B, best);
 }
@@ -707,7 +707,7 @@ std::vector<int> hybrid_group_sizes(const Profile& profile) {
 Plan plan_hybrid(const Profile& profile, int64_t B, int g, const PlannerOptions& opts) {
   check_batch(B);
   const int N = profile.num_ranks();
-  const CostModel cost(profile, opts.memory, (int)B, Sharding{g});
+  const CostModel cost(profile, opts.memory, B, Sharding{g});
   const std::string where = "hybrid sharding in groups of " + std::to_string(g);
   // Position shares: even where every position's ranks can hold 1/g of the state next to
   // one sample; otherwise in proportion to the positions' free memory.
@@ -726,15 +726,15 @@ Plan plan_hybrid(const Profile& profile, int64_t B, int g, const PlannerOptions&
                            (1 - total) * cost.memory().state_bytes_total());
     for (int k = 0; k < g; k++) share[k] = cap[k] / total;
   }
-  std::vector<RankChoice> c(N);
-  for (int i = 0; i < N; i++) c[i].r = share[i % g];
+  std::vector<RankWork> c(N);
+  for (int i = 0; i < N; i++) c[i].share = share[i % g];
   const CommTimes comm = cost.comm_for(c);
 
   // Ranks of one device type and one share behave alike: one class each.
   std::map<std::pair<int, double>, int> class_of;
   std::vector<int> cls(N), rep;  // rank -> class, class -> a rank of it
   for (int i = 0; i < N; i++) {
-    const auto key = std::make_pair(cost.device_index(i), c[i].r);
+    const auto key = std::make_pair(cost.device_index(i), c[i].share);
     auto it = class_of.find(key);
     if (it == class_of.end()) {
       it = class_of.emplace(key, (int)rep.size()).first;
@@ -750,12 +750,12 @@ Plan plan_hybrid(const Profile& profile, int64_t B, int g, const PlannerOptions&
   std::sort(grid.begin(), grid.end());
   grid.erase(std::unique(grid.begin(), grid.end()), grid.end());
   // The fastest fitting micro-batch for b rows on rank i: (block time, m); infinite if none fits.
-  auto best = [&](int i, int64_t b) -> std::pair<double, int> {
+  auto best = [&](int i, int64_t b) -> std::pair<double, int64_t> {
     if (b == 0) return {0.0, 0};
-    std::pair<double, int> out{kInf, 0};
+    std::pair<double, int64_t> out{kInf, 0};
     for (int64_t m : grid) {
-      const int mb = (int)std::min(m, b);
-      if (cost.memory_terms(i, b, mb, c[i].r, false).total() > cost.capacity(i)) continue;
+      const int64_t mb = std::min(m, b);
+      if (cost.memory_terms(i, b, mb, c[i].share, false).total() > cost.capacity(i)) continue;
       RankTimes t = cost.compute_times(i, b, mb, false);
       CostModel::apply_comm(t, comm);
       if (t.block < out.first) out = {t.block, mb};
@@ -809,8 +809,8 @@ Plan plan_hybrid(const Profile& profile, int64_t B, int g, const PlannerOptions&
     if (b[i] > 0) slowest.push({best(i, b[i]).first, i});
   }
   for (int i = 0; i < N; i++) {
-    c[i].b = b[i];
-    c[i].m = best(i, b[i]).second;
+    c[i].batch = b[i];
+    c[i].micro_batch = best(i, b[i]).second;
   }
   return make_plan(cost, "gpumix", B, c);
 }
@@ -844,11 +844,18 @@ Plan plan_gpumix(const Profile& profile, int64_t B, const PlannerOptions& opts) 
 namespace {
 
 // The largest micro-batch that fits next to share r without offload (1 if none does).
-int largest_fitting_m(const CostModel& cost, int rank, int64_t b, double r) {
+int64_t largest_fitting_m(const CostModel& cost, int rank, int64_t b, double r) {
   if (b == 0) return 0;
   for (int64_t m = b; m >= 1; m--)
-    if (cost.memory_terms(rank, b, (int)m, r, false).total() <= cost.capacity(rank)) return (int)m;
+    if (cost.memory_terms(rank, b, m, r, false).total() <= cost.capacity(rank)) return m;
   return 1;
+}
+
+// The even split's batches (dist/plan/work.h's even_work).
+std::vector<int64_t> even_batches(int64_t B, int N) {
+  std::vector<int64_t> b;
+  for (const RankWork& w : even_work(B, N).ranks) b.push_back(w.batch);
+  return b;
 }
 
 // Splits B by weights with the largest-remainder rule; ties go to the lower rank.
@@ -871,11 +878,11 @@ std::vector<int64_t> split_by_weight(const std::vector<double>& w, int64_t B) {
 Plan even_shares_plan(const CostModel& cost, const std::string& name, int64_t B,
                       const std::vector<int64_t>& batch) {
   const int N = cost.profile().num_ranks();
-  std::vector<RankChoice> c(N);
+  std::vector<RankWork> c(N);
   for (int i = 0; i < N; i++) {
-    c[i].b = batch[i];
-    c[i].r = 1.0 / N;
-    c[i].m = largest_fitting_m(cost, i, batch[i], c[i].r);
+    c[i].batch = batch[i];
+    c[i].share = 1.0 / N;
+    c[i].micro_batch = largest_fitting_m(cost, i, batch[i], c[i].share);
   }
   return make_plan(cost, name, B, c);
 }
@@ -884,13 +891,13 @@ Plan even_shares_plan(const CostModel& cost, const std::string& name, int64_t B,
 
 Plan plan_even(const Profile& profile, int64_t B, const PlannerOptions& opts) {
   check_batch(B);
-  CostModel cost(profile, opts.memory, (int)B);
-  return even_shares_plan(cost, "even", B, split_by_weight(std::vector<double>(profile.num_ranks(), 1.0), B));
+  CostModel cost(profile, opts.memory, B);
+  return even_shares_plan(cost, "even", B, even_batches(B, profile.num_ranks()));
 }
 
 Plan plan_proportional(const Profile& profile, int64_t B, const PlannerOptions& opts) {
   check_batch(B);
-  CostModel cost(profile, opts.memory, (int)B);
+  CostModel cost(profile, opts.memory, B);
   // Throughput at the largest profiled micro-batch (what Poplar / Whale measure).
   std::vector<double> w;
   for (int i = 0; i < profile.num_ranks(); i++) {
@@ -909,7 +916,7 @@ Plan plan_proportional(const Profile& profile, int64_t B, const PlannerOptions& 
 Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts) {
   check_batch(B);
   const int N = profile.num_ranks();
-  CostModel cost(profile, opts.memory, (int)B);
+  CostModel cost(profile, opts.memory, B);
   CommTimes assumed;  // free by default
   if (opts.cephalo_comm_scale > 0) {
     std::vector<int> all(N);
@@ -919,7 +926,7 @@ Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts)
       *x *= 1.25 * opts.cephalo_comm_scale;
   }
   // Fastest micro-batch per (rank, b) whose compute memory fits.
-  auto best_time = [&](int i, int64_t b, int* m_out) {
+  auto best_time = [&](int i, int64_t b, int64_t* m_out) {
     if (b == 0) {
       *m_out = 0;
       return 0.0;
@@ -930,19 +937,19 @@ Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts)
     for (int64_t m = 16; m < b; m *= 2) ms.push_back(m);
     if (b > 8) ms.push_back(b);
     for (int64_t m : ms) {
-      if (cost.memory_terms(i, b, (int)m, 0, false).total() > cost.capacity(i)) break;
-      RankTimes t = cost.compute_times(i, b, (int)m, false);
+      if (cost.memory_terms(i, b, m, 0, false).total() > cost.capacity(i)) break;
+      RankTimes t = cost.compute_times(i, b, m, false);
       CostModel::apply_comm(t, assumed);
       if (t.block < best) {
         best = t.block;
-        *m_out = (int)m;
+        *m_out = m;
       }
     }
     return best;
   };
   auto bmax = [&](int i, double tau) {
     int64_t lo = 0, hi = B;
-    int m;
+    int64_t m;
     while (lo < hi) {
       const int64_t mid = (lo + hi + 1) / 2;
       if (best_time(i, mid, &m) <= tau) lo = mid;
@@ -955,13 +962,14 @@ Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts)
     for (int i = 0; i < N; i++) s += bmax(i, tau);
     return s;
   };
-  std::vector<RankChoice> c(N);
+  std::vector<RankWork> c(N);
   double hi = 1;
   while (room(hi) < B && hi < 1e9) hi *= 2;
   if (room(hi) < B) {
-    // Even its compute does not fit: fall back to the even split, reported as OOM.
-    const std::vector<int64_t> b = split_by_weight(std::vector<double>(N, 1.0), B);
-    for (int i = 0; i < N; i++) c[i] = {b[i], b[i] > 0 ? 1 : 0, 1.0 / N, false};
+    // Even its compute does not fit: fall back to the even split in micro-batches of 1,
+    // reported as OOM.
+    c = even_work(B, N).ranks;
+    for (RankWork& w : c) w.micro_batch = w.batch > 0 ? 1 : 0;
     return make_plan(cost, "cephalo", B, c);
   }
   double lo = 0;
@@ -977,7 +985,7 @@ Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts)
     int worst = -1;
     double worst_t = -1;
     for (int i = 0; i < N; i++) {
-      int m;
+      int64_t m;
       const double t = b[i] > 0 ? best_time(i, b[i], &m) : -1;
       if (b[i] > 0 && t > worst_t) {
         worst_t = t;
@@ -988,20 +996,20 @@ Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts)
     total--;
   }
   for (int i = 0; i < N; i++) {
-    c[i].b = b[i];
-    best_time(i, b[i], &c[i].m);
-    c[i].r = 1.0 / N;
+    c[i].batch = b[i];
+    best_time(i, b[i], &c[i].micro_batch);
+    c[i].share = 1.0 / N;
   }
   // Water-filling the state: overflow of full ranks, in equal parts to the others.
   const double per_share = cost.memory().state_bytes_total();
   double overflow = 0;
   std::vector<int> receivers;
   for (int i = 0; i < N; i++) {
-    const MemoryTerms m = cost.memory_terms(i, c[i].b, c[i].m, c[i].r, false);
+    const MemoryTerms m = cost.memory_terms(i, c[i].batch, c[i].micro_batch, c[i].share, false);
     const double excess = m.total() - cost.capacity(i);
     if (excess > 0) {
-      const double dr = std::min(c[i].r, excess / (1.0 + cost.memory().params().fragmentation) / per_share);
-      c[i].r -= dr;
+      const double dr = std::min(c[i].share, excess / (1.0 + cost.memory().params().fragmentation) / per_share);
+      c[i].share -= dr;
       overflow += dr;
     } else {
       receivers.push_back(i);
@@ -1009,9 +1017,9 @@ Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts)
   }
   if (receivers.empty()) {
     // Nowhere to put it: the cluster check of step (2) fails; keep even shares (OOM).
-    for (int i = 0; i < N; i++) c[i].r = 1.0 / N;
+    for (int i = 0; i < N; i++) c[i].share = 1.0 / N;
   } else {
-    for (int i : receivers) c[i].r += overflow / receivers.size();
+    for (int i : receivers) c[i].share += overflow / receivers.size();
   }
   return make_plan(cost, "cephalo", B, c);
 }

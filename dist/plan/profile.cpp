@@ -10,7 +10,7 @@ namespace gpumix::dist {
 
 using nlohmann::json;
 
-double interpolate(const std::vector<MicroBatchSample>& s, int m, double MicroBatchSample::*field) {
+double interpolate(const std::vector<MicroBatchSample>& s, int64_t m, double MicroBatchSample::*field) {
   const size_t k = s.size();
   if (m <= s[0].m) return s[0].*field;
   for (size_t i = 1; i < k; i++) {
@@ -26,7 +26,7 @@ double interpolate(const std::vector<MicroBatchSample>& s, int m, double MicroBa
   return last.*field + slope * (m - last.m);
 }
 
-MicroBatchSample DeviceProfile::at(int m) const {
+MicroBatchSample DeviceProfile::at(int64_t m) const {
   MicroBatchSample r;
   r.m = m;
   r.block_fwd_s = interpolate(samples, m, &MicroBatchSample::block_fwd_s);
@@ -254,7 +254,7 @@ Profile profile_from_json(const json& j) {
     for (size_t k = 0; k < samples.size(); k++) {
       const std::string ws = wd + ".samples[" + std::to_string(k) + "]";
       MicroBatchSample s;
-      s.m = (int)int_field(samples[k], "m", ws);
+      s.m = int_field(samples[k], "m", ws);
       s.block_fwd_s = number_field(samples[k], "block_fwd_s", ws);
       s.block_bwd_s = number_field(samples[k], "block_bwd_s", ws);
       s.block_act_bytes = bytes_field(samples[k], "block_act_bytes", ws);
