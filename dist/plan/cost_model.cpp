@@ -18,8 +18,7 @@ CostModel::CostModel(const Profile& profile, MemoryParams memory, int64_t max_m,
   for (const DeviceProfile& d : profile.devices) {
     DeviceTable t;
     t.device = &d;
-    t.at.resize(max_m_ + 1);
-    for (int64_t m = 1; m <= max_m_; m++) t.at[m] = d.at(m);
+    t.at = d.table(max_m_);
     tables_.push_back(std::move(t));
   }
   for (const RankInfo& r : profile.ranks) {
@@ -199,13 +198,25 @@ CostModel::Step CostModel::evaluate(const std::vector<RankWork>& work) const {
   s.comm = comm_for(work);
   s.even = shares_even(work);
   s.ranks.reserve(work.size());
+  // Ranks of one device type with the same (b, m, offload) take the same times: computed
+  // once per run of such ranks (a planner gives a device type's ranks few distinct works).
+  struct Last {
+    int64_t batch = -1, micro_batch = -1;
+    bool offload = false;
+    RankTimes t;
+  };
+  std::vector<Last> last(tables_.size());
   for (size_t i = 0; i < work.size(); i++) {
     const RankWork& w = work[i];
     RankTimes t;
     if (w.takes_part()) {
       s.participants++;
-      t = compute_times((int)i, w.batch, w.micro_batch, w.offload);
-      apply_comm(t, s.comm);
+      Last& l = last[table_of_rank_[i]];
+      if (l.batch != w.batch || l.micro_batch != w.micro_batch || l.offload != w.offload) {
+        l = {w.batch, w.micro_batch, w.offload, compute_times((int)i, w.batch, w.micro_batch, w.offload)};
+        apply_comm(l.t, s.comm);
+      }
+      t = l.t;
       t.optimizer = optimizer_time((int)i, w.share);
       s.block = std::max(s.block, t.block);
       s.head = std::max(s.head, t.head);

@@ -127,9 +127,22 @@ class Search {
     return best;
   }
 
-  double share_cap(int rank, double theta) const {
-    if (theta == kInf || opt_per_share_[rank] <= 0) return kInf;
-    return theta / opt_per_share_[rank];
+  double share_cap(int rank, double theta) const { return share_cap_at(opt_per_share_[rank], theta); }
+  // The largest share whose optimizer time, at `opt` per share, stays within θ.
+  static double share_cap_at(double opt, double theta) {
+    if (theta == kInf || opt <= 0) return kInf;
+    return theta / opt;
+  }
+
+  // Per member: the share its free memory holds (max(0, R)) and its optimizer time per
+  // share, side by side for the water-filling's many passes over thousands of members.
+  void member_rooms(const std::vector<Option>& alloc, std::vector<double>* room, std::vector<double>* opt) const {
+    room->resize(members_.size());
+    opt->resize(members_.size());
+    for (size_t k = 0; k < members_.size(); k++) {
+      (*room)[k] = std::max(0.0, alloc[k].R);
+      (*opt)[k] = opt_per_share_[members_[k]];
+    }
   }
 
   // What an allocation maximises per rank: free memory, capped where the optimizer
@@ -242,11 +255,11 @@ class Search {
     if (out) {
       out->assign(members_.size(), Option{});
       for (size_t g = 0; g < G; g++) {
+        // The ranks of a group (one device type) have the same options.
         const Group& gr = groups_[g];
-        for (size_t j = 0; j < gr.ranks.size(); j++) {
-          const int64_t b = level[g] + ((int64_t)j < above[g] ? 1 : 0);
-          (*out)[gr.positions[j]] = best_option(gr.ranks[j], b, tau, eta);
-        }
+        const Option at_level = best_option(gr.ranks[0], level[g], tau, eta);
+        const Option one_more = above[g] > 0 ? best_option(gr.ranks[0], level[g] + 1, tau, eta) : Option{};
+        for (size_t j = 0; j < gr.ranks.size(); j++) (*out)[gr.positions[j]] = (int64_t)j < above[g] ? one_more : at_level;
       }
     }
     return true;
@@ -261,17 +274,20 @@ class Search {
       for (size_t k = 0; k < K; k++) (*r)[k] = 1.0 / K;
       return true;
     }
+    std::vector<double> room, opt;
+    member_rooms(alloc, &room, &opt);
     double total = 0, hi = 0;
     for (size_t k = 0; k < K; k++) {
-      total += std::max(0.0, alloc[k].R);
-      hi = std::max(hi, std::max(0.0, alloc[k].R) * opt_per_share_[members_[k]]);
+      total += room[k];
+      hi = std::max(hi, room[k] * opt[k]);
     }
     if (total < 1.0) return false;
+    double* out = r->data();
     auto fill = [&](double theta) {
       double s = 0;
       for (size_t k = 0; k < K; k++) {
-        (*r)[k] = std::min(std::max(0.0, alloc[k].R), share_cap(members_[k], theta));
-        s += (*r)[k];
+        out[k] = std::min(room[k], share_cap_at(opt[k], theta));
+        s += out[k];
       }
       return s;
     };
@@ -291,23 +307,33 @@ class Search {
   bool shares_capped(const std::vector<Option>& alloc, double cap, std::vector<double>* r) const {
     const size_t K = members_.size();
     const int nodes = node_of_member_.empty() ? 1 : *std::max_element(node_of_member_.begin(), node_of_member_.end()) + 1;
+    std::vector<double> room, opt, on_node(nodes);
+    member_rooms(alloc, &room, &opt);
+    r->assign(K, 0);
+    double* out = r->data();
+    const int* node_of = node_of_member_.data();
     auto fill = [&](double theta) {
-      r->assign(K, 0);
-      std::vector<double> on_node(nodes, 0);
-      for (size_t k = 0; k < K; k++) {
-        (*r)[k] = std::min(std::max(0.0, alloc[k].R), share_cap(members_[k], theta));
-        on_node[node_of_member_[k]] += (*r)[k];
+      std::fill(on_node.begin(), on_node.end(), 0.0);
+      for (size_t k = 0; k < K;) {
+        // A run of members on one node adds up in a register, in member order as ever.
+        const int n = node_of[k];
+        double sum = on_node[n];
+        for (; k < K && node_of[k] == n; k++) {
+          out[k] = std::min(room[k], share_cap_at(opt[k], theta));
+          sum += out[k];
+        }
+        on_node[n] = sum;
       }
       double s = 0;
       for (size_t k = 0; k < K; k++) {
-        const double node = on_node[node_of_member_[k]];
-        if (node > cap) (*r)[k] *= cap / node;
-        s += (*r)[k];
+        const double node = on_node[node_of[k]];
+        if (node > cap) out[k] *= cap / node;
+        s += out[k];
       }
       return s;
     };
     double hi = 0;
-    for (size_t k = 0; k < K; k++) hi = std::max(hi, std::max(0.0, alloc[k].R) * opt_per_share_[members_[k]]);
+    for (size_t k = 0; k < K; k++) hi = std::max(hi, room[k] * opt[k]);
     if (fill(kInf) < 1.0) return false;
     double lo = 0;
     if (hi > 0)
@@ -667,14 +693,36 @@ Plan plan_full(const Profile& profile, int64_t B, const PlannerOptions& opts) {
   search.run(candidate_sets(cost, exact, opts.allow_leave_out));
   if (!search.found()) throw_infeasible(cost, B, opts);
   // Offload only where it is needed: the search keeps the most free memory, so it may
-  // offload where keeping the inputs on the device fits as well and is no slower.
+  // offload where keeping the inputs on the device fits as well and is no slower. Rank by
+  // rank, keeping each change that leaves the step no longer. A rank's offload changes only
+  // its own block time (the collectives follow the shares; the head and optimizer terms do
+  // not depend on it), so each try weighs that time against the others' largest, not a
+  // whole new evaluation (thousands of offloading ranks on a large cluster).
   std::vector<RankWork> best = search.best();
-  const double step = cost.evaluate(best).step;
+  const CostModel::Step step = cost.evaluate(best);
+  std::vector<double> block(best.size());
+  std::multiset<double> blocks;
+  for (size_t i = 0; i < best.size(); i++) blocks.insert(block[i] = step.ranks[i].block);
   for (size_t i = 0; i < best.size(); i++) {
     if (!best[i].offload) continue;
     best[i].offload = false;
-    if (cost.memory_terms((int)i, best[i]).total() > cost.capacity((int)i) || cost.evaluate(best).step > step)
+    if (cost.memory_terms((int)i, best[i]).total() > cost.capacity((int)i)) {
       best[i].offload = true;
+      continue;
+    }
+    RankTimes t = cost.compute_times((int)i, best[i].batch, best[i].micro_batch, false);
+    CostModel::apply_comm(t, step.comm);
+    blocks.erase(blocks.find(block[i]));
+    blocks.insert(t.block);
+    // CostModel::evaluate's T_step with this rank's new block time (the others' that are
+    // not taking part are 0, as evaluate's maximum starts).
+    if (cost.profile().model.L * *blocks.rbegin() + step.head + step.optimizer > step.step) {
+      blocks.erase(blocks.find(t.block));
+      blocks.insert(block[i]);
+      best[i].offload = true;
+    } else {
+      block[i] = t.block;
+    }
   }
   return make_plan(cost, "gpumix", B, best);
 }

@@ -43,6 +43,8 @@ struct DeviceProfile {
 
   // Interpolated / extrapolated value at micro-batch m >= 1 (see interpolate()).
   MicroBatchSample at(int64_t m) const;
+  // at(m) for m = 1..max_m, at index m (index 0 unused), in one pass over the samples.
+  std::vector<MicroBatchSample> table(int64_t max_m) const;
 };
 
 // One link class: time of a collective over n ranks moving `bytes` (the full, gathered
