@@ -9,6 +9,7 @@
 #include <queue>
 #include <tuple>
 #include <set>
+#include <unordered_map>
 
 namespace gpumix::dist {
 
@@ -205,10 +206,13 @@ class Search {
   // each step gives the next samples to the group that loses the least value.
   bool allocate_greedy(double tau, double eta, double theta, std::vector<Option>* out) {
     const size_t G = groups_.size();
-    std::vector<std::vector<double>> val(G, std::vector<double>(B_ + 2, std::nan("")));
+    // The values asked for (a bisection and a few levels per group, of up to B + 1).
+    std::vector<std::unordered_map<int64_t, double>> val(G);
     auto v = [&](size_t g, int64_t b) {
-      double& x = val[g][b];
-      if (std::isnan(x)) x = value(best_option(groups_[g].ranks[0], b, tau, eta), groups_[g].ranks[0], theta);
+      const auto known = val[g].find(b);
+      if (known != val[g].end()) return known->second;
+      const double x = value(best_option(groups_[g].ranks[0], b, tau, eta), groups_[g].ranks[0], theta);
+      val[g].emplace(b, x);
       return x;
     };
     std::vector<int64_t> bmax(G, 0), level(G, 0), above(G, 0);
@@ -306,29 +310,27 @@ class Search {
   // `cap` of the state (water-filling, each node's ranks scaled down to the cap together).
   bool shares_capped(const std::vector<Option>& alloc, double cap, std::vector<double>* r) const {
     const size_t K = members_.size();
-    const int nodes = node_of_member_.empty() ? 1 : *std::max_element(node_of_member_.begin(), node_of_member_.end()) + 1;
-    std::vector<double> room, opt, on_node(nodes);
+    std::vector<double> room, opt;
     member_rooms(alloc, &room, &opt);
     r->assign(K, 0);
     double* out = r->data();
     const int* node_of = node_of_member_.data();
+    // Each node's members are consecutive (node_aware_): a node's run is summed, then scaled
+    // to the cap, before the next run, in member order (the work of a pass summing every
+    // node and a pass scaling every member, in fewer dependent steps).
     auto fill = [&](double theta) {
-      std::fill(on_node.begin(), on_node.end(), 0.0);
-      for (size_t k = 0; k < K;) {
-        // A run of members on one node adds up in a register, in member order as ever.
-        const int n = node_of[k];
-        double sum = on_node[n];
-        for (; k < K && node_of[k] == n; k++) {
-          out[k] = std::min(room[k], share_cap_at(opt[k], theta));
-          sum += out[k];
-        }
-        on_node[n] = sum;
-      }
       double s = 0;
-      for (size_t k = 0; k < K; k++) {
-        const double node = on_node[node_of[k]];
-        if (node > cap) out[k] *= cap / node;
-        s += out[k];
+      for (size_t k = 0; k < K;) {
+        const size_t first = k;
+        double node = 0;
+        for (; k < K && node_of[k] == node_of[first]; k++) {
+          out[k] = std::min(room[k], share_cap_at(opt[k], theta));
+          node += out[k];
+        }
+        for (size_t j = first; j < k; j++) {
+          if (node > cap) out[j] *= cap / node;
+          s += out[j];
+        }
       }
       return s;
     };
