@@ -316,8 +316,8 @@ class Search {
     double* out = r->data();
     const int* node_of = node_of_member_.data();
     // Each node's members are consecutive (node_aware_): a node's run is summed, then scaled
-    // to the cap, before the next run, in member order (the work of a pass summing every
-    // node and a pass scaling every member, in fewer dependent steps).
+    // to the cap, before the next run. The same additions in the same order as summing every
+    // node first and scaling every member after, with fewer of them waiting on each other.
     auto fill = [&](double theta) {
       double s = 0;
       for (size_t k = 0; k < K;) {
