@@ -31,7 +31,7 @@ void fill_through_host(Tensor dst, const std::function<void(float*, int64_t)>& r
 }
 
 std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DType dtype,
-                            const std::vector<RankWork>& work, Engine& engine, Comm& comm, int step,
+                            const Work& work, Engine& engine, Comm& comm, int step,
                             uint64_t tokenizer_hash) {
   const int64_t P = config.total_params();
   // The temporary folder's nonce: the step and a number rank 0 draws for this save (a sum
@@ -71,8 +71,8 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
     meta.rng = {{"seed", o.seed}};
     meta.tokenizer_hash = tokenizer_hash;
     json ranks = json::array();
-    for (const RankWork& w : work) ranks.push_back({{"batch", w.batch}, {"micro_batch", w.micro_batch}, {"share", w.share}});
-    meta.plan = {{"ranks", ranks}, {"global_batch", o.batch}, {"group_size", work.empty() ? 0 : work[0].group_size}};
+    for (const RankWork& w : work.ranks) ranks.push_back({{"batch", w.batch}, {"micro_batch", w.micro_batch}, {"share", w.share}});
+    meta.plan = {{"ranks", ranks}, {"global_batch", o.batch}, {"group_size", work.sharding.group_size}};
     meta.extra = {{"lr", o.lr}, {"steps", o.steps}, {"seq", o.seq > 0 ? o.seq : (int64_t)config.T}, {"dtype", dtype_name(dtype)}};
     attempt([&] {
       dir = writer.commit(meta);

@@ -9,9 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "dist/comm/comm.h"
 #include "dist/engine/engine.h"
-#include "dist/engine/trainer.h"
+#include "dist/plan/work.h"
+#include "nn/checkpoint.h"
+#include "nn/gpt_config.h"
+#include "nn/train.h"
 
 namespace gpumix::dist {
 
@@ -20,7 +24,7 @@ namespace gpumix::dist {
 // set). Returns the committed folder on rank 0, "" elsewhere. meta.json's "extra" records
 // the compute dtype (checkpoint_dtype).
 std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DType dtype,
-                            const std::vector<RankWork>& work, Engine& engine, Comm& comm, int step,
+                            const Work& work, Engine& engine, Comm& comm, int step,
                             uint64_t tokenizer_hash);
 
 // Reads this rank's slices; returns the checkpoint's step (the same on every rank).

@@ -60,8 +60,8 @@ class Engine {
   // Moves this rank's training state to another layout of the same model (a new plan's
   // shares). Every rank calls it at the same point.
   virtual void reshard(const ShardLayout& next) = 0;
-  // Keep saved block inputs in host memory between forward and backward (RankWork::offload;
-  // dist/engine/offload.h). Engines that save no block inputs ignore it.
+  // Keep saved block inputs in host memory between forward and backward (RankWork::offload
+  // of dist/plan/work.h; dist/engine/offload.h). Engines that save no block inputs ignore it.
   virtual void set_offload(bool) {}
   // False on a rank whose state is a copy of another rank's (hybrid sharding: every group
   // but the first holds replicas): it writes no checkpoint slices and its gradient slices

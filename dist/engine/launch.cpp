@@ -35,9 +35,9 @@ std::vector<T> parse_list(const std::string& text, const char* flag) {
   return values;
 }
 
-std::vector<RankWork> build_work(int64_t global_batch, int ranks, const std::string& batches,
-                                 const std::string& micro, const std::string& shares) {
-  std::vector<RankWork> work = gpumix::dist::even_work(global_batch, ranks);
+Work build_work(int64_t global_batch, int ranks, const std::string& batches, const std::string& micro,
+                const std::string& shares) {
+  Work work = even_work(global_batch, ranks);
   auto check_size = [&](size_t n, const char* flag) {
     if ((int)n != ranks)
       throw std::invalid_argument(std::string(flag) + " has " + std::to_string(n) + " values but " +
@@ -46,17 +46,17 @@ std::vector<RankWork> build_work(int64_t global_batch, int ranks, const std::str
   if (!batches.empty()) {
     const auto b = parse_list<int64_t>(batches, "--batches");
     check_size(b.size(), "--batches");
-    for (int r = 0; r < ranks; ++r) work[r].batch = work[r].micro_batch = b[r];
+    for (int r = 0; r < ranks; ++r) work.ranks[r].batch = work.ranks[r].micro_batch = b[r];
   }
   if (!micro.empty()) {
     const auto m = parse_list<int64_t>(micro, "--micro-batches");
     check_size(m.size(), "--micro-batches");
-    for (int r = 0; r < ranks; ++r) work[r].micro_batch = m[r];
+    for (int r = 0; r < ranks; ++r) work.ranks[r].micro_batch = m[r];
   }
   if (!shares.empty()) {
     const auto s = parse_list<double>(shares, "--shares");
     check_size(s.size(), "--shares");
-    for (int r = 0; r < ranks; ++r) work[r].share = s[r];
+    for (int r = 0; r < ranks; ++r) work.ranks[r].share = s[r];
   }
   // No clamping of micro-batches: an explicit 0 for a positive batch is a bad plan that
   // validate_work reports (the defaults above are already at least 1 for positive batches).
@@ -72,8 +72,7 @@ bool is_planner_name(const std::string& plan) {
 // The per-rank work of a plan file (`gpumix plan --out`); its ranks and global batch must
 // be the run's. The run computes in the plan's dtype unless --dtype says otherwise
 // (engine.file_plan's dtype; choose_compute_dtype).
-std::vector<RankWork> work_from_plan_file(const std::string& path, int64_t global_batch, int ranks,
-                                          EngineOptions& engine) {
+Work work_from_plan_file(const std::string& path, int64_t global_batch, int ranks, EngineOptions& engine) {
   engine.file_plan = std::make_shared<const gpumix::dist::Plan>(gpumix::dist::read_plan(path));
   engine.plan_file = path;
   const gpumix::dist::Plan& plan = *engine.file_plan;
@@ -91,9 +90,8 @@ std::vector<RankWork> work_from_plan_file(const std::string& path, int64_t globa
     throw std::invalid_argument("plan " + path + " has global batch " + std::to_string(plan.global_batch) +
                                 " but --batch is " + std::to_string(global_batch) + "; pass --batch " +
                                 std::to_string(plan.global_batch));
-  std::vector<RankWork> work;
-  for (const auto& r : plan.ranks) work.push_back({r.batch, r.micro_batch, r.share, r.offload, plan.sharding.group_size});
-  gpumix::dist::validate_work(work, global_batch, ranks);
+  const Work work = plan.work();
+  validate_work(work, global_batch, ranks);
   return work;
 }
 
@@ -188,8 +186,7 @@ std::vector<std::vector<int>> place_ranks(const std::vector<double>& slowdowns, 
   return placed;
 }
 
-std::vector<RankWork> plan_work(const PlanRequest& request, bool have_devices, int64_t global_batch, int ranks,
-                                EngineOptions& engine) {
+Work plan_work(const PlanRequest& request, bool have_devices, int64_t global_batch, int ranks, EngineOptions& engine) {
   const bool lists = !request.batches.empty() || !request.micro_batches.empty() || !request.shares.empty();
   const std::string plan = !request.plan.empty() ? request.plan : lists ? "given" : have_devices ? "auto" : "even";
   const bool plan_file = !is_planner_name(plan);
@@ -201,7 +198,7 @@ std::vector<RankWork> plan_work(const PlanRequest& request, bool have_devices, i
                                 "given) nor a plan file: cannot open " + plan);
   if (plan_file) return work_from_plan_file(plan, global_batch, ranks, engine);
   if (plan != "given" && !(plan == "even" && !have_devices)) engine.planner = plan;
-  std::vector<RankWork> work = build_work(global_batch, ranks, request.batches, request.micro_batches, request.shares);
+  Work work = build_work(global_batch, ranks, request.batches, request.micro_batches, request.shares);
   if (engine.planner.empty()) validate_work(work, global_batch, ranks);
   return work;
 }
@@ -243,7 +240,7 @@ void start_local_rank(Comm& comm, const std::vector<ClusterDevice>& devices, int
 }
 
 TrainResult train_local(const TrainOptions& o, int ranks, const std::vector<ClusterDevice>& devices,
-                        const std::vector<RankWork>& work, const EngineOptions& engine, int threads) {
+                        const Work& work, const EngineOptions& engine, int threads) {
   GPUMIX_CHECK_INPUT(devices.empty() || (int)devices.size() == ranks, devices.size(), " devices for ", ranks,
                      " ranks; give one device per rank");
   TrainResult result;

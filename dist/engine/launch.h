@@ -52,8 +52,7 @@ struct PlanRequest {
 // and plan (then the work returned is even, and ignored), else returns the given lists'
 // or the plan file's work, validated. Throws std::invalid_argument naming the flag, the
 // numbers and the fix.
-std::vector<RankWork> plan_work(const PlanRequest& request, bool have_devices, int64_t global_batch, int ranks,
-                                EngineOptions& engine);
+Work plan_work(const PlanRequest& request, bool have_devices, int64_t global_batch, int ranks, EngineOptions& engine);
 
 // The run folder's lock for the ranks of one job: rank 0 takes it (nn/run_lock.h), the
 // others learn the outcome, so that every rank throws the same error (naming the folder and
@@ -63,6 +62,6 @@ RunLock lock_run_folder(const std::string& dir, Comm& comm);
 // Runs `ranks` thread ranks (devices: empty, or one per rank) sharing `threads` cores, each
 // calling train(). Returns rank 0's result; a rank's failure stops all and is rethrown.
 TrainResult train_local(const TrainOptions& o, int ranks, const std::vector<ClusterDevice>& devices,
-                        const std::vector<RankWork>& work, const EngineOptions& engine, int threads);
+                        const Work& work, const EngineOptions& engine, int threads);
 
 }  // namespace gpumix::dist

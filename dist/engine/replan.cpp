@@ -44,18 +44,12 @@ Replanner::Replanner(Profile profile, std::string name, int64_t global_batch, co
   watch();
 }
 
-std::vector<RankWork> Replanner::work() const {
-  std::vector<RankWork> w;
-  for (const RankPlan& r : plan_.ranks) w.push_back({r.batch, r.micro_batch, r.share, r.offload, plan_.sharding.group_size});
-  return w;
-}
-
 bool Replanner::observe(const std::vector<double>& busy_s) {
   if (name_ == "even") return false;  // even shares ignore speed: nothing to re-plan
   const std::vector<double> factors = monitor_->observe(busy_s);
   if (factors.empty()) return false;
   profile_ = corrected_profile(profile_, factors);
-  const Plan current = make_plan(CostModel(profile_, options_.memory, 0, plan_.sharding), name_, global_batch_, plan_.choices());
+  const Plan current = make_plan(CostModel(profile_, options_.memory, 0, plan_.sharding), name_, global_batch_, plan_.work().ranks);
   change_ = {factors, false, current.predicted.step_s, current.predicted.step_s};
   plan_ = current;
   try {
@@ -79,7 +73,7 @@ bool Replanner::observe(const std::vector<double>& busy_s) {
 void Replanner::watch() {
   std::vector<double> predicted = predicted_busy_s(plan_);
   for (size_t i = 0; i < predicted.size(); ++i)
-    if (plan_.ranks[i].batch == 0) predicted[i] = 0;  // a state-only rank's time is too small to judge
+    if (plan_.ranks[i].work.batch == 0) predicted[i] = 0;  // a state-only rank's time is too small to judge
   monitor_ = std::make_unique<DriftMonitor>(drift_, predicted);
 }
 

@@ -12,7 +12,6 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/engine/drift.h"
-#include "dist/engine/trainer.h"
 #include "dist/plan/planner.h"
 
 namespace gpumix::dist {
@@ -38,7 +37,6 @@ class Replanner {
   const Profile& profile() const { return profile_; }
   const std::string& name() const { return name_; }
   const Change& last_change() const { return change_; }
-  std::vector<RankWork> work() const;
 
   // One step's compute seconds per rank. True when drift was confirmed: the profile is
   // corrected and, if the planner then finds a plan at least 5% faster than the running

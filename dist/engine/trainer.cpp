@@ -191,7 +191,7 @@ class Training {
   void load_data();
   void choose_device();
   void choose_dtype();
-  void choose_plan(const std::vector<RankWork>& given_work);
+  void choose_plan(const Work& given_work);
   void make_engine();
   void init_from();
   void resume();
@@ -211,7 +211,7 @@ class Training {
   void write_trace();
   std::string evaluate_if_due(int step, json& line);
   std::string replan_if_drifted(const std::vector<double>& busy_s, json& line);
-  void adopt(std::vector<RankWork> work);
+  void adopt(Work work);
   void print_step(int step, const StepOutcome& s, const StepTime& t, const std::string& busy_text,
                   const std::string& val_text, const std::string& replan_text) const;
   void save_if_due(int step);
@@ -225,7 +225,7 @@ class Training {
   static std::string collectives_text(const json& collectives);
   std::vector<double> gather_ranks(double x) const;
   std::string plan_text() const;
-  int64_t micro_batch() const { return std::max<int64_t>(1, work_[rank_].micro_batch); }
+  int64_t micro_batch() const { return std::max<int64_t>(1, work_.ranks[rank_].micro_batch); }
   Allocator& memory() const { return allocator(device_); }
   Comm& engine_comm() { return device_comm_ ? *device_comm_ : comm_; }
   // The links the collectives' form is chosen by: the profile's where the run planned (as
@@ -275,7 +275,7 @@ class Training {
   // (comm_ keeps the host-side ones); null otherwise (the engine uses comm_).
   std::unique_ptr<Comm> device_comm_;
   ComputeDtype dtype_;
-  std::vector<RankWork> work_;
+  Work work_;
   std::unique_ptr<Replanner> planner_;  // null: `work` as given
   std::unique_ptr<Engine> engine_;
   int start_ = 0;  // the step the run starts after (the checkpoint's when resuming)
@@ -402,7 +402,7 @@ void Training::choose_dtype() {
 }
 
 // The work as given, or the planner's on a profile of the ranks.
-void Training::choose_plan(const std::vector<RankWork>& given_work) {
+void Training::choose_plan(const Work& given_work) {
   work_ = given_work;
   if (engine_options_.planner.empty()) return;
   planner_ = std::make_unique<Replanner>(
@@ -410,7 +410,7 @@ void Training::choose_plan(const std::vector<RankWork>& given_work) {
                       engine_options_.profiler),
       engine_options_.planner == "auto" ? "gpumix" : engine_options_.planner, o_.batch, engine_options_.drift,
       engine_options_.sharding);
-  work_ = planner_->work();
+  work_ = planner_->plan().work();
   validate_work(work_, o_.batch, ranks_);
   if (lead_) {  // what the run planned from, for `gpumix plan --profile` and a look later
     write_profile(planner_->profile(), (fs::path(o_.out) / "profile.json").string());
@@ -429,10 +429,10 @@ void Training::make_engine() {
     engine_ = std::make_unique<WholeModelEngine>(config_, device_, dtype_.dtype, o_.seed, adam, o_.recompute);
   else
     engine_ = std::make_unique<ShardedEngine>(config_, agreed_layout(), engine_comm(), device_, dtype_.dtype,
-                                              o_.seed, adam, engine_options_.prefetch, work_[0].group_size,
+                                              o_.seed, adam, engine_options_.prefetch, work_.sharding.group_size,
                                               topology_links());
   engine_->tracer = &tracer_;
-  engine_->set_offload(work_[rank_].offload);
+  engine_->set_offload(work_.ranks[rank_].offload);
 }
 
 // --init-from: every rank reads its own slices of the folder's weights (a resume reads the
@@ -462,8 +462,8 @@ void Training::resume() {
 void Training::print_settings() const {
   // Each rank's own work, for a log of every rank (debug).
   log_debug("rank ", rank_, " of ", ranks_, ": ", device_.str(), " (", format_bytes(device_props(device_).capacity),
-            "), batch ", work_[rank_].batch, ", micro-batch ", work_[rank_].micro_batch, ", state share ",
-            work_[rank_].share);
+            "), batch ", work_.ranks[rank_].batch, ", micro-batch ", work_.ranks[rank_].micro_batch, ", state share ",
+            work_.ranks[rank_].share);
   if (!lead_) return;
   const GPTConfig& config = config_;
   gpumix::print_settings({
@@ -583,7 +583,7 @@ void Training::load_batch(int step) {
   engine_->wait_s = 0;
   fault_set_step(step);
   if (faults_enabled()) slow_down_if_injected(rank_, device_);
-  loader_->get(step - 1, row0_, row0_ + work_[rank_].batch, inputs_host_.data<int32_t>(),
+  loader_->get(step - 1, row0_, row0_ + work_.ranks[rank_].batch, inputs_host_.data<int32_t>(),
                targets_host_.data<int32_t>());
   if (!device_.is_cpu()) {  // one copy of the step's tokens to the device
     inputs_.copy_from(inputs_host_);
@@ -715,18 +715,18 @@ std::string Training::evaluate_if_due(int step, json& line) {
 std::string Training::replan_if_drifted(const std::vector<double>& busy_s, json& line) {
   if (!planner_ || ranks_ == 1 || !planner_->observe(busy_s)) return "";
   const Replanner::Change& c = planner_->last_change();
-  if (c.adopted) adopt(planner_->work());
+  if (c.adopted) adopt(planner_->plan().work());
   line["replan"] = c.record(plan_text());
   return c.message(plan_text());
 }
 
 // A new plan: re-shard the engine's state to its shares and take its rows from the next step.
-void Training::adopt(std::vector<RankWork> work) {
+void Training::adopt(Work work) {
   work_ = std::move(work);
   validate_work(work_, o_.batch, ranks_);
   TraceSpan span(&tracer_, "re-shard", "phase");
   engine_->reshard(agreed_layout());
-  engine_->set_offload(work_[rank_].offload);
+  engine_->set_offload(work_.ranks[rank_].offload);
   take_rows();
   busy_history_.clear();
   step_history_s_.clear();
@@ -821,14 +821,14 @@ TrainResult Training::finish() {
 
 // Validation: the eval windows split over the ranks like the batch.
 double Training::evaluate(int64_t total) {
-  const auto [w0, w1] = proportional_rows(work_, o_.batch, rank_, total);
+  const auto [w0, w1] = proportional_rows(work_.ranks, o_.batch, rank_, total);
   double sum = 0;
-  const int64_t chunk = std::max<int64_t>(1, work_[rank_].batch);
+  const int64_t chunk = std::max<int64_t>(1, work_.ranks[rank_].batch);
   // Every rank walks the same number of passes so that their collectives match.
   int64_t passes = 0;
   for (int r = 0; r < ranks_; ++r) {
-    const auto [a, b] = proportional_rows(work_, o_.batch, r, total);
-    passes = std::max(passes, (b - a + std::max<int64_t>(1, work_[r].batch) - 1) / std::max<int64_t>(1, work_[r].batch));
+    const auto [a, b] = proportional_rows(work_.ranks, o_.batch, r, total);
+    passes = std::max(passes, (b - a + std::max<int64_t>(1, work_.ranks[r].batch) - 1) / std::max<int64_t>(1, work_.ranks[r].batch));
   }
   for (int64_t p = 0; p < passes; ++p) {
     const int64_t r0 = std::min(w1, w0 + p * chunk), r1 = std::min(w1, r0 + chunk);
@@ -844,11 +844,11 @@ double Training::evaluate(int64_t total) {
 // This rank's rows of every batch and its input buffers; again after a re-plan.
 void Training::take_rows() {
   row0_ = 0;
-  for (int r = 0; r < rank_; ++r) row0_ += work_[r].batch;
-  inputs_host_ = Tensor::empty({work_[rank_].batch, seq_}, DType::i32, host_);
-  targets_host_ = Tensor::empty({work_[rank_].batch, seq_}, DType::i32, host_);
-  inputs_ = device_.is_cpu() ? inputs_host_ : Tensor::empty({work_[rank_].batch, seq_}, DType::i32, device_);
-  targets_ = device_.is_cpu() ? targets_host_ : Tensor::empty({work_[rank_].batch, seq_}, DType::i32, device_);
+  for (int r = 0; r < rank_; ++r) row0_ += work_.ranks[r].batch;
+  inputs_host_ = Tensor::empty({work_.ranks[rank_].batch, seq_}, DType::i32, host_);
+  targets_host_ = Tensor::empty({work_.ranks[rank_].batch, seq_}, DType::i32, host_);
+  inputs_ = device_.is_cpu() ? inputs_host_ : Tensor::empty({work_.ranks[rank_].batch, seq_}, DType::i32, device_);
+  targets_ = device_.is_cpu() ? targets_host_ : Tensor::empty({work_.ranks[rank_].batch, seq_}, DType::i32, device_);
 }
 
 // The running plan's shard layout, checked to be the same on every rank.
@@ -856,12 +856,12 @@ ShardLayout Training::agreed_layout() const {
   std::vector<int64_t> unit_sizes;
   for (int u = 0; u < config_.num_units(); ++u) unit_sizes.push_back(config_.unit_params(u));
   // Hybrid: the layout of a group's positions (the same in every group).
-  const int positions = work_[0].group_size > 0 ? work_[0].group_size : ranks_;
+  const int positions = work_.sharding.hybrid() ? work_.sharding.group_size : ranks_;
   std::vector<double> shares;
-  for (int r = 0; r < positions; ++r) shares.push_back(work_[r].share);
+  for (int r = 0; r < positions; ++r) shares.push_back(work_.ranks[r].share);
   const ShardLayout layout(unit_sizes, shares);
   comm_.agree("shard layout", {(int64_t)layout.fingerprint(), (int64_t)config_.total_params(),
-                               (int64_t)work_[0].group_size});
+                               (int64_t)work_.sharding.group_size});
   return layout;
 }
 
@@ -887,10 +887,10 @@ json Training::collectives_vs_plan() {
   json j = {{"over", str(ranks_, " ranks on ", nodes, nodes == 1 ? " node" : " nodes")},
             {"all_gather", entry(p.ag_s, t.all_gather_s, t.all_gather_form)},
             {"reduce_scatter", entry(p.rs_s, t.reduce_scatter_s, t.reduce_scatter_form)}};
-  if (work_[0].group_size > 0) j["all_reduce"] = entry(p.ar_s, t.all_reduce_s, "");
+  if (work_.sharding.hybrid()) j["all_reduce"] = entry(p.ar_s, t.all_reduce_s, "");
   j["embedding"] = {{"all_gather", entry(p.embed_ag_s, e.all_gather_s, e.all_gather_form)},
                     {"reduce_scatter", entry(p.embed_rs_s, e.reduce_scatter_s, e.reduce_scatter_form)}};
-  if (work_[0].group_size > 0) j["embedding"]["all_reduce"] = entry(p.embed_ar_s, e.all_reduce_s, "");
+  if (work_.sharding.hybrid()) j["embedding"]["all_reduce"] = entry(p.embed_ar_s, e.all_reduce_s, "");
   return j;
 }
 
@@ -925,9 +925,9 @@ std::vector<double> Training::gather_ranks(double x) const {
 std::string Training::plan_text() const {
   std::string text;
   for (int r = 0; r < ranks_; ++r)
-    text += str(r ? ", " : "", work_[r].batch, "/", work_[r].micro_batch, "/", work_[r].share);
-  if (work_[0].group_size > 0)  // the shares are then of each group's state
-    text += str(", hybrid: ", ranks_ / work_[0].group_size, " groups of ", work_[0].group_size);
+    text += str(r ? ", " : "", work_.ranks[r].batch, "/", work_.ranks[r].micro_batch, "/", work_.ranks[r].share);
+  if (work_.sharding.hybrid())  // the shares are then of each group's state
+    text += str(", hybrid: ", ranks_ / work_.sharding.group_size, " groups of ", work_.sharding.group_size);
   return text;
 }
 
@@ -937,7 +937,7 @@ void Training::log_line(const json& j) {
   log_.flush();
 }
 
-void check_options(const TrainOptions& o, const std::vector<RankWork>& given_work, int ranks,
+void check_options(const TrainOptions& o, const Work& given_work, int ranks,
                    const EngineOptions& engine_options) {
   GPUMIX_CHECK_INPUT(o.steps >= 1, "--steps must be at least 1, got ", o.steps);
   GPUMIX_CHECK_INPUT(o.batch >= 1, "--batch must be at least 1, got ", o.batch);
@@ -947,35 +947,6 @@ void check_options(const TrainOptions& o, const std::vector<RankWork>& given_wor
 }
 
 }  // namespace
-
-void validate_work(const std::vector<RankWork>& work, int64_t global_batch, int ranks) {
-  GPUMIX_CHECK_INPUT((int)work.size() == ranks, "the plan has ", work.size(), " ranks but ", ranks,
-                     " are running; give one batch, micro-batch and share per rank");
-  int64_t batch = 0;
-  double share = 0;
-  std::vector<double> shares;
-  for (size_t r = 0; r < work.size(); ++r) {
-    const RankWork& w = work[r];
-    shares.push_back(w.share);
-    GPUMIX_CHECK_INPUT(w.group_size == work[0].group_size, "rank ", r, " shards in groups of ", w.group_size,
-                       " but rank 0 in groups of ", work[0].group_size, "; one plan has one group size");
-    GPUMIX_CHECK_INPUT(w.batch >= 0, "rank ", r, ": batch ", w.batch, " is negative");
-    GPUMIX_CHECK_INPUT(w.batch == 0 || w.micro_batch >= 1, "rank ", r, ": micro-batch ", w.micro_batch,
-                       " must be at least 1 for its batch of ", w.batch);
-    GPUMIX_CHECK_INPUT(w.share >= 0 && w.share <= 1, "rank ", r, ": share ", w.share, " is outside [0, 1]");
-    batch += w.batch;
-    share += w.share;
-  }
-  GPUMIX_CHECK_INPUT(batch == global_batch, "the plan's batches sum to ", batch, " but the global batch is ",
-                     global_batch, "; make them add up (or change --batch)");
-  if (work[0].group_size > 0) {
-    const std::string bad = check_sharding(Sharding{work[0].group_size}, ranks, shares);
-    GPUMIX_CHECK_INPUT(bad.empty(), bad);
-    return;
-  }
-  GPUMIX_CHECK_INPUT(std::fabs(share - 1.0) <= 1e-6, "the plan's shares sum to ", share,
-                     ", not 1; every parameter needs exactly one owner");
-}
 
 ComputeDtype choose_compute_dtype(const ComputeDtypeSources& s) {
   // The first rank whose device lacks native bf16, and how to say where.
@@ -1021,17 +992,7 @@ ComputeDtype choose_compute_dtype(const ComputeDtypeSources& s) {
   return c;
 }
 
-std::vector<RankWork> even_work(int64_t global_batch, int ranks) {
-  std::vector<RankWork> work(ranks);
-  for (int r = 0; r < ranks; ++r) {
-    work[r].batch = global_batch / ranks + (r < global_batch % ranks ? 1 : 0);
-    work[r].micro_batch = std::max<int64_t>(1, work[r].batch);
-    work[r].share = 1.0 / ranks;
-  }
-  return work;
-}
-
-TrainResult train(const TrainOptions& o, const std::vector<RankWork>& given_work, Comm& comm,
+TrainResult train(const TrainOptions& o, const Work& given_work, Comm& comm,
                   const EngineOptions& engine_options) {
   const StopOnSignals stop_on_signals(comm.rank() == 0);
   check_options(o, given_work, comm.size(), engine_options);

@@ -29,32 +29,10 @@
 #include "dist/engine/drift.h"
 #include "dist/engine/profiler.h"
 #include "dist/plan/plan.h"
+#include "dist/plan/work.h"
 #include "nn/train.h"
 
 namespace gpumix::dist {
-
-// What one rank does in a step: b rows of the global batch as micro-batches of m rows
-// (the last may be smaller), and share r of the training state.
-struct RankWork {
-  int64_t batch = 0;
-  int64_t micro_batch = 0;
-  double share = 0;
-  // Keep the saved block inputs in host memory between a block's forward and its backward
-  // (the planner's `offload`, for GPUs; dist/engine/sharded_engine.h).
-  bool offload = false;
-  // Hybrid sharding (the plan's Sharding, the same on every rank): the size of the groups
-  // that each hold the whole state, replicated across groups; `share` is then this rank's
-  // part of its group's state. 0: full sharding over every rank.
-  int group_size = 0;
-};
-
-// Checks a plan against the options (Σ b = global batch, Σ r = 1 (per group when hybrid),
-// m >= 1 where b > 0, one entry per rank, one group size); throws Error naming the numbers
-// and the fix.
-void validate_work(const std::vector<RankWork>& work, int64_t global_batch, int ranks);
-
-// Even batches and shares (ranks' batches differ by at most one row).
-std::vector<RankWork> even_work(int64_t global_batch, int ranks);
 
 struct EngineOptions {
   bool prefetch = true;  // overlap the next unit's gather with the current unit's compute
@@ -113,7 +91,6 @@ ComputeDtype choose_compute_dtype(const ComputeDtypeSources& sources);
 // Runs the whole training on this rank (o.batch is the global batch). Rank 0 prints and
 // writes the log; every rank writes its slices of each checkpoint. `work` is ignored when
 // engine.planner is set.
-TrainResult train(const TrainOptions& o, const std::vector<RankWork>& work, Comm& comm,
-                  const EngineOptions& engine = {});
+TrainResult train(const TrainOptions& o, const Work& work, Comm& comm, const EngineOptions& engine = {});
 
 }  // namespace gpumix::dist

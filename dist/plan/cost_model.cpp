@@ -10,50 +10,15 @@
 
 namespace gpumix::dist {
 
-std::string Sharding::describe() const {
-  return hybrid() ? "hybrid, groups of " + std::to_string(group_size) : std::string("full");
-}
-
-std::string check_sharding(const Sharding& s, int ranks, const std::vector<double>& shares) {
-  if (!s.hybrid()) return s.group_size == 0 ? "" : "the shard group size must be >= 0, got " + std::to_string(s.group_size);
-  const int g = s.group_size;
-  if (g >= ranks || ranks % g != 0)
-    return "hybrid sharding needs a group size that divides the " + std::to_string(ranks) +
-           " ranks into at least 2 groups, got " + std::to_string(g) + "; use one of the divisors of " +
-           std::to_string(ranks) + " below it, or full sharding";
-  if (shares.empty()) return "";
-  if ((int)shares.size() != ranks)
-    return "hybrid sharding: " + std::to_string(shares.size()) + " shares for " + std::to_string(ranks) + " ranks";
-  for (int i = 0; i < ranks; i++)
-    if (std::fabs(shares[i] - shares[i % g]) > 1e-9) {
-      char buf[256];
-      std::snprintf(buf, sizeof buf,
-                    "hybrid sharding in groups of %d: rank %d's share %.9g differs from rank %d's %.9g, but every "
-                    "group holds the same positions; give position k the same share in every group",
-                    g, i, shares[i], i % g, shares[i % g]);
-      return buf;
-    }
-  double sum = 0;
-  for (int k = 0; k < g; k++) sum += shares[k];
-  if (std::fabs(sum - 1.0) > 1e-6) {
-    char buf[200];
-    std::snprintf(buf, sizeof buf,
-                  "hybrid sharding in groups of %d: the shares of a group (ranks 0..%d) sum to %.9g, not 1", g, g - 1, sum);
-    return buf;
-  }
-  return "";
-}
-
-CostModel::CostModel(const Profile& profile, MemoryParams memory, int max_m, Sharding sharding)
+CostModel::CostModel(const Profile& profile, MemoryParams memory, int64_t max_m, Sharding sharding)
     : profile_(profile), memory_(profile.model, profile.seq_len, profile.dtype, memory), sharding_(sharding) {
   const std::string bad = check_sharding(sharding_, profile.num_ranks());
   if (!bad.empty()) throw InputError(bad);
-  max_m_ = std::max(max_m, 1);
+  max_m_ = std::max<int64_t>(max_m, 1);
   for (const DeviceProfile& d : profile.devices) {
     DeviceTable t;
     t.device = &d;
-    t.at.resize(max_m_ + 1);
-    for (int m = 1; m <= max_m_; m++) t.at[m] = d.at(m);
+    t.at = d.table(max_m_);
     tables_.push_back(std::move(t));
   }
   for (const RankInfo& r : profile.ranks) {
@@ -126,38 +91,38 @@ CommTimes CostModel::comm_members(const std::vector<int>& members, bool even) co
   return unit_comm(members, r, even ? 1 : 0);
 }
 
-bool shares_even(const std::vector<RankChoice>& choices) {
+bool shares_even(const std::vector<RankWork>& work) {
   double lo = 2, hi = -1;
-  for (const RankChoice& c : choices) {
-    if (!c.takes_part()) continue;
-    lo = std::min(lo, c.r);
-    hi = std::max(hi, c.r);
+  for (const RankWork& w : work) {
+    if (!w.takes_part()) continue;
+    lo = std::min(lo, w.share);
+    hi = std::max(hi, w.share);
   }
   return hi < 0 || hi - lo <= 1e-9 * hi;
 }
 
-CommTimes CostModel::comm_for(const std::vector<RankChoice>& choices) const {
+CommTimes CostModel::comm_for(const std::vector<RankWork>& work) const {
   if (!sharding_.hybrid()) {
     std::vector<int> members;
     std::vector<double> shares;
-    for (size_t i = 0; i < choices.size(); i++)
-      if (choices[i].takes_part()) {
+    for (size_t i = 0; i < work.size(); i++)
+      if (work[i].takes_part()) {
         members.push_back((int)i);
-        shares.push_back(choices[i].r);
+        shares.push_back(work[i].share);
       }
     return unit_comm(members, shares);
   }
   // Within a group: the slowest group's collectives (every group runs its own at once).
-  const int g = sharding_.group_size, N = (int)choices.size(), G = N / g;
+  const int g = sharding_.group_size, N = (int)work.size(), G = N / g;
   CommTimes c;
   c.overlap = profile_.comm.overlap;
   for (int first = 0; first < N; first += g) {
     std::vector<int> members;
     std::vector<double> shares;
     for (int i = first; i < first + g; i++)
-      if (choices[i].takes_part()) {
+      if (work[i].takes_part()) {
         members.push_back(i);
-        shares.push_back(choices[i].r);
+        shares.push_back(work[i].share);
       }
     const CommTimes t = unit_comm(members, shares);
     for (auto [x, y] : {std::pair{&c.ag, t.ag}, {&c.rs, t.rs}, {&c.embed_ag, t.embed_ag}, {&c.embed_rs, t.embed_rs},
@@ -176,7 +141,7 @@ CommTimes CostModel::comm_for(const std::vector<RankChoice>& choices) const {
     ring_nodes = std::max(ring_nodes, (int)nodes.size());
   }
   double load = 0;
-  for (int i = 0; i < N; i++) load = std::max(load, node_share[node_of_rank_[i]] += choices[i].r);
+  for (int i = 0; i < N; i++) load = std::max(load, node_share[node_of_rank_[i]] += work[i].share);
   const TopologyLinks l = links(false);
   const TopologyLink& link = ring_nodes > 1 ? l.leader_link() : l.intra;
   c.ar = all_reduce_time(link, G, block_rs_bytes_ * load);
@@ -185,15 +150,15 @@ CommTimes CostModel::comm_for(const std::vector<RankChoice>& choices) const {
   return c;
 }
 
-RankTimes CostModel::compute_times(int rank, int64_t b, int m, bool offload) const {
+RankTimes CostModel::compute_times(int rank, int64_t b, int64_t m, bool offload) const {
   RankTimes t;
   if (b <= 0) return t;
   const DeviceTable& tab = table(rank);
   const DeviceProfile& d = *tab.device;
-  m = (int)std::min<int64_t>(m, b);
+  m = std::min(m, b);
   const int64_t n = (b + m - 1) / m;
-  const int last = (int)(b - (n - 1) * m);
-  auto get = [&](int k) { return k <= max_m_ ? tab.get(k) : d.at(k); };
+  const int64_t last = b - (n - 1) * m;
+  auto get = [&](int64_t k) { return k <= max_m_ ? tab.get(k) : d.at(k); };
   const MicroBatchSample full = get(m), tail = get(last);
   t.fwd = (n - 1) * full.block_fwd_s + tail.block_fwd_s;
   t.bwd = (n - 1) * (full.block_bwd_s + d.microbatch_overhead_s) + tail.block_bwd_s;
@@ -215,12 +180,12 @@ double CostModel::optimizer_time(int rank, double r) const {
   return r * memory_.total_params() * table(rank).device->optimizer_s_per_param;
 }
 
-MemoryTerms CostModel::memory_terms(int rank, int64_t b, int m, double r, bool offload) const {
+MemoryTerms CostModel::memory_terms(int rank, int64_t b, int64_t m, double r, bool offload) const {
   const DeviceTable& tab = table(rank);
   const DeviceProfile& d = *tab.device;
   double act = 0, head = 0;
   if (b > 0) {
-    const int mb = (int)std::min<int64_t>(m, b);
+    const int64_t mb = std::min(m, b);
     const MicroBatchSample s = mb <= max_m_ ? tab.get(mb) : d.at(mb);
     act = s.block_act_bytes;
     head = s.head_bytes;
@@ -228,19 +193,31 @@ MemoryTerms CostModel::memory_terms(int rank, int64_t b, int m, double r, bool o
   return memory_.terms_from(act, head, d.work_bytes, b, m, r, offload);
 }
 
-CostModel::Step CostModel::evaluate(const std::vector<RankChoice>& choices) const {
+CostModel::Step CostModel::evaluate(const std::vector<RankWork>& work) const {
   Step s;
-  s.comm = comm_for(choices);
-  s.even = shares_even(choices);
-  s.ranks.reserve(choices.size());
-  for (size_t i = 0; i < choices.size(); i++) {
-    const RankChoice& c = choices[i];
+  s.comm = comm_for(work);
+  s.even = shares_even(work);
+  s.ranks.reserve(work.size());
+  // Ranks of one device type with the same (b, m, offload) take the same times: computed
+  // once per run of such ranks (a planner gives a device type's ranks few distinct works).
+  struct Last {
+    int64_t batch = -1, micro_batch = -1;
+    bool offload = false;
     RankTimes t;
-    if (c.takes_part()) {
+  };
+  std::vector<Last> last(tables_.size());
+  for (size_t i = 0; i < work.size(); i++) {
+    const RankWork& w = work[i];
+    RankTimes t;
+    if (w.takes_part()) {
       s.participants++;
-      t = compute_times((int)i, c.b, c.m, c.offload);
-      apply_comm(t, s.comm);
-      t.optimizer = optimizer_time((int)i, c.r);
+      Last& l = last[table_of_rank_[i]];
+      if (l.batch != w.batch || l.micro_batch != w.micro_batch || l.offload != w.offload) {
+        l = {w.batch, w.micro_batch, w.offload, compute_times((int)i, w.batch, w.micro_batch, w.offload)};
+        apply_comm(l.t, s.comm);
+      }
+      t = l.t;
+      t.optimizer = optimizer_time((int)i, w.share);
       s.block = std::max(s.block, t.block);
       s.head = std::max(s.head, t.head);
       s.optimizer = std::max(s.optimizer, t.optimizer);

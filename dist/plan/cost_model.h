@@ -35,7 +35,7 @@
 // middle stage is bound by how the state is split between the nodes (each rank's bytes are
 // its share of the unit): the planner weighs that against the optimizer and memory.
 //
-// Hybrid sharding (Sharding below): AG and RS run within a group (its ranks that take part,
+// Hybrid sharding (Sharding, dist/plan/work.h): AG and RS run within a group (its ranks that take part,
 // on the nodes the group spans), and the gradient slices are then all-reduced across the
 // groups, AR, after the group's reduce-scatter. AR is a ring all-reduce (a reduce-scatter
 // and an all-gather) over the G groups: 2(G−1) latencies, and through each node's link
@@ -53,33 +53,9 @@
 #include "dist/comm/collective_cost.h"
 #include "dist/plan/memory_model.h"
 #include "dist/plan/profile.h"
+#include "dist/plan/work.h"
 
 namespace gpumix::dist {
-
-struct RankChoice {
-  int64_t b = 0;       // samples
-  int m = 0;           // micro-batch size (0 when b = 0)
-  double r = 0;        // state share
-  bool offload = false;
-  bool takes_part() const { return b > 0 || r > 0; }
-};
-
-// How the training state is sharded (docs/method.md §5; FSDP2's HSDP, ZeRO++'s hpZ).
-//   full    group_size 0: every unit is sharded over all the ranks that take part.
-//   hybrid  group_size g (1 <= g < N, g divides N): ranks in rank order form N/g groups of
-//           g; each group holds the whole state, sharded within the group by position
-//           shares that are the same in every group (rank i's share r_i is position
-//           i mod g's, and the shares of a group sum to 1), the groups are replicas:
-//           gradients are reduce-scattered within the group, then all-reduced across the
-//           groups among the ranks of one position.
-struct Sharding {
-  int group_size = 0;
-  bool hybrid() const { return group_size > 0; }
-  std::string describe() const;  // "full" or "hybrid, groups of 8"
-};
-// "" when `s` can shard `ranks` ranks with these shares (per rank, in rank order; empty:
-// not checked), else what is wrong, with the numbers. Groups need not align with nodes.
-std::string check_sharding(const Sharding& s, int ranks, const std::vector<double>& shares = {});
 
 struct CommTimes {
   double ag = 0, rs = 0;              // one block
@@ -107,24 +83,24 @@ struct RankTimes {
 struct DeviceTable {
   const DeviceProfile* device = nullptr;
   std::vector<MicroBatchSample> at;  // at[m], m = 1..max_m
-  const MicroBatchSample& get(int m) const { return at[m]; }
+  const MicroBatchSample& get(int64_t m) const { return at[m]; }
 };
 
 class CostModel {
  public:
-  CostModel(const Profile& profile, MemoryParams memory = {}, int max_m = 0, Sharding sharding = {});
+  CostModel(const Profile& profile, MemoryParams memory = {}, int64_t max_m = 0, Sharding sharding = {});
 
   const Profile& profile() const { return profile_; }
   const MemoryModel& memory() const { return memory_; }
   const DeviceTable& table(int rank) const { return tables_[table_of_rank_[rank]]; }
   int device_index(int rank) const { return table_of_rank_[rank]; }
   int num_device_types() const { return (int)tables_.size(); }
-  int max_m() const { return max_m_; }
+  int64_t max_m() const { return max_m_; }
   const Sharding& sharding() const { return sharding_; }
 
-  // The collectives of these choices under this model's sharding, in the forms the engine
-  // runs them (each rank's bytes its share of the unit).
-  CommTimes comm_for(const std::vector<RankChoice>& choices) const;
+  // The collectives of this work (one per rank) under this model's sharding, in the forms
+  // the engine runs them (each rank's bytes its share of the unit).
+  CommTimes comm_for(const std::vector<RankWork>& work) const;
   // Full sharding over `members` (rank numbers, ascending): with even shares, or (even
   // false) the fastest uneven ones: the flat form with the uneven factor, the state split
   // evenly between the members' nodes (what the hierarchical form costs least with). A
@@ -134,13 +110,16 @@ class CostModel {
   TopologyLinks links(bool gather) const;
 
   // Compute part of a rank's times (comm not yet applied): fwd, bwd, offload, head_compute.
-  RankTimes compute_times(int rank, int64_t b, int m, bool offload) const;
+  RankTimes compute_times(int rank, int64_t b, int64_t m, bool offload) const;
   // Applies the collectives: block and head as in the formula above.
   static void apply_comm(RankTimes& t, const CommTimes& c);
   double optimizer_time(int rank, double r) const;
 
   // Memory of rank `rank` taking part with (b, m, offload) and share r.
-  MemoryTerms memory_terms(int rank, int64_t b, int m, double r, bool offload) const;
+  MemoryTerms memory_terms(int rank, int64_t b, int64_t m, double r, bool offload) const;
+  MemoryTerms memory_terms(int rank, const RankWork& w) const {
+    return memory_terms(rank, w.batch, w.micro_batch, w.share, w.offload);
+  }
   double capacity(int rank) const { return table(rank).device->memory_bytes; }
 
   struct Step {
@@ -150,7 +129,7 @@ class CostModel {
     std::vector<RankTimes> ranks;
     double block = 0, head = 0, optimizer = 0, step = 0;
   };
-  Step evaluate(const std::vector<RankChoice>& choices) const;
+  Step evaluate(const std::vector<RankWork>& work) const;
 
   int64_t tokens_per_sample() const { return profile_.seq_len; }
   // Model FLOPs of one sample, forward + backward (3 × forward, no recompute): for MFU.
@@ -159,7 +138,7 @@ class CostModel {
  private:
   const Profile& profile_;
   MemoryModel memory_;
-  int max_m_;
+  int64_t max_m_;
   std::vector<DeviceTable> tables_;
   std::vector<int> table_of_rank_;
   std::vector<int> node_of_rank_;
@@ -176,6 +155,6 @@ class CostModel {
 TopologyLinks topology_links(const CollectiveProfile& c);
 
 // True when the participants' shares are equal (to 1e-9 relative).
-bool shares_even(const std::vector<RankChoice>& choices);
+bool shares_even(const std::vector<RankWork>& work);
 
 }  // namespace gpumix::dist

@@ -13,7 +13,7 @@ MemoryModel::MemoryModel(const GPTConfig& model, int seq_len, DType compute, Mem
 }
 
 MemoryTerms MemoryModel::terms_from(double act_block_bytes, double head_bytes, double work_fixed,
-                                    int64_t b, int m, double r, bool offload) const {
+                                    int64_t b, int64_t m, double r, bool offload) const {
   MemoryTerms t;
   const double dtype_bytes = (double)dtype_size(compute_);
   const double sample_bytes = (double)seq_len_ * model_.C * dtype_bytes;  // one block input
@@ -22,7 +22,7 @@ MemoryTerms MemoryModel::terms_from(double act_block_bytes, double head_bytes, d
                block_ * (2.0 * dtype_bytes + params_.grad_accum_bytes);
   t.block_buffers = block_ * (dtype_bytes + params_.grad_accum_bytes);
   if (b > 0) {
-    const int64_t mb = std::min<int64_t>(m, b);
+    const int64_t mb = std::min(m, b);
     t.act_block = act_block_bytes;
     t.act_saved = offload ? (double)std::min<int64_t>(b, params_.offload_staging * mb) * sample_bytes
                           : (double)model_.L * b * sample_bytes;
@@ -34,12 +34,12 @@ MemoryTerms MemoryModel::terms_from(double act_block_bytes, double head_bytes, d
   return t;
 }
 
-MemoryTerms MemoryModel::terms(const DeviceProfile& d, int64_t b, int m, double r,
+MemoryTerms MemoryModel::terms(const DeviceProfile& d, int64_t b, int64_t m, double r,
                                bool offload) const {
   if (b == 0 && r <= 0) return MemoryTerms{};  // left out
   double act = 0, head = 0;
   if (b > 0) {
-    const int mb = (int)std::min<int64_t>(m, b);
+    const int64_t mb = std::min(m, b);
     act = interpolate(d.samples, mb, &MicroBatchSample::block_act_bytes);
     head = interpolate(d.samples, mb, &MicroBatchSample::head_bytes);
   }
@@ -51,13 +51,13 @@ double MemoryModel::max_share(const MemoryTerms& w, double capacity) const {
   return (capacity / (1.0 + params_.fragmentation) - others) / state_per_share_;
 }
 
-double MemoryModel::analytic_block_act_bytes(const GPTConfig& model, int seq_len, int m,
+double MemoryModel::analytic_block_act_bytes(const GPTConfig& model, int seq_len, int64_t m,
                                              int dtype_bytes) {
   const double per_token = 34.0 * model.C + 5.0 * model.NH * seq_len;
   return 1.5 * (double)m * seq_len * per_token * dtype_bytes / 2.0;
 }
 
-double MemoryModel::analytic_head_bytes(const GPTConfig& model, int seq_len, int m, int dtype_bytes) {
+double MemoryModel::analytic_head_bytes(const GPTConfig& model, int seq_len, int64_t m, int dtype_bytes) {
   return (double)m * seq_len * ((double)model.V * 2.0 * dtype_bytes + 4.0 * 2);
 }
 

@@ -78,11 +78,11 @@ class MemoryModel {
   MemoryModel(const GPTConfig& model, int seq_len, DType compute, MemoryParams params = {});
 
   // The rank's bytes with batch b in micro-batches of m (b = 0: m ignored), share r.
-  MemoryTerms terms(const DeviceProfile& d, int64_t b, int m, double r, bool offload) const;
+  MemoryTerms terms(const DeviceProfile& d, int64_t b, int64_t m, double r, bool offload) const;
   // The same from a micro-batch's measured values (what the planner's tables hold), for a
   // rank that takes part (it gathers even when b = 0 and r = 0).
   MemoryTerms terms_from(double act_block_bytes, double head_bytes, double work_fixed, int64_t b,
-                         int m, double r, bool offload) const;
+                         int64_t m, double r, bool offload) const;
 
   // Largest share r that fits `capacity` next to everything else (negative: none fits).
   double max_share(const MemoryTerms& without_state, double capacity) const;
@@ -98,9 +98,9 @@ class MemoryModel {
   // One block's peak during recompute + backward at micro-batch m: Korthikanti et al.
   // (2022) count 34·C + 5·NH·T bytes per token of saved activations in 16 bits; we scale
   // by dtype / 2 and add half again for the backward's gradient temporaries.
-  static double analytic_block_act_bytes(const GPTConfig& model, int seq_len, int m, int dtype_bytes);
+  static double analytic_block_act_bytes(const GPTConfig& model, int seq_len, int64_t m, int dtype_bytes);
   // Logits and their gradient in the compute dtype, plus fp32 softmax statistics per token.
-  static double analytic_head_bytes(const GPTConfig& model, int seq_len, int m, int dtype_bytes);
+  static double analytic_head_bytes(const GPTConfig& model, int seq_len, int64_t m, int dtype_bytes);
 
  private:
   GPTConfig model_;

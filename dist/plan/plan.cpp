@@ -27,14 +27,15 @@ std::string Plan::oom_message() const {
   return msg;
 }
 
-std::vector<RankChoice> Plan::choices() const {
-  std::vector<RankChoice> c;
-  for (const RankPlan& r : ranks) c.push_back({r.batch, r.micro_batch, r.share, r.offload});
-  return c;
+Work Plan::work() const {
+  Work w;
+  for (const RankPlan& r : ranks) w.ranks.push_back(r.work);
+  w.sharding = sharding;
+  return w;
 }
 
 Plan make_plan(const CostModel& cost, const std::string& planner, int64_t global_batch,
-               const std::vector<RankChoice>& choices) {
+               const std::vector<RankWork>& given) {
   const Profile& prof = cost.profile();
   Plan p;
   p.planner = planner;
@@ -43,29 +44,31 @@ Plan make_plan(const CostModel& cost, const std::string& planner, int64_t global
   p.dtype = prof.dtype;
   p.global_batch = global_batch;
   p.sharding = cost.sharding();
-  const CostModel::Step step = cost.evaluate(choices);
+  // The models see m only through min(m, b), and neither m nor offload where b = 0.
+  std::vector<RankWork> work = given;
+  for (RankWork& w : work) {
+    w.micro_batch = w.batch > 0 ? std::min(w.micro_batch, w.batch) : 0;
+    w.offload = w.batch > 0 && w.offload;
+  }
+  const CostModel::Step step = cost.evaluate(work);
   double peak = 0;
-  for (size_t i = 0; i < choices.size(); i++) {
-    const RankChoice& c = choices[i];
+  for (size_t i = 0; i < work.size(); i++) {
+    const RankWork& w = work[i];
     const RankTimes& t = step.ranks[i];
     RankPlan r;
     r.rank = (int)i;
     r.device = prof.ranks[i].device;
     r.node = prof.ranks[i].node;
     r.node_name = prof.ranks[i].node_name;
-    r.batch = c.b;
-    r.micro_batch = c.b > 0 ? (int)std::min<int64_t>(c.m, c.b) : 0;
-    r.num_micro_batches = c.b > 0 ? (c.b + r.micro_batch - 1) / r.micro_batch : 0;
-    r.share = c.r;
-    r.offload = c.b > 0 && c.offload;
-    r.memory = c.takes_part() ? cost.memory_terms((int)i, c.b, c.m, c.r, r.offload) : MemoryTerms{};
+    r.work = w;
+    r.memory = w.takes_part() ? cost.memory_terms((int)i, w) : MemoryTerms{};
     r.capacity = cost.capacity((int)i);
     r.block_s = t.block;
     r.fwd_s = t.fwd;
     r.bwd_s = t.bwd;
     r.head_s = t.head_compute;
     r.optimizer_s = t.optimizer;
-    if (c.takes_part()) {
+    if (w.takes_part()) {
       const int L = prof.model.L;
       r.busy_s = L * (t.fwd + t.bwd) + t.head_compute + t.optimizer;
       // Waiting on transfers: the part of each phase that its collectives (or offload
@@ -119,11 +122,11 @@ json plan_to_json(const Plan& p) {
     ranks.push_back({{"rank", r.rank},
                      {"device", r.device},
                      {"node", r.node},
-                     {"batch", r.batch},
-                     {"micro_batch", r.micro_batch},
-                     {"num_micro_batches", r.num_micro_batches},
-                     {"share", r.share},
-                     {"offload", r.offload},
+                     {"batch", r.work.batch},
+                     {"micro_batch", r.work.micro_batch},
+                     {"num_micro_batches", r.work.num_micro_batches()},
+                     {"share", r.work.share},
+                     {"offload", r.work.offload},
                      {"left_out", r.left_out()},
                      {"capacity_bytes", r.capacity},
                      {"memory_bytes", memory_to_json(r.memory)},
@@ -177,7 +180,7 @@ namespace {
 void check_share_sums(const Plan& p, const std::string& w, double sum_r, const std::string& flat_error) {
   if (p.sharding.hybrid()) {
     std::vector<double> shares;
-    for (const RankPlan& r : p.ranks) shares.push_back(r.share);
+    for (const RankPlan& r : p.ranks) shares.push_back(r.work.share);
     const std::string bad = check_sharding(p.sharding, (int)p.ranks.size(), shares);
     if (!bad.empty()) format_error(w + ".sharding", bad);
   } else if (std::fabs(sum_r - 1.0) > 1e-6) {
@@ -243,19 +246,19 @@ Plan plan_from_json(const json& j) {
     r.device = string_field(jr, "device", wr);
     r.node = (int)int_field_or(jr, "node", wr, 0);
     r.node_name = string_field_or(jr, "node_name", wr, "");
-    r.batch = int_field(jr, "batch", wr);
-    if (r.batch < 0) format_error(wr + ".batch", "must be >= 0");
-    r.micro_batch = (int)int_field_or(jr, "micro_batch", wr, 0);
-    if (r.batch > 0 && (r.micro_batch < 1 || r.micro_batch > r.batch))
-      format_error(wr + ".micro_batch", "must lie in [1, batch = " + std::to_string(r.batch) + "]");
-    if (r.batch == 0 && r.micro_batch != 0) format_error(wr + ".micro_batch", "must be 0 when batch is 0");
-    r.num_micro_batches = r.batch > 0 ? (r.batch + r.micro_batch - 1) / r.micro_batch : 0;
-    if (has_field(jr, "num_micro_batches") && int_field(jr, "num_micro_batches", wr) != r.num_micro_batches)
+    RankWork& k = r.work;
+    k.batch = int_field(jr, "batch", wr);
+    if (k.batch < 0) format_error(wr + ".batch", "must be >= 0");
+    k.micro_batch = int_field_or(jr, "micro_batch", wr, 0);
+    if (k.batch > 0 && (k.micro_batch < 1 || k.micro_batch > k.batch))
+      format_error(wr + ".micro_batch", "must lie in [1, batch = " + std::to_string(k.batch) + "]");
+    if (k.batch == 0 && k.micro_batch != 0) format_error(wr + ".micro_batch", "must be 0 when batch is 0");
+    if (has_field(jr, "num_micro_batches") && int_field(jr, "num_micro_batches", wr) != k.num_micro_batches())
       format_error(wr + ".num_micro_batches", "must be ceil(batch / micro_batch) = " +
-                                                  std::to_string(r.num_micro_batches));
-    r.share = number_field(jr, "share", wr);
-    check_range(r.share, 0, 1, wr + ".share");
-    r.offload = bool_field_or(jr, "offload", wr, false);
+                                                  std::to_string(k.num_micro_batches()));
+    k.share = number_field(jr, "share", wr);
+    check_range(k.share, 0, 1, wr + ".share");
+    k.offload = bool_field_or(jr, "offload", wr, false);
     r.capacity = number_field_or(jr, "capacity_bytes", wr, 0);
     if (has_field(jr, "memory_bytes")) r.memory = memory_from_json(jr.at("memory_bytes"), wr + ".memory_bytes");
     if (has_field(jr, "time_s")) {
@@ -270,8 +273,8 @@ Plan plan_from_json(const json& j) {
       r.comm_s = number_field_or(t, "comm", wt, 0);
       r.idle_s = number_field_or(t, "idle", wt, 0);
     }
-    sum_b += r.batch;
-    sum_r += r.share;
+    sum_b += k.batch;
+    sum_r += k.share;
     p.ranks.push_back(r);
   }
   if (sum_b != p.global_batch)
@@ -310,17 +313,18 @@ void validate_plan(const Plan& p, const Profile& profile, const MemoryParams& me
     if (r.device != profile.ranks[i].device)
       format_error(wr + ".device", "'" + r.device + "' but rank " + std::to_string(i) + " is a " +
                                        profile.ranks[i].device);
-    if (r.batch < 0) format_error(wr + ".batch", "must be >= 0");
-    if (r.batch > 0 && (r.micro_batch < 1 || r.micro_batch > r.batch))
+    const RankWork& k = r.work;
+    if (k.batch < 0) format_error(wr + ".batch", "must be >= 0");
+    if (k.batch > 0 && (k.micro_batch < 1 || k.micro_batch > k.batch))
       format_error(wr + ".micro_batch", "must lie in [1, batch]");
-    if (r.share < 0 || r.share > 1) format_error(wr + ".share", "must lie in [0, 1]");
-    sum_b += r.batch;
-    sum_r += r.share;
+    if (k.share < 0 || k.share > 1) format_error(wr + ".share", "must lie in [0, 1]");
+    sum_b += k.batch;
+    sum_r += k.share;
   }
   if (sum_b != p.global_batch) format_error(w + ".ranks[].batch", "do not sum to global_batch");
   check_share_sums(p, w, sum_r, "do not sum to 1");
   CostModel cost(profile, memory, 0, p.sharding);
-  const Plan fresh = make_plan(cost, p.planner, p.global_batch, p.choices());
+  const Plan fresh = make_plan(cost, p.planner, p.global_batch, p.work().ranks);
   for (size_t i = 0; i < fresh.ranks.size(); i++)
     if (!fresh.ranks[i].fits())
       format_error(w + ".ranks[" + std::to_string(i) + "]", "does not fit its memory: " +

@@ -1,6 +1,7 @@
-// A plan: per rank, the batch b_i, micro-batch m_i, state share r_i and offload flag, with
-// the predicted memory terms and times; the sharded engine executes it. JSON, documented
-// in docs/planner.md. A rank left out has b = 0 and r = 0.
+// A plan: per rank, its work (dist/plan/work.h: the batch b_i, micro-batch m_i, state share
+// r_i and offload flag), with the predicted memory terms and times; the sharded engine
+// executes its work (Plan::work()). JSON, documented in docs/planner.md. A rank left out
+// has b = 0 and r = 0.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "dist/plan/cost_model.h"
 #include "dist/plan/memory_model.h"
 #include "dist/plan/profile.h"
+#include "dist/plan/work.h"
 #include "nn/gpt_config.h"
 
 namespace gpumix::dist {
@@ -22,11 +24,7 @@ struct RankPlan {
   std::string device;
   int node = 0;
   std::string node_name;         // the node's host name ("" : not known, e.g. a simulated cluster)
-  int64_t batch = 0;             // b_i
-  int micro_batch = 0;           // m_i (0 when b_i = 0)
-  int64_t num_micro_batches = 0; // ceil(b_i / m_i); the last one may be smaller
-  double share = 0;              // r_i
-  bool offload = false;          // block inputs kept in host memory
+  RankWork work;                 // b_i, m_i (0 when b_i = 0, at most b_i), r_i, offload
   // Predictions.
   MemoryTerms memory;
   double capacity = 0;
@@ -36,7 +34,7 @@ struct RankPlan {
   double optimizer_s = 0;
   double busy_s = 0, comm_s = 0, idle_s = 0;  // over one step; they add up to the step
 
-  bool left_out() const { return batch == 0 && share == 0; }
+  bool left_out() const { return !work.takes_part(); }
   bool fits() const { return memory.total() <= capacity; }
 };
 
@@ -71,13 +69,16 @@ struct Plan {
   bool fits() const;
   // Empty when the plan fits; otherwise which ranks run out of memory, by how much.
   std::string oom_message() const;
-  std::vector<RankChoice> choices() const;
+  // Every rank's work and the sharding: what the engine runs, and what a plan is made from
+  // again (make_plan) when its predictions are to be redone.
+  Work work() const;
 };
 
-// Builds a plan from choices, with every prediction filled in by the cost model (and its
-// sharding).
+// Builds a plan from every rank's work (b, m, r, offload), with every prediction filled in
+// by the cost model (and its sharding). m is taken as min(m, b) (0 where b = 0), offload
+// only where b > 0.
 Plan make_plan(const CostModel& cost, const std::string& planner, int64_t global_batch,
-               const std::vector<RankChoice>& choices);
+               const std::vector<RankWork>& work);
 
 nlohmann::json plan_to_json(const Plan& p);
 Plan plan_from_json(const nlohmann::json& j);  // checks the file's own consistency

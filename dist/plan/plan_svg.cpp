@@ -16,8 +16,9 @@ struct Row {
 };
 
 bool same_row(const RankPlan& a, const RankPlan& b) {
-  return a.device == b.device && a.batch == b.batch && a.micro_batch == b.micro_batch &&
-         a.offload == b.offload && std::abs(a.share - b.share) <= 1e-12 && a.capacity == b.capacity;
+  const RankWork &x = a.work, &y = b.work;
+  return a.device == b.device && x.batch == y.batch && x.micro_batch == y.micro_batch && x.offload == y.offload &&
+         std::abs(x.share - y.share) <= 1e-12 && a.capacity == b.capacity;
 }
 
 std::vector<Row> rows_of(const Plan& p) {
@@ -69,8 +70,8 @@ std::string plans_svg(const std::vector<Plan>& plans, const std::string& title) 
       const RankPlan& r = *row.rank;
       std::string label = row.first == row.last ? "rank " + std::to_string(row.first)
                                                 : "ranks " + std::to_string(row.first) + "-" + std::to_string(row.last);
-      std::snprintf(buf, sizeof buf, " %s b=%lld m=%d r=%.3f%s", r.device.c_str(), (long long)r.batch,
-                    r.micro_batch, r.share, r.left_out() ? " (out)" : r.offload ? " off" : "");
+      std::snprintf(buf, sizeof buf, " %s b=%lld m=%lld r=%.3f%s", r.device.c_str(), (long long)r.work.batch,
+                    (long long)r.work.micro_batch, r.work.share, r.left_out() ? " (out)" : r.work.offload ? " off" : "");
       label += buf;
       svg_text(o, pad, y + row_h - 6, label.substr(0, 42));
       double x = pad + label_w;

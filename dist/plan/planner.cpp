@@ -9,6 +9,7 @@
 #include <queue>
 #include <tuple>
 #include <set>
+#include <unordered_map>
 
 namespace gpumix::dist {
 
@@ -16,13 +17,11 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// One way for a rank to run b samples: its block time t, head time h, and the largest
-// state share R that still fits next to it.
+// One way for a rank to run b samples (its work, share not yet set): its block time t,
+// head time h, and the largest state share R that still fits next to it.
 struct Option {
   double t = 0, h = 0, R = -kInf;
-  int64_t b = 0;
-  int m = 0;
-  bool off = false;
+  RankWork work;
   bool ok() const { return R > -kInf; }
 };
 
@@ -34,13 +33,13 @@ struct Group {
 };
 
 // The 1-2-4-8 grid of micro-batch sizes for large instances, plus the profiled sizes.
-std::vector<int> micro_batch_grid(const Profile& p, int64_t B) {
-  std::set<int> ms;
-  for (int64_t m = 1; m <= B; m *= 2) ms.insert((int)m);
+std::vector<int64_t> micro_batch_grid(const Profile& p, int64_t B) {
+  std::set<int64_t> ms;
+  for (int64_t m = 1; m <= B; m *= 2) ms.insert(m);
   for (const DeviceProfile& d : p.devices)
     for (const MicroBatchSample& s : d.samples)
       if (s.m <= B) ms.insert(s.m);
-  return std::vector<int>(ms.begin(), ms.end());
+  return std::vector<int64_t>(ms.begin(), ms.end());
 }
 
 class Search {
@@ -65,7 +64,7 @@ class Search {
   }
 
   bool found() const { return best_step_ < kInf; }
-  const std::vector<RankChoice>& best() const { return best_; }
+  const std::vector<RankWork>& best() const { return best_; }
 
  private:
   const CostModel& cost_;
@@ -73,7 +72,7 @@ class Search {
   const PlannerOptions& opts_;
   bool exact_;
   int L_;
-  std::vector<int> grid_;
+  std::vector<int64_t> grid_;
   std::vector<double> cap_;
   std::vector<bool> can_offload_;
   std::vector<double> opt_per_share_;
@@ -89,9 +88,9 @@ class Search {
   double base_t_ = 0, base_h_ = 0;
 
   double best_step_ = kInf;
-  std::vector<RankChoice> best_;
+  std::vector<RankWork> best_;
 
-  Option eval(int rank, int64_t b, int m, bool off) const {
+  Option eval(int rank, int64_t b, int64_t m, bool off) const {
     RankTimes t = cost_.compute_times(rank, b, m, off);
     CostModel::apply_comm(t, comm_);
     const MemoryTerms w = cost_.memory_terms(rank, b, m, 0, off);
@@ -99,9 +98,7 @@ class Search {
     o.t = t.block;
     o.h = t.head;
     o.R = cost_.memory().max_share(w, cap_[rank]);
-    o.b = b;
-    o.m = b > 0 ? m : 0;
-    o.off = off;
+    o.work = {b, b > 0 ? m : 0, 0, off};
     return o;
   }
 
@@ -113,11 +110,11 @@ class Search {
     }
     for (int off = 0; off <= (can_offload_[rank] ? 1 : 0); off++) {
       if (exact_) {
-        for (int m = 1; m <= b; m++) f(eval(rank, b, m, off));
+        for (int64_t m = 1; m <= b; m++) f(eval(rank, b, m, off));
       } else {
-        for (int m : grid_)
+        for (int64_t m : grid_)
           if (m < b) f(eval(rank, b, m, off));
-        f(eval(rank, b, (int)b, off));
+        f(eval(rank, b, b, off));
       }
     }
   }
@@ -131,9 +128,22 @@ class Search {
     return best;
   }
 
-  double share_cap(int rank, double theta) const {
-    if (theta == kInf || opt_per_share_[rank] <= 0) return kInf;
-    return theta / opt_per_share_[rank];
+  double share_cap(int rank, double theta) const { return share_cap_at(opt_per_share_[rank], theta); }
+  // The largest share whose optimizer time, at `opt` per share, stays within θ.
+  static double share_cap_at(double opt, double theta) {
+    if (theta == kInf || opt <= 0) return kInf;
+    return theta / opt;
+  }
+
+  // Per member: the share its free memory holds (max(0, R)) and its optimizer time per
+  // share, side by side for the water-filling's many passes over thousands of members.
+  void member_rooms(const std::vector<Option>& alloc, std::vector<double>* room, std::vector<double>* opt) const {
+    room->resize(members_.size());
+    opt->resize(members_.size());
+    for (size_t k = 0; k < members_.size(); k++) {
+      (*room)[k] = std::max(0.0, alloc[k].R);
+      (*opt)[k] = opt_per_share_[members_[k]];
+    }
   }
 
   // What an allocation maximises per rank: free memory, capped where the optimizer
@@ -161,7 +171,7 @@ class Search {
       for (int64_t b = 0; b <= B; b++) v[b] = best_option(g.ranks[0], b, tau, eta);
     }
     std::vector<std::vector<double>> dp(K + 1, std::vector<double>(B + 1, -kInf));
-    std::vector<std::vector<int>> pick(K + 1, std::vector<int>(B + 1, -1));
+    std::vector<std::vector<int64_t>> pick(K + 1, std::vector<int64_t>(B + 1, -1));
     dp[0][0] = 0;
     for (size_t k = 0; k < K; k++) {
       const int rank = members_[k];
@@ -174,7 +184,7 @@ class Search {
           const double total = dp[k][s] + val;
           if (total > dp[k + 1][s + b]) {
             dp[k + 1][s + b] = total;
-            pick[k + 1][s + b] = (int)b;
+            pick[k + 1][s + b] = b;
           }
         }
       }
@@ -184,7 +194,7 @@ class Search {
       out->assign(K, Option{});
       int64_t s = B;
       for (size_t k = K; k > 0; k--) {
-        const int b = pick[k][s];
+        const int64_t b = pick[k][s];
         (*out)[k - 1] = opts_of_device[cost_.device_index(members_[k - 1])][b];
         s -= b;
       }
@@ -196,10 +206,13 @@ class Search {
   // each step gives the next samples to the group that loses the least value.
   bool allocate_greedy(double tau, double eta, double theta, std::vector<Option>* out) {
     const size_t G = groups_.size();
-    std::vector<std::vector<double>> val(G, std::vector<double>(B_ + 2, std::nan("")));
+    // The values asked for (a bisection and a few levels per group, of up to B + 1).
+    std::vector<std::unordered_map<int64_t, double>> val(G);
     auto v = [&](size_t g, int64_t b) {
-      double& x = val[g][b];
-      if (std::isnan(x)) x = value(best_option(groups_[g].ranks[0], b, tau, eta), groups_[g].ranks[0], theta);
+      const auto known = val[g].find(b);
+      if (known != val[g].end()) return known->second;
+      const double x = value(best_option(groups_[g].ranks[0], b, tau, eta), groups_[g].ranks[0], theta);
+      val[g].emplace(b, x);
       return x;
     };
     std::vector<int64_t> bmax(G, 0), level(G, 0), above(G, 0);
@@ -246,11 +259,11 @@ class Search {
     if (out) {
       out->assign(members_.size(), Option{});
       for (size_t g = 0; g < G; g++) {
+        // The ranks of a group (one device type) have the same options.
         const Group& gr = groups_[g];
-        for (size_t j = 0; j < gr.ranks.size(); j++) {
-          const int64_t b = level[g] + ((int64_t)j < above[g] ? 1 : 0);
-          (*out)[gr.positions[j]] = best_option(gr.ranks[j], b, tau, eta);
-        }
+        const Option at_level = best_option(gr.ranks[0], level[g], tau, eta);
+        const Option one_more = above[g] > 0 ? best_option(gr.ranks[0], level[g] + 1, tau, eta) : Option{};
+        for (size_t j = 0; j < gr.ranks.size(); j++) (*out)[gr.positions[j]] = (int64_t)j < above[g] ? one_more : at_level;
       }
     }
     return true;
@@ -265,17 +278,20 @@ class Search {
       for (size_t k = 0; k < K; k++) (*r)[k] = 1.0 / K;
       return true;
     }
+    std::vector<double> room, opt;
+    member_rooms(alloc, &room, &opt);
     double total = 0, hi = 0;
     for (size_t k = 0; k < K; k++) {
-      total += std::max(0.0, alloc[k].R);
-      hi = std::max(hi, std::max(0.0, alloc[k].R) * opt_per_share_[members_[k]]);
+      total += room[k];
+      hi = std::max(hi, room[k] * opt[k]);
     }
     if (total < 1.0) return false;
+    double* out = r->data();
     auto fill = [&](double theta) {
       double s = 0;
       for (size_t k = 0; k < K; k++) {
-        (*r)[k] = std::min(std::max(0.0, alloc[k].R), share_cap(members_[k], theta));
-        s += (*r)[k];
+        out[k] = std::min(room[k], share_cap_at(opt[k], theta));
+        s += out[k];
       }
       return s;
     };
@@ -294,24 +310,32 @@ class Search {
   // `cap` of the state (water-filling, each node's ranks scaled down to the cap together).
   bool shares_capped(const std::vector<Option>& alloc, double cap, std::vector<double>* r) const {
     const size_t K = members_.size();
-    const int nodes = node_of_member_.empty() ? 1 : *std::max_element(node_of_member_.begin(), node_of_member_.end()) + 1;
+    std::vector<double> room, opt;
+    member_rooms(alloc, &room, &opt);
+    r->assign(K, 0);
+    double* out = r->data();
+    const int* node_of = node_of_member_.data();
+    // Each node's members are consecutive (node_aware_): a node's run is summed, then scaled
+    // to the cap, before the next run. The same additions in the same order as summing every
+    // node first and scaling every member after, with fewer of them waiting on each other.
     auto fill = [&](double theta) {
-      r->assign(K, 0);
-      std::vector<double> on_node(nodes, 0);
-      for (size_t k = 0; k < K; k++) {
-        (*r)[k] = std::min(std::max(0.0, alloc[k].R), share_cap(members_[k], theta));
-        on_node[node_of_member_[k]] += (*r)[k];
-      }
       double s = 0;
-      for (size_t k = 0; k < K; k++) {
-        const double node = on_node[node_of_member_[k]];
-        if (node > cap) (*r)[k] *= cap / node;
-        s += (*r)[k];
+      for (size_t k = 0; k < K;) {
+        const size_t first = k;
+        double node = 0;
+        for (; k < K && node_of[k] == node_of[first]; k++) {
+          out[k] = std::min(room[k], share_cap_at(opt[k], theta));
+          node += out[k];
+        }
+        for (size_t j = first; j < k; j++) {
+          if (node > cap) out[j] *= cap / node;
+          s += out[j];
+        }
       }
       return s;
     };
     double hi = 0;
-    for (size_t k = 0; k < K; k++) hi = std::max(hi, std::max(0.0, alloc[k].R) * opt_per_share_[members_[k]]);
+    for (size_t k = 0; k < K; k++) hi = std::max(hi, room[k] * opt[k]);
     if (fill(kInf) < 1.0) return false;
     double lo = 0;
     if (hi > 0)
@@ -355,24 +379,31 @@ class Search {
     std::vector<double> capped;
     for (double f : {0.0, 0.25, 0.5, 0.75}) {
       if (!shares_capped(alloc, lo + f * (most - lo), &capped)) continue;
-      std::vector<RankChoice> choices(cost_.profile().num_ranks());
-      for (size_t k = 0; k < members_.size(); k++)
-        choices[members_[k]] = {alloc[k].b, alloc[k].m, capped[k], alloc[k].off};
-      score(choices);
+      score(with_shares(alloc, capped));
     }
   }
 
+  // Every rank's work: the members' allocated options with shares r (in member order);
+  // the others left out.
+  std::vector<RankWork> with_shares(const std::vector<Option>& alloc, const std::vector<double>& r) const {
+    std::vector<RankWork> work(cost_.profile().num_ranks());
+    for (size_t k = 0; k < members_.size(); k++) {
+      work[members_[k]] = alloc[k].work;
+      work[members_[k]].share = r[k];
+    }
+    return work;
+  }
+
   // Scores a plan; keeps it when it is the fastest so far. Returns its optimizer time θ.
-  double score(std::vector<RankChoice>& choices) {
-    const CostModel::Step step = cost_.evaluate(choices);
-    for (size_t i = 0; i < choices.size(); i++) {  // the safety net: never keep a plan that does not fit
-      if (!choices[i].takes_part()) continue;
-      const MemoryTerms m = cost_.memory_terms((int)i, choices[i].b, choices[i].m, choices[i].r, choices[i].offload);
-      if (m.total() > cost_.capacity((int)i)) return kInf;
+  double score(const std::vector<RankWork>& work) {
+    const CostModel::Step step = cost_.evaluate(work);
+    for (size_t i = 0; i < work.size(); i++) {  // the safety net: never keep a plan that does not fit
+      if (!work[i].takes_part()) continue;
+      if (cost_.memory_terms((int)i, work[i]).total() > cost_.capacity((int)i)) return kInf;
     }
     if (step.step < best_step_) {
       best_step_ = step.step;
-      best_ = choices;
+      best_ = work;
     }
     return step.optimizer;
   }
@@ -383,10 +414,7 @@ class Search {
     if (!allocate(tau, eta, theta, &alloc)) return kInf;
     std::vector<double> r;
     if (!shares(alloc, &r)) return kInf;
-    std::vector<RankChoice> choices(cost_.profile().num_ranks());
-    for (size_t k = 0; k < members_.size(); k++)
-      choices[members_[k]] = {alloc[k].b, alloc[k].m, r[k], alloc[k].off};
-    const double optimizer = score(choices);
+    const double optimizer = score(with_shares(alloc, r));
     if (node_aware_) score_node_placements(alloc, r);
     return optimizer;
   }
@@ -662,19 +690,41 @@ namespace {
 
 Plan plan_full(const Profile& profile, int64_t B, const PlannerOptions& opts) {
   const bool exact = use_exact(profile, B, opts);
-  CostModel cost(profile, opts.memory, (int)B);
+  CostModel cost(profile, opts.memory, B);
   Search search(cost, B, opts, exact);
   search.run(candidate_sets(cost, exact, opts.allow_leave_out));
   if (!search.found()) throw_infeasible(cost, B, opts);
   // Offload only where it is needed: the search keeps the most free memory, so it may
-  // offload where keeping the inputs on the device fits as well and is no slower.
-  std::vector<RankChoice> best = search.best();
-  const double step = cost.evaluate(best).step;
+  // offload where keeping the inputs on the device fits as well and is no slower. Rank by
+  // rank, keeping each change that leaves the step no longer. A rank's offload changes only
+  // its own block time (the collectives follow the shares; the head and optimizer terms do
+  // not depend on it), so each try weighs that time against the others' largest, not a
+  // whole new evaluation (thousands of offloading ranks on a large cluster).
+  std::vector<RankWork> best = search.best();
+  const CostModel::Step step = cost.evaluate(best);
+  std::vector<double> block(best.size());
+  std::multiset<double> blocks;
+  for (size_t i = 0; i < best.size(); i++) blocks.insert(block[i] = step.ranks[i].block);
   for (size_t i = 0; i < best.size(); i++) {
     if (!best[i].offload) continue;
     best[i].offload = false;
-    const MemoryTerms m = cost.memory_terms((int)i, best[i].b, best[i].m, best[i].r, false);
-    if (m.total() > cost.capacity((int)i) || cost.evaluate(best).step > step) best[i].offload = true;
+    if (cost.memory_terms((int)i, best[i]).total() > cost.capacity((int)i)) {
+      best[i].offload = true;
+      continue;
+    }
+    RankTimes t = cost.compute_times((int)i, best[i].batch, best[i].micro_batch, false);
+    CostModel::apply_comm(t, step.comm);
+    blocks.erase(blocks.find(block[i]));
+    blocks.insert(t.block);
+    // CostModel::evaluate's T_step with this rank's new block time (the others' that are
+    // not taking part are 0, as evaluate's maximum starts).
+    if (cost.profile().model.L * *blocks.rbegin() + step.head + step.optimizer > step.step) {
+      blocks.erase(blocks.find(t.block));
+      blocks.insert(block[i]);
+      best[i].offload = true;
+    } else {
+      block[i] = t.block;
+    }
   }
   return make_plan(cost, "gpumix", B, best);
 }
@@ -707,7 +757,7 @@ std::vector<int> hybrid_group_sizes(const Profile& profile) {
 Plan plan_hybrid(const Profile& profile, int64_t B, int g, const PlannerOptions& opts) {
   check_batch(B);
   const int N = profile.num_ranks();
-  const CostModel cost(profile, opts.memory, (int)B, Sharding{g});
+  const CostModel cost(profile, opts.memory, B, Sharding{g});
   const std::string where = "hybrid sharding in groups of " + std::to_string(g);
   // Position shares: even where every position's ranks can hold 1/g of the state next to
   // one sample; otherwise in proportion to the positions' free memory.
@@ -726,15 +776,15 @@ Plan plan_hybrid(const Profile& profile, int64_t B, int g, const PlannerOptions&
                            (1 - total) * cost.memory().state_bytes_total());
     for (int k = 0; k < g; k++) share[k] = cap[k] / total;
   }
-  std::vector<RankChoice> c(N);
-  for (int i = 0; i < N; i++) c[i].r = share[i % g];
+  std::vector<RankWork> c(N);
+  for (int i = 0; i < N; i++) c[i].share = share[i % g];
   const CommTimes comm = cost.comm_for(c);
 
   // Ranks of one device type and one share behave alike: one class each.
   std::map<std::pair<int, double>, int> class_of;
   std::vector<int> cls(N), rep;  // rank -> class, class -> a rank of it
   for (int i = 0; i < N; i++) {
-    const auto key = std::make_pair(cost.device_index(i), c[i].r);
+    const auto key = std::make_pair(cost.device_index(i), c[i].share);
     auto it = class_of.find(key);
     if (it == class_of.end()) {
       it = class_of.emplace(key, (int)rep.size()).first;
@@ -750,12 +800,12 @@ Plan plan_hybrid(const Profile& profile, int64_t B, int g, const PlannerOptions&
   std::sort(grid.begin(), grid.end());
   grid.erase(std::unique(grid.begin(), grid.end()), grid.end());
   // The fastest fitting micro-batch for b rows on rank i: (block time, m); infinite if none fits.
-  auto best = [&](int i, int64_t b) -> std::pair<double, int> {
+  auto best = [&](int i, int64_t b) -> std::pair<double, int64_t> {
     if (b == 0) return {0.0, 0};
-    std::pair<double, int> out{kInf, 0};
+    std::pair<double, int64_t> out{kInf, 0};
     for (int64_t m : grid) {
-      const int mb = (int)std::min(m, b);
-      if (cost.memory_terms(i, b, mb, c[i].r, false).total() > cost.capacity(i)) continue;
+      const int64_t mb = std::min(m, b);
+      if (cost.memory_terms(i, b, mb, c[i].share, false).total() > cost.capacity(i)) continue;
       RankTimes t = cost.compute_times(i, b, mb, false);
       CostModel::apply_comm(t, comm);
       if (t.block < out.first) out = {t.block, mb};
@@ -809,8 +859,8 @@ Plan plan_hybrid(const Profile& profile, int64_t B, int g, const PlannerOptions&
     if (b[i] > 0) slowest.push({best(i, b[i]).first, i});
   }
   for (int i = 0; i < N; i++) {
-    c[i].b = b[i];
-    c[i].m = best(i, b[i]).second;
+    c[i].batch = b[i];
+    c[i].micro_batch = best(i, b[i]).second;
   }
   return make_plan(cost, "gpumix", B, c);
 }
@@ -844,11 +894,18 @@ Plan plan_gpumix(const Profile& profile, int64_t B, const PlannerOptions& opts) 
 namespace {
 
 // The largest micro-batch that fits next to share r without offload (1 if none does).
-int largest_fitting_m(const CostModel& cost, int rank, int64_t b, double r) {
+int64_t largest_fitting_m(const CostModel& cost, int rank, int64_t b, double r) {
   if (b == 0) return 0;
   for (int64_t m = b; m >= 1; m--)
-    if (cost.memory_terms(rank, b, (int)m, r, false).total() <= cost.capacity(rank)) return (int)m;
+    if (cost.memory_terms(rank, b, m, r, false).total() <= cost.capacity(rank)) return m;
   return 1;
+}
+
+// The even split's batches (dist/plan/work.h's even_work).
+std::vector<int64_t> even_batches(int64_t B, int N) {
+  std::vector<int64_t> b;
+  for (const RankWork& w : even_work(B, N).ranks) b.push_back(w.batch);
+  return b;
 }
 
 // Splits B by weights with the largest-remainder rule; ties go to the lower rank.
@@ -871,11 +928,11 @@ std::vector<int64_t> split_by_weight(const std::vector<double>& w, int64_t B) {
 Plan even_shares_plan(const CostModel& cost, const std::string& name, int64_t B,
                       const std::vector<int64_t>& batch) {
   const int N = cost.profile().num_ranks();
-  std::vector<RankChoice> c(N);
+  std::vector<RankWork> c(N);
   for (int i = 0; i < N; i++) {
-    c[i].b = batch[i];
-    c[i].r = 1.0 / N;
-    c[i].m = largest_fitting_m(cost, i, batch[i], c[i].r);
+    c[i].batch = batch[i];
+    c[i].share = 1.0 / N;
+    c[i].micro_batch = largest_fitting_m(cost, i, batch[i], c[i].share);
   }
   return make_plan(cost, name, B, c);
 }
@@ -884,13 +941,13 @@ Plan even_shares_plan(const CostModel& cost, const std::string& name, int64_t B,
 
 Plan plan_even(const Profile& profile, int64_t B, const PlannerOptions& opts) {
   check_batch(B);
-  CostModel cost(profile, opts.memory, (int)B);
-  return even_shares_plan(cost, "even", B, split_by_weight(std::vector<double>(profile.num_ranks(), 1.0), B));
+  CostModel cost(profile, opts.memory, B);
+  return even_shares_plan(cost, "even", B, even_batches(B, profile.num_ranks()));
 }
 
 Plan plan_proportional(const Profile& profile, int64_t B, const PlannerOptions& opts) {
   check_batch(B);
-  CostModel cost(profile, opts.memory, (int)B);
+  CostModel cost(profile, opts.memory, B);
   // Throughput at the largest profiled micro-batch (what Poplar / Whale measure).
   std::vector<double> w;
   for (int i = 0; i < profile.num_ranks(); i++) {
@@ -909,7 +966,7 @@ Plan plan_proportional(const Profile& profile, int64_t B, const PlannerOptions& 
 Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts) {
   check_batch(B);
   const int N = profile.num_ranks();
-  CostModel cost(profile, opts.memory, (int)B);
+  CostModel cost(profile, opts.memory, B);
   CommTimes assumed;  // free by default
   if (opts.cephalo_comm_scale > 0) {
     std::vector<int> all(N);
@@ -919,7 +976,7 @@ Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts)
       *x *= 1.25 * opts.cephalo_comm_scale;
   }
   // Fastest micro-batch per (rank, b) whose compute memory fits.
-  auto best_time = [&](int i, int64_t b, int* m_out) {
+  auto best_time = [&](int i, int64_t b, int64_t* m_out) {
     if (b == 0) {
       *m_out = 0;
       return 0.0;
@@ -930,19 +987,19 @@ Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts)
     for (int64_t m = 16; m < b; m *= 2) ms.push_back(m);
     if (b > 8) ms.push_back(b);
     for (int64_t m : ms) {
-      if (cost.memory_terms(i, b, (int)m, 0, false).total() > cost.capacity(i)) break;
-      RankTimes t = cost.compute_times(i, b, (int)m, false);
+      if (cost.memory_terms(i, b, m, 0, false).total() > cost.capacity(i)) break;
+      RankTimes t = cost.compute_times(i, b, m, false);
       CostModel::apply_comm(t, assumed);
       if (t.block < best) {
         best = t.block;
-        *m_out = (int)m;
+        *m_out = m;
       }
     }
     return best;
   };
   auto bmax = [&](int i, double tau) {
     int64_t lo = 0, hi = B;
-    int m;
+    int64_t m;
     while (lo < hi) {
       const int64_t mid = (lo + hi + 1) / 2;
       if (best_time(i, mid, &m) <= tau) lo = mid;
@@ -955,13 +1012,14 @@ Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts)
     for (int i = 0; i < N; i++) s += bmax(i, tau);
     return s;
   };
-  std::vector<RankChoice> c(N);
+  std::vector<RankWork> c(N);
   double hi = 1;
   while (room(hi) < B && hi < 1e9) hi *= 2;
   if (room(hi) < B) {
-    // Even its compute does not fit: fall back to the even split, reported as OOM.
-    const std::vector<int64_t> b = split_by_weight(std::vector<double>(N, 1.0), B);
-    for (int i = 0; i < N; i++) c[i] = {b[i], b[i] > 0 ? 1 : 0, 1.0 / N, false};
+    // Even its compute does not fit: fall back to the even split in micro-batches of 1,
+    // reported as OOM.
+    c = even_work(B, N).ranks;
+    for (RankWork& w : c) w.micro_batch = w.batch > 0 ? 1 : 0;
     return make_plan(cost, "cephalo", B, c);
   }
   double lo = 0;
@@ -977,7 +1035,7 @@ Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts)
     int worst = -1;
     double worst_t = -1;
     for (int i = 0; i < N; i++) {
-      int m;
+      int64_t m;
       const double t = b[i] > 0 ? best_time(i, b[i], &m) : -1;
       if (b[i] > 0 && t > worst_t) {
         worst_t = t;
@@ -988,20 +1046,20 @@ Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts)
     total--;
   }
   for (int i = 0; i < N; i++) {
-    c[i].b = b[i];
-    best_time(i, b[i], &c[i].m);
-    c[i].r = 1.0 / N;
+    c[i].batch = b[i];
+    best_time(i, b[i], &c[i].micro_batch);
+    c[i].share = 1.0 / N;
   }
   // Water-filling the state: overflow of full ranks, in equal parts to the others.
   const double per_share = cost.memory().state_bytes_total();
   double overflow = 0;
   std::vector<int> receivers;
   for (int i = 0; i < N; i++) {
-    const MemoryTerms m = cost.memory_terms(i, c[i].b, c[i].m, c[i].r, false);
+    const MemoryTerms m = cost.memory_terms(i, c[i].batch, c[i].micro_batch, c[i].share, false);
     const double excess = m.total() - cost.capacity(i);
     if (excess > 0) {
-      const double dr = std::min(c[i].r, excess / (1.0 + cost.memory().params().fragmentation) / per_share);
-      c[i].r -= dr;
+      const double dr = std::min(c[i].share, excess / (1.0 + cost.memory().params().fragmentation) / per_share);
+      c[i].share -= dr;
       overflow += dr;
     } else {
       receivers.push_back(i);
@@ -1009,9 +1067,9 @@ Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts)
   }
   if (receivers.empty()) {
     // Nowhere to put it: the cluster check of step (2) fails; keep even shares (OOM).
-    for (int i = 0; i < N; i++) c[i].r = 1.0 / N;
+    for (int i = 0; i < N; i++) c[i].share = 1.0 / N;
   } else {
-    for (int i : receivers) c[i].r += overflow / receivers.size();
+    for (int i : receivers) c[i].share += overflow / receivers.size();
   }
   return make_plan(cost, "cephalo", B, c);
 }

@@ -10,14 +10,24 @@ namespace gpumix::dist {
 
 using nlohmann::json;
 
-double interpolate(const std::vector<MicroBatchSample>& s, int m, double MicroBatchSample::*field) {
+namespace {
+
+// Where m falls among the samples: 0 at or below the smallest, i (1 <= i < k) when
+// s[i - 1].m < m <= s[i].m, k above the largest.
+size_t segment(const std::vector<MicroBatchSample>& s, int64_t m) {
+  if (m <= s[0].m) return 0;
+  size_t i = 1;
+  while (i < s.size() && m > s[i].m) i++;
+  return i;
+}
+
+// interpolate() in segment i of the samples.
+double interpolate_in(const std::vector<MicroBatchSample>& s, size_t i, int64_t m, double MicroBatchSample::*field) {
   const size_t k = s.size();
-  if (m <= s[0].m) return s[0].*field;
-  for (size_t i = 1; i < k; i++) {
-    if (m <= s[i].m) {
-      const double w = double(m - s[i - 1].m) / double(s[i].m - s[i - 1].m);
-      return s[i - 1].*field + w * (s[i].*field - s[i - 1].*field);
-    }
+  if (i == 0) return s[0].*field;
+  if (i < k) {
+    const double w = double(m - s[i - 1].m) / double(s[i].m - s[i - 1].m);
+    return s[i - 1].*field + w * (s[i].*field - s[i - 1].*field);
   }
   const MicroBatchSample& last = s[k - 1];
   double slope = k == 1 ? last.*field / last.m
@@ -26,15 +36,34 @@ double interpolate(const std::vector<MicroBatchSample>& s, int m, double MicroBa
   return last.*field + slope * (m - last.m);
 }
 
-MicroBatchSample DeviceProfile::at(int m) const {
+MicroBatchSample sample_in(const std::vector<MicroBatchSample>& s, size_t i, int64_t m) {
   MicroBatchSample r;
   r.m = m;
-  r.block_fwd_s = interpolate(samples, m, &MicroBatchSample::block_fwd_s);
-  r.block_bwd_s = interpolate(samples, m, &MicroBatchSample::block_bwd_s);
-  r.block_act_bytes = interpolate(samples, m, &MicroBatchSample::block_act_bytes);
-  r.head_s = interpolate(samples, m, &MicroBatchSample::head_s);
-  r.head_bytes = interpolate(samples, m, &MicroBatchSample::head_bytes);
+  r.block_fwd_s = interpolate_in(s, i, m, &MicroBatchSample::block_fwd_s);
+  r.block_bwd_s = interpolate_in(s, i, m, &MicroBatchSample::block_bwd_s);
+  r.block_act_bytes = interpolate_in(s, i, m, &MicroBatchSample::block_act_bytes);
+  r.head_s = interpolate_in(s, i, m, &MicroBatchSample::head_s);
+  r.head_bytes = interpolate_in(s, i, m, &MicroBatchSample::head_bytes);
   return r;
+}
+
+}  // namespace
+
+double interpolate(const std::vector<MicroBatchSample>& s, int64_t m, double MicroBatchSample::*field) {
+  return interpolate_in(s, segment(s, m), m, field);
+}
+
+MicroBatchSample DeviceProfile::at(int64_t m) const { return sample_in(samples, segment(samples, m), m); }
+
+std::vector<MicroBatchSample> DeviceProfile::table(int64_t max_m) const {
+  std::vector<MicroBatchSample> t(max_m + 1);
+  size_t i = 0;
+  for (int64_t m = 1; m <= max_m; m++) {
+    if (i == 0 && m > samples[0].m) i = 1;
+    while (i > 0 && i < samples.size() && m > samples[i].m) i++;
+    t[m] = sample_in(samples, i, m);
+  }
+  return t;
 }
 
 double collective_time(const CollectiveProfile& c, int ranks, int nodes, double bytes, bool even) {
@@ -254,7 +283,7 @@ Profile profile_from_json(const json& j) {
     for (size_t k = 0; k < samples.size(); k++) {
       const std::string ws = wd + ".samples[" + std::to_string(k) + "]";
       MicroBatchSample s;
-      s.m = (int)int_field(samples[k], "m", ws);
+      s.m = int_field(samples[k], "m", ws);
       s.block_fwd_s = number_field(samples[k], "block_fwd_s", ws);
       s.block_bwd_s = number_field(samples[k], "block_bwd_s", ws);
       s.block_act_bytes = bytes_field(samples[k], "block_act_bytes", ws);

@@ -22,7 +22,7 @@ namespace gpumix::dist {
 
 // Everything a rank of this device type costs at one micro-batch size m.
 struct MicroBatchSample {
-  int m = 0;                    // micro-batch size (samples)
+  int64_t m = 0;                // micro-batch size (samples)
   double block_fwd_s = 0;       // forward of one block over one micro-batch
   double block_bwd_s = 0;       // backward of one block including the forward recompute
   double block_act_bytes = 0;   // allocator peak of one block's recompute + backward at m
@@ -42,7 +42,9 @@ struct DeviceProfile {
   std::vector<MicroBatchSample> samples;  // ascending m, at least one
 
   // Interpolated / extrapolated value at micro-batch m >= 1 (see interpolate()).
-  MicroBatchSample at(int m) const;
+  MicroBatchSample at(int64_t m) const;
+  // at(m) for m = 1..max_m, at index m (index 0 unused), in one pass over the samples.
+  std::vector<MicroBatchSample> table(int64_t max_m) const;
 };
 
 // One link class: time of a collective over n ranks moving `bytes` (the full, gathered
@@ -101,7 +103,7 @@ struct Profile {
 // the smallest, the smallest's value (a smaller micro-batch is never slower or bigger);
 // above the largest, linear extrapolation along the last segment (proportional to m when
 // there is one sample), never decreasing.
-double interpolate(const std::vector<MicroBatchSample>& samples, int m,
+double interpolate(const std::vector<MicroBatchSample>& samples, int64_t m,
                    double MicroBatchSample::*field);
 
 // Time of one collective (bytes = the full buffer) among `ranks` of the profile, on

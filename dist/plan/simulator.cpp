@@ -213,9 +213,10 @@ std::string plan_table(const Plan& p) {
   const double MiB = 1024.0 * 1024;
   for (const RankPlan& r : p.ranks) {
     std::snprintf(line, sizeof line,
-                  "%4d %-26s %s %6lld %5d %5lld %8.5f %4s %9.0fM %9.0fM %9.0fM %9.0fM %9.0fM %9.0fM %9.2f %8.1f%s\n",
-                  r.rank, r.device.substr(0, 26).c_str(), node_of(r).c_str(), (long long)r.batch, r.micro_batch,
-                  (long long)r.num_micro_batches, r.share, r.offload ? "yes" : "no", r.memory.state / MiB,
+                  "%4d %-26s %s %6lld %5lld %5lld %8.5f %4s %9.0fM %9.0fM %9.0fM %9.0fM %9.0fM %9.0fM %9.2f %8.1f%s\n",
+                  r.rank, r.device.substr(0, 26).c_str(), node_of(r).c_str(), (long long)r.work.batch,
+                  (long long)r.work.micro_batch, (long long)r.work.num_micro_batches(), r.work.share,
+                  r.work.offload ? "yes" : "no", r.memory.state / MiB,
                   r.memory.gathered / MiB, r.memory.activations() / MiB, r.memory.buffers() / MiB,
                   r.memory.total() / MiB, r.capacity / MiB, 1e3 * r.block_s,
                   p.predicted.step_s > 0 ? 100 * r.busy_s / p.predicted.step_s : 0.0,

@@ -26,12 +26,12 @@ void expect_valid(const Plan& plan, const Profile& p, int64_t B) {
   int64_t sb = 0;
   double sr = 0;
   for (const RankPlan& r : plan.ranks) {
-    sb += r.batch;
-    sr += r.share;
+    sb += r.work.batch;
+    sr += r.work.share;
     EXPECT_LE(r.memory.total(), r.capacity) << "rank " << r.rank;
-    if (r.batch > 0) {
-      EXPECT_GE(r.micro_batch, 1);
-      EXPECT_EQ(r.num_micro_batches, (r.batch + r.micro_batch - 1) / r.micro_batch);
+    if (r.work.batch > 0) {
+      EXPECT_GE(r.work.micro_batch, 1);
+      EXPECT_EQ(r.work.num_micro_batches(), (r.work.batch + r.work.micro_batch - 1) / r.work.micro_batch);
     }
   }
   EXPECT_EQ(sb, B);
@@ -95,7 +95,7 @@ TEST(Planner, CephaloPlanDoesNotFitOursDoes) {
     if (ceph.fits()) continue;
     bool receiver_overflows = false;
     for (const RankPlan& r : ceph.ranks)
-      if (!r.fits() && r.share > 1.0 / p.num_ranks() + 1e-12) receiver_overflows = true;
+      if (!r.fits() && r.work.share > 1.0 / p.num_ranks() + 1e-12) receiver_overflows = true;
     if (!receiver_overflows) continue;
     flaw_cases++;
     try {
@@ -119,7 +119,7 @@ TEST(Planner, LeavesOutASlowDeviceWhenThatIsFaster) {
   const Profile p = fake_profile(model, 32, devs, {0, 0, 1}, 1e9, 1e-5, 1.1, {0, 0, 1});
   const Plan ours = plan_gpumix(p, 8);
   expect_valid(ours, p, 8);
-  EXPECT_TRUE(ours.ranks[2].left_out()) << "b=" << ours.ranks[2].batch << " r=" << ours.ranks[2].share;
+  EXPECT_TRUE(ours.ranks[2].left_out()) << "b=" << ours.ranks[2].work.batch << " r=" << ours.ranks[2].work.share;
   const testing::Exhaustive ex = exhaustive_search(p, 8);
   EXPECT_LE(ours.predicted.step_s, ex.step * (1 + 1e-9));
   EXPECT_LT(ours.predicted.step_s, plan_even(p, 8).predicted.step_s);
@@ -133,8 +133,8 @@ TEST(Planner, SlowRankWithMemoryHoldsStateOnly) {
   const Profile p = fake_profile(model, 32, devs, {0, 0, 1});
   const Plan ours = plan_gpumix(p, 8);
   expect_valid(ours, p, 8);
-  EXPECT_EQ(ours.ranks[2].batch, 0);
-  EXPECT_GT(ours.ranks[2].share, 0.3);
+  EXPECT_EQ(ours.ranks[2].work.batch, 0);
+  EXPECT_GT(ours.ranks[2].work.share, 0.3);
 }
 
 TEST(Planner, RandomisedSweepEveryPlanFits) {
@@ -150,8 +150,8 @@ TEST(Planner, RandomisedSweepEveryPlanFits) {
       int64_t sb = 0;
       double sr = 0;
       for (const RankPlan& r : plan.ranks) {
-        sb += r.batch;
-        sr += r.share;
+        sb += r.work.batch;
+        sr += r.work.share;
       }
       ASSERT_EQ(sb, B);
       ASSERT_NEAR(sr, plan.sharding.hybrid() ? (double)plan.ranks.size() / plan.sharding.group_size : 1.0, 1e-9);
@@ -276,16 +276,16 @@ TEST(Planner, StateOnTheFarSideOfASlowLinkCostsMoreToGather) {
     const Profile p = fake_profile(model, 32, devs, {0, 0, 1, last}, 1e8, 1e-5, 1.1, {0, 0, 1, 1});
     const Plan plan = plan_gpumix(p, 8, full);
     expect_valid(plan, p, 8);
-    const double node0 = plan.ranks[0].share + plan.ranks[1].share;
+    const double node0 = plan.ranks[0].work.share + plan.ranks[1].work.share;
     EXPECT_NEAR(node0, 0.5, 0.1) << "node 0 holds " << node0 << " of the state\n" << plan_table(plan);
     if (last == 2) {
-      EXPECT_GT(plan.ranks[2].share, 1.5 * plan.ranks[3].share) << plan_table(plan);
+      EXPECT_GT(plan.ranks[2].work.share, 1.5 * plan.ranks[3].work.share) << plan_table(plan);
     }
     // The optimizer's placement (shares in inverse proportion to its time per parameter)
     // with the same batches, predicted by the same model: slower.
-    std::vector<RankChoice> by_optimizer = plan.choices();
+    std::vector<RankWork> by_optimizer = plan.work().ranks;
     const double w0 = 1 / 1e-10, w1 = 1 / 1e-8;
-    for (int i = 0; i < 4; i++) by_optimizer[i].r = (i < 2 ? w0 : w1) / (2 * w0 + 2 * w1);
+    for (int i = 0; i < 4; i++) by_optimizer[i].share = (i < 2 ? w0 : w1) / (2 * w0 + 2 * w1);
     const CostModel cost(p, {}, 8);
     const Plan placed_by_optimizer = make_plan(cost, "gpumix", 8, by_optimizer);
     EXPECT_LT(plan.predicted.step_s, 0.9 * placed_by_optimizer.predicted.step_s);
@@ -336,7 +336,7 @@ TEST(Planner, ChoosesHybridWhereTheLinkBetweenNodesIsTheBottleneck) {
   expect_valid(chosen, p, B);
   EXPECT_LT(chosen.predicted.step_s, 0.85 * full.predicted.step_s)
       << "hybrid " << chosen.predicted.step_s << " s vs full " << full.predicted.step_s << " s";
-  for (const RankPlan& r : chosen.ranks) EXPECT_NEAR(r.share, 0.125, 1e-12) << "rank " << r.rank;
+  for (const RankPlan& r : chosen.ranks) EXPECT_NEAR(r.work.share, 0.125, 1e-12) << "rank " << r.rank;
   // Forced group sizes give those plans; each fits and is no faster.
   for (int g : {1, 2, 4}) {
     PlannerOptions o;
@@ -351,7 +351,7 @@ TEST(Planner, ChoosesHybridWhereTheLinkBetweenNodesIsTheBottleneck) {
   PlannerOptions o;
   o.group_size = 4;
   const Plan node = plan_gpumix(p, B, o);
-  for (const RankPlan& r : node.ranks) EXPECT_NEAR(r.share, 0.25, 1e-12) << "rank " << r.rank;
+  for (const RankPlan& r : node.ranks) EXPECT_NEAR(r.work.share, 0.25, 1e-12) << "rank " << r.rank;
   const CollectiveProfile& ag = p.comm.all_gather;
   const double block_bytes = (double)p.model.block_params() * 2;
   EXPECT_NEAR(node.predicted.ag_s, 3 * ag.intra_node.latency_s + 0.75 * block_bytes / ag.intra_node.bandwidth_Bps,

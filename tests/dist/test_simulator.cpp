@@ -118,7 +118,7 @@ TEST(Simulator, LargeClusterPlans) {
   EXPECT_TRUE(plan.fits()) << plan.oom_message();
   EXPECT_EQ((int)plan.ranks.size(), 1024);
   int64_t batch = 0;
-  for (const RankPlan& r : plan.ranks) batch += r.batch;
+  for (const RankPlan& r : plan.ranks) batch += r.work.batch;
   EXPECT_EQ(batch, 4096);
   RecordProperty("plan_seconds", std::to_string(s));  // for a look, never judged
 }

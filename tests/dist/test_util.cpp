@@ -91,23 +91,23 @@ Profile random_profile(std::mt19937& rng, int max_ranks) {
 }
 
 Exhaustive exhaustive_search(const Profile& p, int64_t B, int grid, bool allow_offload) {
-  const CostModel cost(p, {}, (int)B);
+  const CostModel cost(p, {}, B);
   const int N = p.num_ranks();
   const double per_share = cost.memory().state_bytes_total();
   const double phi = 1.0 + cost.memory().params().fragmentation;
   Exhaustive ex;
   ex.step = std::numeric_limits<double>::infinity();
-  std::vector<RankChoice> c(N);
+  std::vector<RankWork> c(N);
   std::vector<bool> in(N);
 
   auto max_share = [&](int i) {
-    const MemoryTerms w = cost.memory_terms(i, c[i].b, c[i].m, 0, c[i].offload);
+    const MemoryTerms w = cost.memory_terms(i, c[i].batch, c[i].micro_batch, 0, c[i].offload);
     return cost.memory().max_share(w, cost.capacity(i));
   };
-  auto try_plan = [&](std::vector<RankChoice>& cand) {
+  auto try_plan = [&](std::vector<RankWork>& cand) {
     for (int i = 0; i < N; i++) {
       if (!cand[i].takes_part()) continue;
-      if (cost.memory_terms(i, cand[i].b, cand[i].m, cand[i].r, cand[i].offload).total() > cost.capacity(i)) return;
+      if (cost.memory_terms(i, cand[i]).total() > cost.capacity(i)) return;
     }
     ex.configs++;
     const double s = cost.evaluate(cand).step;
@@ -129,11 +129,11 @@ Exhaustive exhaustive_search(const Profile& p, int64_t B, int grid, bool allow_o
     }
     if (members == 0) return;
     // Exactly even shares.
-    std::vector<RankChoice> cand = c;
+    std::vector<RankWork> cand = c;
     bool ok = true;
     for (int i = 0; i < N; i++) {
-      cand[i].r = in[i] ? 1.0 / members : 0;
-      if (in[i] && cand[i].r > cap[i]) ok = false;
+      cand[i].share = in[i] ? 1.0 / members : 0;
+      if (in[i] && cand[i].share > cap[i]) ok = false;
     }
     if (ok) try_plan(cand);
     // The grid: each unit to the rank whose optimizer time grows least (min-max is
@@ -154,7 +154,7 @@ Exhaustive exhaustive_search(const Profile& p, int64_t B, int grid, bool allow_o
       units[bestk]++;
     }
     cand = c;
-    for (int i = 0; i < N; i++) cand[i].r = (double)units[i] / grid;
+    for (int i = 0; i < N; i++) cand[i].share = (double)units[i] / grid;
     // Keep the memory check honest: r exactly as on the grid, capacities exact.
     (void)per_share;
     (void)phi;
@@ -169,9 +169,9 @@ Exhaustive exhaustive_search(const Profile& p, int64_t B, int grid, bool allow_o
     const DeviceProfile& d = p.rank_device(i);
     const bool off_ok = allow_offload && d.kind == "gpu" && d.host_bandwidth_Bps > 0;
     for (int64_t b = lo; b <= hi; b++) {
-      c[i].b = b;
+      c[i].batch = b;
       if (b == 0) {
-        c[i].m = 0;
+        c[i].micro_batch = 0;
         c[i].offload = false;
         for (int part = 0; part <= 1; part++) {
           in[i] = part;
@@ -180,9 +180,9 @@ Exhaustive exhaustive_search(const Profile& p, int64_t B, int grid, bool allow_o
         continue;
       }
       in[i] = true;
-      for (int m = 1; m <= b; m++)
+      for (int64_t m = 1; m <= b; m++)
         for (int off = 0; off <= (off_ok ? 1 : 0); off++) {
-          c[i].m = m;
+          c[i].micro_batch = m;
           c[i].offload = off;
           rec(i + 1, left - b);
         }

@@ -37,7 +37,7 @@ Profile random_profile(std::mt19937& rng, int max_ranks);
 struct Exhaustive {
   bool found = false;
   double step = 0;
-  std::vector<RankChoice> best;
+  std::vector<RankWork> best;
   int64_t configs = 0;
 };
 // Every b (Σ = B), every m ≤ b, offload where possible, each b = 0 rank in or out, r on a

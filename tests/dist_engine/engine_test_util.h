@@ -95,10 +95,11 @@ inline TrainOptions tiny_options(const std::string& data_dir, const std::string&
   return o;
 }
 
-inline std::vector<RankWork> make_work(const std::vector<int64_t>& batches, const std::vector<int64_t>& micro,
-                                       const std::vector<double>& shares) {
-  std::vector<RankWork> work(batches.size());
-  for (size_t r = 0; r < batches.size(); ++r) work[r] = {batches[r], micro[r], shares[r]};
+// Full sharding.
+inline Work make_work(const std::vector<int64_t>& batches, const std::vector<int64_t>& micro,
+                      const std::vector<double>& shares) {
+  Work work;
+  for (size_t r = 0; r < batches.size(); ++r) work.ranks.push_back({batches[r], micro[r], shares[r]});
   return work;
 }
 

@@ -49,11 +49,11 @@ struct Outcome {
 
 // Runs dist::train on work.size() thread ranks (or `ranks` when given, for plans of the
 // wrong length), one OpenMP thread each. `tweak` may change one rank's options or plan.
-Outcome run_ranks(const TrainOptions& o, const std::vector<RankWork>& work, const EngineOptions& engine = {},
+Outcome run_ranks(const TrainOptions& o, const Work& work, const EngineOptions& engine = {},
                   int ranks = 0,
-                  const std::function<void(int, TrainOptions&, std::vector<RankWork>&)>& tweak = {},
+                  const std::function<void(int, TrainOptions&, Work&)>& tweak = {},
                   const std::vector<int>& nodes = {}, bool concurrent_threads = false) {
-  const int n = ranks > 0 ? ranks : (int)work.size();
+  const int n = ranks > 0 ? ranks : (int)work.ranks.size();
   Outcome out;
   out.errors.assign(n, "");
   out.stats.assign(n, CommStats{});
@@ -69,7 +69,7 @@ Outcome run_ranks(const TrainOptions& o, const std::vector<RankWork>& work, cons
         [&](Comm& comm) {
           omp_set_num_threads(1);
           TrainOptions mine = o;
-          std::vector<RankWork> my_work = work;
+          Work my_work = work;
           if (tweak) tweak(comm.rank(), mine, my_work);
           try {
             TrainResult r = train(mine, my_work, comm, engine);
@@ -174,9 +174,9 @@ struct PlanCase {
   int group_size = 0;  // hybrid sharding: groups of this many ranks; 0: full
 };
 
-std::vector<RankWork> work_of(const PlanCase& plan) {
-  std::vector<RankWork> work = make_work(plan.batches, plan.micro, plan.shares);
-  for (RankWork& w : work) w.group_size = plan.group_size;
+Work work_of(const PlanCase& plan) {
+  Work work = make_work(plan.batches, plan.micro, plan.shares);
+  work.sharding.group_size = plan.group_size;
   return work;
 }
 
@@ -293,7 +293,7 @@ TEST_F(EngineTest, HybridCheckpointResumesOnFullShardingAndOnOneRank) {
   CheckpointReader(ckpt5).verify();
   struct Resume {
     const char* name;
-    std::vector<RankWork> work;
+    Work work;
   };
   const Resume resumes[] = {
       {"hybrid_to_two", make_work({5, 3}, {2, 3}, {0.7, 0.3})},
@@ -324,7 +324,7 @@ TEST_F(EngineTest, CheckpointOfThreeRanksResumesOnTwoRanksAndOnOne) {
 
   struct Resume {
     const char* name;
-    std::vector<RankWork> work;
+    Work work;
   };
   const Resume resumes[] = {
       {"two", make_work({5, 3}, {2, 3}, {0.7, 0.3})},
@@ -473,8 +473,8 @@ TEST_F(EngineTest, UnevenPlansTrainLikeOneRankOnTheWholeBatchInBf16) {
 }
 
 TEST_F(EngineTest, Bf16ResumesBitwiseAndCheckpointsMoveBetweenDtypes) {
-  const std::vector<RankWork> three = make_work({2, 3, 3}, {1, 2, 3}, {0.2, 0.5, 0.3});
-  const std::vector<RankWork> two = make_work({5, 3}, {2, 3}, {0.7, 0.3});
+  const Work three = make_work({2, 3, 3}, {1, 2, 3}, {0.2, 0.5, 0.3});
+  const Work two = make_work({5, 3}, {2, 3}, {0.7, 0.3});
 
   // bf16: 8 steps straight, and again from the straight run's step-4 checkpoint without
   // --dtype (the checkpoint's is taken): bitwise the same steps 5..8 and arrays.
@@ -682,7 +682,7 @@ TEST_F(EngineTest, ParameterCommunicationDoesNotGrowWithMicroBatches) {
 }
 
 TEST_F(EngineTest, PrefetchOnAndOffGiveIdenticalResults) {
-  const std::vector<RankWork> work = make_work({1, 2, 5}, {1, 1, 2}, {0, 0.3, 0.7});
+  const Work work = make_work({1, 2, 5}, {1, 1, 2}, {0, 0.3, 0.7});
   TrainOptions o = tiny_options(data_dir(), out("prefetch"));
   EngineOptions prefetch, no_prefetch;
   prefetch.prefetch = true;
@@ -715,11 +715,11 @@ TEST_F(EngineTest, PrefetchOnAndOffGiveIdenticalResults) {
 // so the same losses, norms and state as the plan without offload, bit for bit; and its
 // allocator's peak (at the head, where every block's inputs are saved) is lower.
 TEST_F(EngineTest, AnOffloadingPlanTrainsLikeTheSamePlanWithout) {
-  std::vector<RankWork> work = make_work({1, 3, 4}, {1, 1, 2}, {0, 0.3, 0.7});
+  Work work = make_work({1, 3, 4}, {1, 1, 2}, {0, 0.3, 0.7});
   TrainOptions o = tiny_options(data_dir(), out("kept"));
   const Outcome kept = run_ranks(o, work);
   ASSERT_EQ(kept.error, "");
-  work[1].offload = work[2].offload = true;  // several micro-batches each; rank 0 keeps its one
+  work.ranks[1].offload = work.ranks[2].offload = true;  // several micro-batches each; rank 0 keeps its one
   o.out = out("offloaded");
   const Outcome offloaded = run_ranks(o, work);
   ASSERT_EQ(offloaded.error, "");
@@ -757,7 +757,7 @@ TEST_F(EngineTest, BadPlansFailOnEveryRankWithTheNumbers) {
   TrainOptions o = tiny_options(data_dir(), out("bad"));
   struct Bad {
     const char* name;
-    std::vector<RankWork> work;
+    Work work;
     int ranks;
     std::vector<std::string> says;
   };
@@ -782,17 +782,17 @@ TEST_F(EngineTest, BadPlansFailOnEveryRankWithTheNumbers) {
 
 TEST_F(EngineTest, RanksThatDisagreeAboutTheLayoutFailTogether) {
   const TrainOptions o = tiny_options(data_dir(), out("disagree"));
-  const std::vector<RankWork> work = make_work({1, 2, 5}, {1, 1, 2}, {0.2, 0.3, 0.5});
+  const Work work = make_work({1, 2, 5}, {1, 1, 2}, {0.2, 0.3, 0.5});
   // Rank 1 was given other shares (still a valid plan on its own).
-  const Outcome shares = run_ranks(o, work, {}, 0, [](int rank, TrainOptions&, std::vector<RankWork>& w) {
+  const Outcome shares = run_ranks(o, work, {}, 0, [](int rank, TrainOptions&, Work& w) {
     if (rank == 1) {
-      w[0].share = 0.5;
-      w[2].share = 0.2;
+      w.ranks[0].share = 0.5;
+      w.ranks[2].share = 0.2;
     }
   });
   expect_every_rank_says(shares, {"shard layout"});
   // Rank 2 was given another model shape.
-  const Outcome shape = run_ranks(o, work, {}, 0, [](int rank, TrainOptions& mine, std::vector<RankWork>&) {
+  const Outcome shape = run_ranks(o, work, {}, 0, [](int rank, TrainOptions& mine, Work&) {
     if (rank == 2) mine.layers = 3;
   });
   expect_every_rank_says(shape, {"shard layout"});
@@ -801,7 +801,7 @@ TEST_F(EngineTest, RanksThatDisagreeAboutTheLayoutFailTogether) {
 
 TEST_F(EngineTest, ARankThatRunsOutOfMemoryMidStepStopsEveryRankAndKeepsTheCheckpoint) {
   TrainOptions o = tiny_options(data_dir(), out("fault"));
-  const std::vector<RankWork> work = make_work({1, 2, 5}, {1, 1, 2}, {0.2, 0.3, 0.5});
+  const Work work = make_work({1, 2, 5}, {1, 1, 2}, {0.2, 0.3, 0.5});
   o.steps = 3;
   const Outcome first = run_ranks(o, work);
   ASSERT_EQ(first.error, "");
@@ -823,7 +823,7 @@ TEST_F(EngineTest, ARankThatRunsOutOfMemoryMidStepStopsEveryRankAndKeepsTheCheck
   ASSERT_LT(capacity - state, 4 * layout.unit_size(0)) << "the capacity would hold the gathered embedding";
   const Device dev2 = Device::cpu(2);
   const DeviceProps saved = device_props(dev2);
-  const Outcome fault = run_ranks(o, work, {}, 0, [&](int rank, TrainOptions& mine, std::vector<RankWork>&) {
+  const Outcome fault = run_ranks(o, work, {}, 0, [&](int rank, TrainOptions& mine, Work&) {
     if (rank == 2) mine.device_memory = capacity;
   });
   configure_device(dev2, saved);
@@ -858,10 +858,10 @@ TEST_F(EngineTest, ARankThatRunsOutOfMemoryMidStepStopsEveryRankAndKeepsTheCheck
 TEST_F(EngineTest, ARunThatFailedBeforeItsFirstStepCanBeStartedAgainInTheSameFolder) {
   TrainOptions o = tiny_options(data_dir(), out("first-step"));
   o.steps = 1;
-  const std::vector<RankWork> work = make_work({4, 4}, {4, 4}, {0.5, 0.5});
+  const Work work = make_work({4, 4}, {4, 4}, {0.5, 0.5});
   const Device dev1 = Device::cpu(1);
   const DeviceProps saved = device_props(dev1);
-  const Outcome failed = run_ranks(o, work, {}, 0, [&](int rank, TrainOptions& mine, std::vector<RankWork>&) {
+  const Outcome failed = run_ranks(o, work, {}, 0, [&](int rank, TrainOptions& mine, Work&) {
     if (rank == 1) mine.device_memory = 400 << 10;  // its state, but not the gathered units
   });
   configure_device(dev1, saved);

@@ -64,19 +64,19 @@ Device gpu0_device(int index, int64_t capacity = 0, double slowdown = 1) {
   return d;
 }
 
-// Trains on work.size() thread ranks, rank r on devices[r]; rank 0's result ("" error when
+// Trains on work.ranks.size() thread ranks, rank r on devices[r]; rank 0's result ("" error when
 // every rank finished).
 struct GpuRun {
   TrainResult result;
   std::string error;
 };
-GpuRun run_on(const TrainOptions& o, const std::vector<RankWork>& work, const std::vector<Device>& devices) {
+GpuRun run_on(const TrainOptions& o, const Work& work, const std::vector<Device>& devices) {
   GpuRun run;
   std::mutex mu;
   LocalOptions local;
   local.timeout_s = 120;
   try {
-    run_local((int)work.size(), [&](Comm& comm) {
+    run_local((int)work.ranks.size(), [&](Comm& comm) {
       omp_set_num_threads(1);
       EngineOptions engine;
       engine.device = devices[comm.rank()];
@@ -170,7 +170,7 @@ TEST_F(EngineCudaTest, ResumesOnTheGpuFromACpuCheckpointAndBack) {
 // state, staging buffers) and the end (the final evaluation, the checkpoint) are the same
 // in both, so the difference is 3 steps' own.
 #if defined(GPUMIX_CUDA_EMULATOR)
-int64_t host_syncs_of_steps(const std::string& out, int steps, const std::vector<RankWork>& work,
+int64_t host_syncs_of_steps(const std::string& out, int steps, const Work& work,
                             const std::vector<Device>& devices) {
   const int64_t before = cuda_emulator::host_sync_count();
   const GpuRun run = run_on(bf16_options(out, steps), work, devices);
@@ -190,13 +190,13 @@ TEST_F(EngineCudaTest, AStepWaitsForTheDeviceOnlyToReadItsNumbers) {
   // else: the upload of the step's tokens waits for no earlier work, and the gathers,
   // reductions, slowdowns and the update are ordered on the device by events.
   constexpr int64_t kPerRankStep = 2;
-  const std::vector<RankWork> one = make_work({8}, {4}, {1.0});  // two micro-batches
+  const Work one = make_work({8}, {4}, {1.0});  // two micro-batches
   const int64_t one_rank = host_syncs_of_steps(out("one5"), 5, one, {gpu0_device(0)}) -
                            host_syncs_of_steps(out("one2"), 2, one, {gpu0_device(0)});
   EXPECT_EQ(one_rank, 3 * kPerRankStep) << "host synchronisations in 3 steps of one rank";
   // Three ranks sharing the GPU, the sharded engine: its collectives on device buffers add none.
   const std::vector<Device> devices = {gpu0_device(1), gpu0_device(2, 256 << 20, 2), gpu0_device(3, 512 << 20, 1.5)};
-  const std::vector<RankWork> three = make_work({2, 3, 3}, {1, 2, 3}, {0.5, 0.25, 0.25});
+  const Work three = make_work({2, 3, 3}, {1, 2, 3}, {0.5, 0.25, 0.25});
   const int64_t three_ranks = host_syncs_of_steps(out("three4"), 4, three, devices) -
                               host_syncs_of_steps(out("three2"), 2, three, devices);
   EXPECT_EQ(three_ranks, 2 * 3 * kPerRankStep) << "host synchronisations in 2 steps of three ranks";

@@ -80,7 +80,7 @@ int run(Comm& comm) {
 
   struct Plan {
     const char* name;
-    std::vector<RankWork> work;
+    Work work;
     DType dtype;
   };
   const Plan plans[] = {
@@ -111,7 +111,7 @@ int run(Comm& comm) {
                  {"batches sum to 7 but the global batch is 8"}, rank);
     expect_error("wrong rank count", [&] { train(o, make_work({4, 4}, {1, 1}, {0.5, 0.5}), comm); },
                  {"the plan has 2 ranks but 3 are running"}, rank);
-    std::vector<RankWork> mine = make_work({1, 2, 5}, {1, 1, 2}, {0.2, 0.3, 0.5});
+    Work mine = make_work({1, 2, 5}, {1, 1, 2}, {0.2, 0.3, 0.5});
     if (rank == 1) mine = make_work({1, 2, 5}, {1, 1, 2}, {0.5, 0.3, 0.2});
     expect_error("ranks disagree about the layout", [&] { train(o, mine, comm); }, {"shard layout"}, rank);
   }

@@ -56,7 +56,7 @@ EngineOptions on_gpu(int ordinal) {
 int run(Comm& comm, const std::string& data, const std::string& dir) {
   const int rank = comm.rank();
   const TrainOptions o = options(data, dir + "/nccl");
-  const std::vector<RankWork> work = make_work({3, 5}, {2, 3}, {0.3, 0.7});
+  const Work work = make_work({3, 5}, {2, 3}, {0.3, 0.7});
   const TrainResult mine = train(o, work, comm, on_gpu(rank));
   if (rank == 0) {
     const TrainOptions ref_o = options(data, dir + "/one");

@@ -184,7 +184,7 @@ TEST_F(TraceTest, ThreeRanksUnevenPlan) {
   TempDir dir("trace3");
   TrainOptions o = tiny_options(data_->path().string(), dir.file("run"));
   const EngineOptions e = tracing(dir.file("trace.json"), 2, 3);
-  const std::vector<RankWork> work = make_work({1, 3, 4}, {1, 2, 4}, {0.2, 0.3, 0.5});
+  const Work work = make_work({1, 3, 4}, {1, 2, 4}, {0.2, 0.3, 0.5});
   train_local(o, 3, {}, work, e, 2);
   const Trace t = read_trace(e.trace);
   expect_nested(t);
@@ -199,7 +199,7 @@ TEST_F(TraceTest, ThreeRanksUnevenPlan) {
   // gathers in flight on the collectives track.
   const std::vector<std::string> units = {"embedding", "block 0", "block 1", "head"};
   for (int r = 0; r < 3; ++r) {
-    const int micro_batches = (int)((work[r].batch + work[r].micro_batch - 1) / work[r].micro_batch);
+    const int micro_batches = (int)work.ranks[r].num_micro_batches();
     for (int step : {2, 3}) {
       std::map<std::string, int> count;  // "name|unit"
       int in_flight = 0;
@@ -230,7 +230,7 @@ TEST_F(TraceTest, OneRankAndAResumedRun) {
   TrainOptions o = tiny_options(data_->path().string(), dir.file("run"));
   o.ckpt_interval = 2;
   EngineOptions e = tracing(dir.file("trace.json"), 1, 2);
-  train_local(o, 1, {}, {{8, 4, 1.0}}, e, 2);
+  train_local(o, 1, {}, make_work({8}, {4}, {1.0}), e, 2);
   Trace t = read_trace(e.trace);
   expect_nested(t);
   expect_steps_add_up(t, 1, 1, 2, o.out);
@@ -245,7 +245,7 @@ TEST_F(TraceTest, OneRankAndAResumedRun) {
   // Resumed from step 2 with --trace-steps 1:4: steps 3 and 4 (those it trains).
   o.resume = o.out + "/ckpt-000002";
   e = tracing(dir.file("resumed.json"), 1, 4);
-  train_local(o, 1, {}, {{8, 4, 1.0}}, e, 2);
+  train_local(o, 1, {}, make_work({8}, {4}, {1.0}), e, 2);
   t = read_trace(e.trace);
   EXPECT_EQ(traced_steps(t), (std::set<int>{3, 4}));
   expect_nested(t);
@@ -256,7 +256,7 @@ TEST_F(TraceTest, StepsOutsideTheRunAreAnInputError) {
   TrainOptions o = tiny_options(data_->path().string(), dir.file("run"));
   const EngineOptions e = tracing(dir.file("trace.json"), 7, 9);
   try {
-    train_local(o, 1, {}, {{8, 8, 1.0}}, e, 2);
+    train_local(o, 1, {}, make_work({8}, {8}, {1.0}), e, 2);
     ADD_FAILURE() << "no error";
   } catch (const std::exception& err) {
     EXPECT_NE(std::string(err.what()).find("--trace-steps 7:9 holds none of the steps this run trains (1 to 5)"),

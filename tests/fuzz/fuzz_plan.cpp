@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const gpumix::dist::Plan p = gpumix::dist::plan_from_json(j);
     (void)p.fits();
     (void)p.oom_message();
-    (void)p.choices();
+    (void)p.work();
     (void)gpumix::dist::plan_from_json(gpumix::dist::plan_to_json(p));
   });
   return 0;

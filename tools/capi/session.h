@@ -17,7 +17,7 @@ struct gpumix_session {
   gpumix::TrainOptions options;  // options.out "": no run folder
   std::vector<gpumix::dist::ClusterDevice> devices;
   gpumix::dist::EngineOptions engine;
-  std::vector<gpumix::dist::RankWork> work;  // the plan's work when no planner runs
+  gpumix::dist::Work work;  // the plan's work when no planner runs
   int ranks = 1;
   int threads = 0;  // local form: in all; MPI form: of this rank (0: leave OpenMP's setting)
   // The MPI form: a duplicate of the host's communicator; the ranks train together.
