@@ -42,7 +42,7 @@ std::pair<int, int> parse_trace_steps(const std::string& text) {
 // (the model's context, the preset's shape, the default warmup); given on the command line
 // they are refused like any other value out of range, saying what leaving the flag out does.
 void check_flags(const CLI::App& app, const gpumix::TrainOptions& o) {
-  // "--seq must be at least 1, got 0; leave --seq out for the model's context".
+  // "--lr must be positive and finite, got nan; e.g. --lr 1e-3".
   auto require = [](bool ok, const std::string& flag, const auto& value, const std::string& rule,
                     const std::string& fix = "") {
     if (ok) return;
