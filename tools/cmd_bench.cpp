@@ -417,8 +417,8 @@ int cmd_bench(int argc, char** argv) {
   BenchOptions o;
   o.devices = split_commas(devices);
   o.model = gpt_preset(model_name);
+  check_seq_flag(app.count("--seq") > 0, seq, "the model's context");
   o.seq = seq > 0 ? seq : o.model.T;
-  if (seq < 0) throw std::invalid_argument("--seq must be positive, got " + std::to_string(seq));
   o.batch = batch;
   o.repeat = repeat;
   o.progress = !quiet;

@@ -52,7 +52,8 @@ int cmd_plan(int argc, char** argv) {
   }
   gpumix::tools::check_global_batch_flag(global_batch);
   const std::optional<gpumix::DType> dtype = gpumix::tools::parse_dtype_flag(dtype_text);
-  if (seq < 0) throw std::invalid_argument("--seq must be positive, got " + std::to_string(seq));
+  gpumix::tools::check_seq_flag(app.count("--seq") > 0, seq,
+                                "the profile's seq_len (with --cluster: 512, or the model's context if shorter)");
   if (profile_path.empty() == cluster_path.empty())
     throw std::invalid_argument("give exactly one of --profile FILE or --cluster FILE");
   Profile profile;

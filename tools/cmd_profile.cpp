@@ -41,11 +41,10 @@ int cmd_profile(int argc, char** argv) {
                  "compute dtype to measure in: bf16 or fp32 (f32); default: bf16 on GPUs and where this CPU "
                  "computes it natively (avx512_bf16, AMX), fp32 elsewhere, as `gpumix train` chooses");
   CLI11_PARSE(app, argc, argv);
-  // 0 means the default for --seq and --vocab; a negative value, or no repeat or
-  // micro-batch to measure, is a mistake (--repeats 0 took the median of nothing).
-  if (seq < 0 || vocab < 0)
-    throw std::invalid_argument(seq < 0 ? "--seq must be positive, got " + std::to_string(seq)
-                                        : "--vocab must be positive, got " + std::to_string(vocab));
+  // 0 means the default for --vocab; a negative value, no repeat or micro-batch to measure,
+  // or a --seq below 1 is a mistake (--repeats 0 took the median of nothing).
+  tools::check_seq_flag(app.count("--seq") > 0, seq, "the model's context");
+  if (vocab < 0) throw std::invalid_argument("--vocab must be positive, got " + std::to_string(vocab));
   tools::check_profile_flags(repeats, max_m, "--repeats", "--max-micro-batch");
 
   const std::vector<dist::ClusterDevice> devices = dist::parse_devices(devices_text);

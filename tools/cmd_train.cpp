@@ -5,8 +5,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -33,6 +35,48 @@ std::pair<int, int> parse_trace_steps(const std::string& text) {
     throw std::invalid_argument("--trace-steps: cannot read '" + text +
                                 "' as A:B, the first and last step to trace (1 <= A <= B), e.g. 2:4");
   return {first, last};
+}
+
+// Every value the flags give, checked before the run folder is made or locked, so that a
+// refused run leaves nothing behind (issue 30). 0 and -1 in TrainOptions mean "not given"
+// (the model's context, the preset's shape, the default warmup); given on the command line
+// they are refused like any other value out of range, saying what leaving the flag out does.
+void check_flags(const CLI::App& app, const gpumix::TrainOptions& o) {
+  // "--lr must be positive and finite, got nan; e.g. --lr 1e-3".
+  auto require = [](bool ok, const std::string& flag, const auto& value, const std::string& rule,
+                    const std::string& fix = "") {
+    if (ok) return;
+    std::ostringstream message;
+    message << flag << " must be " << rule << ", got " << value << (fix.empty() ? "" : "; ") << fix;
+    throw std::invalid_argument(message.str());
+  };
+  auto given = [&](const char* flag) { return app.count(flag) > 0; };
+  gpumix::tools::check_seq_flag(given("--seq"), o.seq, "the model's context");
+  require(o.steps >= 1, "--steps", o.steps, "at least 1");
+  require(o.batch >= 1, "--batch", o.batch, "at least 1");
+  require(std::isfinite(o.lr) && o.lr > 0, "--lr", o.lr, "positive and finite", "e.g. --lr 1e-3");
+  if (given("--warmup"))
+    require(o.warmup >= 0, "--warmup", o.warmup, "at least 0", "leave --warmup out for min(100, steps / 10)");
+  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "--weight-decay", o.weight_decay,
+          "finite and at least 0", "0 for none");
+  require(std::isfinite(o.grad_clip) && o.grad_clip >= 0, "--grad-clip", o.grad_clip, "finite and at least 0",
+          "0 for no clipping");
+  require(o.eval_interval >= 0, "--eval-interval", o.eval_interval, "at least 0", "0 to validate at the end only");
+  require(o.eval_windows >= 0, "--eval-windows", o.eval_windows, "at least 0", "0 for all windows");
+  require(o.ckpt_interval >= 0, "--ckpt-interval", o.ckpt_interval, "at least 0", "0 to save at the end only");
+  require(o.keep_checkpoints >= 0, "--keep-checkpoints", o.keep_checkpoints, "at least 0", "0 keeps all");
+  require(o.threads >= 0, "--threads", o.threads, "at least 0", "0 for all cores");
+  require(o.val_fraction > 0 && o.val_fraction < 1, "--val-fraction", o.val_fraction, "in (0, 1)");
+  const std::pair<const char*, int> shape[] = {{"--layers", o.layers}, {"--heads", o.heads}, {"--channels", o.channels}};
+  for (const auto& [flag, value] : shape)
+    if (given(flag)) require(value >= 1, flag, value, "at least 1", std::string("leave ") + flag + " out for the preset's");
+  for (const auto& [flag, where] : {std::pair<const char*, std::string>{"--data", o.data}, {"--resume", o.resume}})
+    if (!where.empty() && !std::filesystem::exists(where))
+      throw std::invalid_argument(std::string(flag) + " " + where + " does not exist");
+  // The model's shape as the flags give it (the heads dividing the channels, ...); a resumed
+  // run takes its checkpoint's, and --init-from's folder is read (and checked) at the start.
+  if (o.resume.empty() && o.init_from.empty())
+    gpumix::resolve_model(o, gpumix::gpt_preset(o.model).V, gpumix::resolve_seq(o));
 }
 
 // A run stopped by SIGTERM / SIGINT (after its checkpoint) exits as a killed program
@@ -75,8 +119,7 @@ int cmd_train(int argc, char** argv) {
                  "also measures all of them (logged as val_full_loss)");
   app.add_option("--ckpt-interval", o.ckpt_interval, "steps between checkpoints (0: end only)");
   app.add_option("--keep-checkpoints", o.keep_checkpoints,
-                 "keep the newest N checkpoints, deleting older ones once a newer one is complete (0: all)")
-      ->check(CLI::NonNegativeNumber);
+                 "keep the newest N checkpoints, deleting older ones once a newer one is complete (0: all)");
   app.add_option("--seed", o.seed, "random seed (initialisation and batch order)");
   app.add_option("--threads", o.threads, "CPU threads in all (default: all cores)");
   app.add_flag("--recompute", o.recompute, "recompute block activations in backward (one rank)");
@@ -126,8 +169,9 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--drift-steps", engine.drift.steps, "consecutive drifting steps before re-planning")
       ->check(CLI::Range(1, 1000000));
   CLI11_PARSE(app, argc, argv);
-  o.format = gpumix::data::parse_corpus_format(format);
   if (!o.resume.empty() && app.count("--out") == 0) o.out = gpumix::run_folder_of(o.resume);
+  check_flags(app, o);
+  o.format = gpumix::data::parse_corpus_format(format);
   if (!device_memory.empty()) o.device_memory = gpumix::tools::parse_bytes(device_memory);
   if (!trace_steps.empty()) {
     if (engine.trace.empty()) throw std::invalid_argument("--trace-steps needs --trace FILE, the file to write");

@@ -1,18 +1,36 @@
 #!/usr/bin/env bash
 # Installs GPUMix's build dependencies from Debian 12 (idempotent, non-interactive) and
 # builds it into build/. Run as root on a fresh machine; later runs only rebuild.
+#   tools/setup.sh          the test command's (tools/test.sh): every package, everything built
+#   tools/setup.sh --main   the main job's (tools/main_job.sh): build/'s packages and the gpumix
+#                           program alone (and what it links), no tests, benchmarks or examples
+# build/ is configured alike either way (a plain `meson setup build`): the packages its
+# configuration looks for (gfortran, GoogleTest, Google Benchmark, Open MPI, nvcc where it is
+# there) are in the main job's list too, so that the main job and the test command share
+# build/ in either order, and a later plain run builds what a --main run left out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+main_only=0
+case "${1:-}" in
+  "") ;;
+  --main) main_only=1 ;;
+  *) echo "setup.sh: unknown option '$1'; the options are --main (the main job's packages and the gpumix program)" >&2
+     exit 2 ;;
+esac
 
+# build/ and the main job: what meson's configuration of build/ finds (its compilers and
+# dependencies, the test frameworks included), and the main job's corpus.
 packages=(meson ninja-build pkg-config g++ gfortran python3
           libdnnl-dev libopenmpi-dev openmpi-bin
           nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev libbenchmark-dev
           libpcre2-dev  # GPT-2's Unicode pre-tokenizer regex
-          fortunes
-          iproute2  # tools/cluster: network namespaces, veth links, tc shaping (the emulated nodes)
-          # tools/ci_extra.sh: the ASan + UBSan build and the fuzz targets (clang, its
-          # sanitizer and libFuzzer runtimes, its OpenMP, llvm-symbolizer for the reports)
-          clang libclang-rt-14-dev libomp-14-dev llvm-14)
+          fortunes)
+# The test command's alone (~370 MB installed of the ~900 MB both lists add to Debian's base):
+test_packages=(iproute2  # tools/cluster: network namespaces, veth links, tc shaping (the emulated nodes)
+               # tools/ci_extra.sh: the ASan + UBSan build and the fuzz targets (clang, its
+               # sanitizer and libFuzzer runtimes, its OpenMP, llvm-symbolizer for the reports)
+               clang libclang-rt-14-dev libomp-14-dev llvm-14)
+[ $main_only = 1 ] || packages+=("${test_packages[@]}")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -27,4 +45,8 @@ fi
 if [ ! -f build/build.ninja ]; then
   meson setup build
 fi
-ninja -C build
+if [ $main_only = 1 ]; then
+  ninja -C build tools/gpumix
+else
+  ninja -C build
+fi

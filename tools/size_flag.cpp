@@ -53,6 +53,12 @@ void check_profile_flags(int repeats, int max_micro_batch, const std::string& re
   if (repeats < 1) throw std::invalid_argument(repeats_flag + " must be at least 1, got " + std::to_string(repeats));
 }
 
+void check_seq_flag(bool given, int64_t seq, const std::string& default_is) {
+  if (given && seq < 1)
+    throw std::invalid_argument("--seq must be at least 1, got " + std::to_string(seq) + "; leave --seq out for " +
+                                default_is);
+}
+
 int parse_sharding_flag(const std::string& text) {
   if (text == "auto") return -1;
   if (text == "full") return 0;

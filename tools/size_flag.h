@@ -30,6 +30,11 @@ std::optional<DType> parse_dtype_flag(const std::string& text);
 void check_profile_flags(int repeats, int max_micro_batch, const std::string& repeats_flag,
                          const std::string& max_micro_batch_flag);
 
+// --seq as given on the command line: a sequence length of at least 1. Left out, the command
+// uses its default (`default_is`, e.g. "the model's context"); 0 no longer stands for it.
+// Throws std::invalid_argument naming the value and the default.
+void check_seq_flag(bool given, int64_t seq, const std::string& default_is);
+
 // --sharding for the gpumix planner: "auto" -1 (full or hybrid, whichever the cost model
 // predicts faster), "full" 0, or G > 0 (hybrid in groups of G ranks). Throws
 // std::invalid_argument naming the text and the accepted forms; whether G divides the ranks

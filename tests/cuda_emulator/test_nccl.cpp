@@ -11,9 +11,9 @@
 #include <mpi.h>
 #include <nccl.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <random>
 #include <thread>
 #include <vector>
@@ -192,10 +192,16 @@ TEST(Nccl2, CollectivesAreStreamWork) {
   CU(cudaMalloc(&out, n * 4));
   float* pinned = nullptr;
   CU(cudaMallocHost(&pinned, n * 4));
-  cuda_emulator::enqueue(w.stream, "slow", [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
+  // The stream held until the host has read (a sleep there was outlasted by a host thread
+  // descheduled on a loaded machine); a failed assertion's return drops the promise, which
+  // releases it too.
+  std::promise<void> open;
+  const std::shared_future<void> opened = open.get_future().share();
+  cuda_emulator::enqueue(w.stream, "gate", [opened] { opened.wait(); });
   NC(ncclAllReduce(d, out, n, ncclFloat32, ncclSum, w.comm, w.stream));
   CU(cudaMemcpyAsync(pinned, out, n * 4, cudaMemcpyDeviceToHost, w.stream));
   const std::vector<float> early(pinned, pinned + n);  // before any sync: still poison
+  open.set_value();
   CU(cudaStreamSynchronize(w.stream));
   for (size_t i = 0; i < n; ++i) {
     ASSERT_TRUE(std::isnan(early[i])) << i;

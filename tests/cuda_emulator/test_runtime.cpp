@@ -1,8 +1,10 @@
 // The emulated CUDA runtime (kernels/cuda_emulator/runtime.cpp): memory and its capacity,
 // pools, streams, events, copies with their documented host synchronisation, errors,
 // device properties, and the refusals. A slow producer is stream work that sleeps before
-// writing (cuda_emulator::enqueue), standing for a long kernel: a consumer that does not
-// wait for it reads the allocation's poison.
+// writing (cuda_emulator::enqueue), standing for a long kernel: a consumer that waits for it
+// reads its values. Where a test reads what is there before the producer ran (the poison), the
+// producer is held by a Gate instead, which the test opens after reading: a sleep would be
+// outlasted by a host thread descheduled on a loaded machine.
 //
 // Its own main: the device memory (64 MiB) and count (2) are set before the first call.
 #include <cuda_runtime_api.h>
@@ -13,6 +15,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -39,6 +43,36 @@ constexpr size_t kMiB = 1 << 20;
 void slow_fill(cudaStream_t s, float* p, size_t n, float value, int ms = 50) {
   cuda_emulator::enqueue(s, "slow_fill", [=] {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    for (size_t i = 0; i < n; ++i) p[i] = value;
+  });
+}
+
+// Holds a stream's work until the test opens it, at any load of the machine. Opened when it
+// goes at the latest (declare it after the streams), so that a failed assertion leaves no
+// worker waiting.
+class Gate {
+ public:
+  ~Gate() { open(); }
+  void open() {
+    if (!opened_) promise_.set_value();
+    opened_ = true;
+  }
+  // Stream work that waits for open().
+  std::function<void()> work() const {
+    const std::shared_future<void> f = future_;
+    return [f] { f.wait(); };
+  }
+
+ private:
+  std::promise<void> promise_;
+  std::shared_future<void> future_ = promise_.get_future().share();
+  bool opened_ = false;
+};
+
+// Stream work that waits for `gate`, then fills n floats at p with `value`.
+void gated_fill(cudaStream_t s, const Gate& gate, float* p, size_t n, float value) {
+  cuda_emulator::enqueue(s, "gate", gate.work());
+  cuda_emulator::enqueue(s, "fill", [=] {
     for (size_t i = 0; i < n; ++i) p[i] = value;
   });
 }
@@ -95,12 +129,14 @@ TEST(Runtime, MissingStreamWaitEventGivesPoison) {
   CU(cudaMemcpy(host.data(), dst, n * 4, cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(host[i], 3.0f) << i;
 
-  // Without it: b's copy runs while a still sleeps, and copies the poison.
+  // Without it: b's copy runs while a is held, and copies the poison.
   float* src2 = nullptr;
   CU(cudaMalloc(&src2, n * 4));
-  slow_fill(s.a, src2, n, 4.0f);
+  Gate gate;
+  gated_fill(s.a, gate, src2, n, 4.0f);
   CU(cudaMemcpyAsync(dst, src2, n * 4, cudaMemcpyDeviceToDevice, s.b));
   CU(cudaStreamSynchronize(s.b));
+  gate.open();  // dst holds what b copied; a's fill writes src2
   CU(cudaMemcpy(host.data(), dst, n * 4, cudaMemcpyDeviceToHost));
   EXPECT_TRUE(is_poison(host.data(), n * 4)) << "host[0] = " << host[0];
   CU(cudaStreamSynchronize(s.a));
@@ -118,11 +154,13 @@ TEST(Runtime, PinnedDeviceToHostBeforeSyncSeesPoison) {
   CU(cudaMalloc(&d, n * 4));
   CU(cudaMallocHost(&pinned, n * 4));
   EXPECT_EQ(cuda_emulator::classify(pinned), cuda_emulator::Memory::pinned_host);
-  slow_fill(s.a, d, n, 7.0f);
+  Gate gate;
+  gated_fill(s.a, gate, d, n, 7.0f);
   const int64_t syncs = cuda_emulator::host_sync_count();
   CU(cudaMemcpyAsync(pinned, d, n * 4, cudaMemcpyDeviceToHost, s.a));  // fully asynchronous
   EXPECT_EQ(cuda_emulator::host_sync_count(), syncs);
   EXPECT_TRUE(is_poison(pinned, n * 4)) << "read before the sync: " << pinned[0];
+  gate.open();
   CU(cudaStreamSynchronize(s.a));
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(pinned[i], 7.0f);
   CU(cudaFreeHost(pinned));
@@ -233,7 +271,8 @@ TEST(Runtime, PoolsAreStreamOrderedAndCounted) {
   size_t free1 = 0;
   CU(cudaMemGetInfo(&free1, &total));
   EXPECT_EQ(free0 - free1, 8 * kMiB);  // the pool's reservation counts against the capacity
-  slow_fill(s.a, p, 16, 1.0f);
+  Gate gate;
+  gated_fill(s.a, gate, p, 16, 1.0f);
   CU(cudaFreeAsync(p, s.a));
   // Freed on stream a: reusable on a at once (stream order), not on b before the free ran.
   float* q = nullptr;
@@ -242,6 +281,7 @@ TEST(Runtime, PoolsAreStreamOrderedAndCounted) {
   float* r = nullptr;
   CU(cudaMallocFromPoolAsync(&r, 8 * kMiB, pool, s.a));
   EXPECT_EQ(r, p);
+  gate.open();
   CU(cudaStreamSynchronize(s.a));
   EXPECT_TRUE(is_poison(r, 16 * 4)) << "the free re-poisons: " << r[0];
   EXPECT_EQ(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 16 * kMiB);
@@ -279,6 +319,8 @@ TEST(Runtime, EventsTimeOnTheWorkerAndRefuseWithoutTiming) {
   CU(cudaEventCreate(&start));
   CU(cudaEventCreate(&end));
   CU(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming));
+  Gate gate;  // holds the stream while the host asks, at any load
+  cuda_emulator::enqueue(s.a, "gate", gate.work());
   CU(cudaEventRecord(start, s.a));
   cuda_emulator::enqueue(s.a, "sleep", [] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); });
   CU(cudaEventRecord(end, s.a));
@@ -287,6 +329,7 @@ TEST(Runtime, EventsTimeOnTheWorkerAndRefuseWithoutTiming) {
   (void)cudaGetLastError();
   float ms = 0;
   EXPECT_EQ(cudaEventElapsedTime(&ms, start, end), cudaErrorNotReady);
+  gate.open();
   CU(cudaEventSynchronize(end));
   CU(cudaEventQuery(end));
   CU(cudaEventElapsedTime(&ms, start, end));

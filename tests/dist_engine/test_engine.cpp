@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
-#include <chrono>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -44,7 +43,6 @@ struct Outcome {
   std::vector<std::string> errors;
   std::vector<CommStats> stats;
   std::string error;  // what run_local rethrew ("" when every rank finished)
-  double seconds = 0;
 };
 
 // Runs dist::train on work.size() thread ranks (or `ranks` when given, for plans of the
@@ -62,7 +60,6 @@ Outcome run_ranks(const TrainOptions& o, const Work& work, const EngineOptions& 
   local.timeout_s = 60;  // a hang fails the test well inside meson's timeout
   local.node_of_rank = nodes;  // simulated nodes (empty: one)
   local.concurrent_threads = concurrent_threads;  // TopologyComm's gathers on a thread of their own
-  const auto t0 = std::chrono::steady_clock::now();
   try {
     run_local(
         n,
@@ -87,7 +84,6 @@ Outcome run_ranks(const TrainOptions& o, const Work& work, const EngineOptions& 
   } catch (const std::exception& e) {
     out.error = e.what();
   }
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
 
@@ -750,7 +746,10 @@ void expect_every_rank_says(const Outcome& run, const std::vector<std::string>& 
     for (const std::string& part : parts)
       EXPECT_NE(run.errors[r].find(part), std::string::npos)
           << "rank " << r << "'s error lacks '" << part << "': " << run.errors[r];
-  EXPECT_LT(run.seconds, 10) << "the ranks took too long to stop";
+  // Every rank stopped on the error itself, none on the 60 s collective timeout (how they
+  // end, not how soon: a loaded machine decides that).
+  for (size_t r = 0; r < run.errors.size(); ++r)
+    EXPECT_EQ(run.errors[r].find("timed out"), std::string::npos) << "rank " << r << ": " << run.errors[r];
 }
 
 TEST_F(EngineTest, BadPlansFailOnEveryRankWithTheNumbers) {
@@ -833,7 +832,6 @@ TEST_F(EngineTest, ARankThatRunsOutOfMemoryMidStepStopsEveryRankAndKeepsTheCheck
   for (int r : {0, 1})
     EXPECT_NE(fault.errors[r].find("rank 2 failed"), std::string::npos) << "rank " << r << ": " << fault.errors[r];
   EXPECT_NE(fault.error.find("out of memory"), std::string::npos) << "run_local rethrew: " << fault.error;
-  EXPECT_LT(fault.seconds, 10);
   // It failed in step 4, after resuming: the log has steps 1..3 only.
   EXPECT_EQ(read_log(o.out).size(), 3u);
 

@@ -121,11 +121,10 @@ std::map<int, double> logged_ms(const std::string& out) {
   return ms;
 }
 
-// Each traced step's phases (the step span's direct children) add up to the step, and the
-// slowest rank's step is the log's ms. The phases follow one another with only the loop's
-// own bookkeeping between them (microseconds); the margin, 2% of the step + 50 us, allows
-// for a thread rank being descheduled in such a gap on a loaded machine or under the
-// sanitizers.
+// Each traced step's phases (the step span's direct children) follow one another inside the
+// step without overlapping, and the slowest rank's step is the log's ms. How much of the step
+// they cover is not asserted: only the loop's own bookkeeping lies between them, but a thread
+// rank descheduled there on a loaded machine (or under the sanitizers) widens the gap at will.
 void expect_steps_add_up(const Trace& t, int ranks, int first, int last, const std::string& out) {
   const std::map<int, double> ms = logged_ms(out);
   for (int step = first; step <= last; ++step) {
@@ -138,16 +137,20 @@ void expect_steps_add_up(const Trace& t, int ranks, int first, int last, const s
       const Span& st = steps[0];
       double sum = 0;
       std::set<std::string> phases;
-      for (const Span& c : children(t, st)) {
-        sum += c.dur;
-        phases.insert(c.name);
+      std::vector<Span> in_order = children(t, st);
+      std::sort(in_order.begin(), in_order.end(), [](const Span& a, const Span& b) { return a.ts < b.ts; });
+      for (size_t i = 0; i < in_order.size(); ++i) {
+        sum += in_order[i].dur;
+        phases.insert(in_order[i].name);
+        if (i > 0)
+          EXPECT_GE(in_order[i].ts, in_order[i - 1].end() - kRoundingUs)
+              << "rank " << r << " step " << step << ": " << in_order[i].name << " starts inside "
+              << in_order[i - 1].name;
       }
       EXPECT_EQ(phases, (std::set<std::string>{"load batch", "forward-backward", "loss all-reduce",
                                                 "finite check and norm", "optimizer"}))
           << "rank " << r << " step " << step;
       EXPECT_LE(sum, st.dur + 5 * kRoundingUs) << "rank " << r << " step " << step;
-      EXPECT_GE(sum, 0.98 * st.dur - 50) << "rank " << r << " step " << step << ": the phases cover " << sum
-                                         << " us of the step's " << st.dur << " us";
       slowest = std::max(slowest, st.dur);
     }
     // The log's ms is the slowest rank's step, measured by the same clock reading.
