@@ -50,13 +50,14 @@ TC_HEADER = "kernels/cuda/tensor_core.cuh"
 # 64 K 32-bit registers per SM, 255 per thread, 64 warps = 2048 threads per SM, 32 blocks per
 # SM, 228 KB shared memory per SM of which 227 KB for one block) and the CUDA Occupancy
 # Calculator's data for cc 9.0 (https://docs.nvidia.com/cuda/cuda-occupancy-calculator/:
-# registers allocated per warp in units of 256, shared memory in units of 128 bytes, 1 KB of
-# shared memory reserved by the system per block, as cudaDevAttrReservedSharedMemoryPerBlock
-# reports on cc >= 8.0).
+# registers allocated per warp in units of 256, register-limited warps rounded down to a
+# multiple of 4, shared memory in units of 128 bytes, 1 KB of shared memory reserved by the
+# CUDA runtime per block on cc >= 8.0, as cudaDevAttrReservedSharedMemoryPerBlock reports).
 SM = {
     "regs": 65536,
     "regs_per_thread": 255,
     "reg_unit": 256,          # per warp
+    "warp_unit": 4,           # register-limited warps per SM round down to a multiple of this
     "threads": 2048,
     "warps": 64,
     "blocks": 32,
@@ -318,7 +319,8 @@ def occupancy(regs, smem, threads):
     limits = {
         "blocks": SM["blocks"],
         "warps": SM["warps"] // warps,
-        "registers": (SM["regs"] // regs_per_warp) // warps if regs <= SM["regs_per_thread"] else 0,
+        "registers": (SM["regs"] // regs_per_warp // SM["warp_unit"] * SM["warp_unit"]) // warps
+                     if regs <= SM["regs_per_thread"] else 0,
         "shared memory": SM["smem"] // smem_block if smem <= SM["smem_per_block"] else 0,
     }
     blocks = min(limits.values())
@@ -393,6 +395,7 @@ def report(files, nvcc_version):
              "`-gencode=arch=compute_90,code=sm_90`; the flags are read from the top-level meson.build).")
     L.append(f"- occupancy: H200 = GH100, cc 9.0: {SM['regs']} registers/SM (at most {SM['regs_per_thread']}/thread, "
              f"allocated per warp in units of {SM['reg_unit']}), {SM['threads']} threads = {SM['warps']} warps/SM, "
+             f"register-limited warps in multiples of {SM['warp_unit']}, "
              f"{SM['blocks']} blocks/SM, {SM['smem'] // 1024} KiB shared memory/SM ({SM['smem_per_block'] // 1024} KiB "
              f"at most per block, units of {SM['smem_unit']} B, {SM['smem_reserved']} B reserved per block). Sources: "
              "NVIDIA's Hopper Tuning Guide, section Occupancy (docs.nvidia.com/cuda/hopper-tuning-guide), and the "
@@ -429,8 +432,11 @@ def report(files, nvcc_version):
             p = k["ptx"]
             smem = f"{k['smem']}" + (f" + {k['dyn']} dyn" if k["dyn"] else "")
             thr = f"{k['threads']}" + (" (maxntid)" if k["origin"] == "maxntid" else "")
+            occ = f"{k['blocks']} | {100 * k['occ']:.0f} % ({k['limiter']})"
+            if k["origin"] == "unknown":  # a library kernel without __launch_bounds__
+                thr, occ = "?", "- | n/a"
             L.append(f"| `{k['name']}` | {k['regs']} | {k['spill_st']}/{k['spill_ld']} | {k['stack']} | {smem} | {thr} | "
-                     f"{k['blocks']} | {100 * k['occ']:.0f} % ({k['limiter']}) | {p.get('mma', 0)} | "
+                     f"{occ} | {p.get('mma', 0)} | "
                      f"{p.get('ldmatrix', 0)} | {p.get('cp.async', 0)} | {p.get('fma.f32', 0)} | "
                      f"{fmt_loads(p.get('lds', {}))} | {fmt_loads(p.get('ldg', {}))} | {p.get('shfl', 0)} | "
                      f"{p.get('ex2', 0)} | {p.get('instr', 0)} |")
