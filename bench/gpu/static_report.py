@@ -70,7 +70,7 @@ SM = {
 # Every launch site of kernels/cuda: (file, the kernel as written at its GPUMIX_LAUNCH, the
 # block as written there, the __global__ function it launches, its threads per block: a
 # number, or a function of the first template argument). check_launches() compares this with
-# the sources, both ways.
+# the sources, both ways, and each block's value with the constant the source defines.
 def flash_threads(D):  # attention.cu Shape<D>::THREADS = kRows * G, kRows 64, G = max(1, D/32)
     return 64 * max(1, D // 32)
 
@@ -144,6 +144,26 @@ def split_args(s):
     return args
 
 
+def block_value(text, block):
+    """Threads of a block expression as the source defines it: a number, dim3(x, y), a
+    `constexpr int kName = N;` of the file, or attention.cu's Shape<D>::THREADS at D = 64;
+    None when it cannot be read."""
+    if re.fullmatch(r"\d+", block):
+        return int(block)
+    m = re.fullmatch(r"dim3\((\d+), (\d+)\)", block)
+    if m:
+        return int(m.group(1)) * int(m.group(2))
+    m = re.search(r"constexpr int " + re.escape(block) + r" = (\d+);", text)
+    if m:
+        return int(m.group(1))
+    if block == "Shape<D>::THREADS":
+        rows = re.search(r"constexpr int kRows = (\d+);", text)
+        g = re.search(r"static constexpr int G = D >= 32 \? D / 32 : 1;", text)
+        t = re.search(r"static constexpr int THREADS = kRows \* G;", text)
+        return int(rows.group(1)) * 2 if rows and g and t else -1  # -1: the definition changed
+    return None
+
+
 def check_launches():
     """The (file, kernel, block) of every GPUMIX_LAUNCH in kernels/cuda against LAUNCHES."""
     found = set()
@@ -158,6 +178,11 @@ def check_launches():
     problems = [f"{f}: GPUMIX_LAUNCH({k}, grid, {b}, ...) is not in LAUNCHES" for f, k, b in sorted(found - listed)]
     problems += [f"{f}: LAUNCHES lists GPUMIX_LAUNCH({k}, grid, {b}, ...), which the source no longer has"
                  for f, k, b in sorted(listed - found)]
+    for f, k, b, _, threads in LAUNCHES:  # the block's value, where the source spells it out
+        value = block_value(open(os.path.join(KDIR, f)).read(), b)
+        want = threads(64) if callable(threads) else threads
+        if value is not None and value != want:
+            problems.append(f"{f}: GPUMIX_LAUNCH({k}, grid, {b}, ...) launches {value} threads; LAUNCHES says {want}")
     if problems:
         fail("the launch sites changed; update LAUNCHES in bench/gpu/static_report.py:\n  " + "\n  ".join(problems))
 
