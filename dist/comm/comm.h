@@ -359,6 +359,9 @@ class DeviceComm : public Comm {
   virtual void* stream() const = 0;
   // What the last uneven call ran (for tests and logs).
   virtual UnevenChoice last_uneven_choice() const = 0;
+  // How many times the staging buffer of the padded uneven calls was allocated: it grows in
+  // powers of two, only while the device is idle (comm_nccl.cpp says why; for tests and logs).
+  virtual int64_t staging_allocations() const = 0;
 };
 
 struct NcclOptions {

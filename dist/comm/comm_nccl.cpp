@@ -202,7 +202,7 @@ class NcclComm : public DeviceComm {
 
   ~NcclComm() override {
     if (staging_) {
-      cudaEventSynchronize(staging_event_);
+      cudaDeviceSynchronize();  // as staging(): no cudaFree while an NCCL kernel may run
       cudaFree(staging_);
     }
     if (staging_event_) cudaEventDestroy(staging_event_);
@@ -232,6 +232,7 @@ class NcclComm : public DeviceComm {
   int device_index() const override { return device_; }
   void* stream() const override { return stream_; }
   UnevenChoice last_uneven_choice() const override { return last_; }
+  int64_t staging_allocations() const override { return staging_allocations_; }
 
   // ---- device API ------------------------------------------------------------------------
 
@@ -426,6 +427,7 @@ class NcclComm : public DeviceComm {
   // across streams.
   void* staging_ = nullptr;
   size_t staging_bytes_ = 0;
+  int64_t staging_allocations_ = 0;
   cudaEvent_t staging_event_ = nullptr;
   UnevenChoice last_;
 
@@ -449,14 +451,26 @@ class NcclComm : public DeviceComm {
     return c;
   }
 
+  // The staging buffer of the padded uneven collectives. It grows only here, before the
+  // collective that needs it enqueues anything, and only once the whole device is idle:
+  // cudaMalloc / cudaFree while NCCL kernels run can deadlock (cudaFree synchronises the
+  // device, and an NCCL kernel in flight waits for peers that may be waiting on this rank;
+  // NCCL's "Using multiple NCCL communicators concurrently", NVIDIA/nccl#194), and earlier
+  // collectives of this or another communicator may still run on the device, enqueued and
+  // not waited for. The size rounds up to a power of two (1 MiB at least), so that it grows a
+  // few times in a run, not once per new size.
+  static constexpr size_t kStagingMinBytes = (size_t)1 << 20;
   char* staging(size_t bytes, cudaStream_t stream) {
     if (bytes > staging_bytes_) {
-      GPUMIX_CUDA_CHECK(cudaEventSynchronize(staging_event_));
+      size_t grown = kStagingMinBytes;
+      while (grown < bytes) grown *= 2;
+      GPUMIX_CUDA_CHECK(cudaDeviceSynchronize());  // no NCCL kernel in flight from here on
       if (staging_) GPUMIX_CUDA_CHECK(cudaFree(staging_));
       staging_ = nullptr;
       staging_bytes_ = 0;
-      GPUMIX_CUDA_CHECK(cudaMalloc(&staging_, bytes));
-      staging_bytes_ = bytes;
+      GPUMIX_CUDA_CHECK(cudaMalloc(&staging_, grown));
+      staging_bytes_ = grown;
+      ++staging_allocations_;
     }
     GPUMIX_CUDA_CHECK(cudaStreamWaitEvent(stream, staging_event_, 0));
     return static_cast<char*>(staging_);

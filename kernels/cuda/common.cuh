@@ -59,9 +59,9 @@ int grid_for(int64_t n, int threads);
 // Number of multiprocessors of the current device (cached per device).
 int sm_count();
 
-// Stream-ordered scratch memory from a private pool of the current device (release
-// threshold: unlimited, so freed blocks are kept for reuse). Free with scratch_free on
-// the same stream once the kernels using it are enqueued.
+// Stream-ordered scratch memory from a private pool of the current device and this stream
+// (device.cu says why per stream; release threshold: unlimited, so freed blocks are kept for
+// reuse). Free with scratch_free on the same stream once the kernels using it are enqueued.
 void* scratch_alloc(size_t bytes, cudaStream_t stream);
 void scratch_free(void* p, cudaStream_t stream);
 void scratch_trim_all();  // release_resources

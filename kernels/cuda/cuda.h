@@ -23,7 +23,8 @@
 //   CUDA or cuBLASLt failure.
 // - Deterministic: the same inputs give the same bits (no floating-point atomics).
 // - Scratch memory some kernels need comes from a private stream-ordered pool per device
-//   (cudaMallocFromPoolAsync), outside core's allocator.
+//   and stream (cudaMallocFromPoolAsync), outside core's allocator: logical devices sharing
+//   a GPU never share a pool, so one never waits on another's stream to reuse a block.
 //
 // This header needs no CUDA header: plain C++ translation units can include it.
 #pragma once
@@ -215,6 +216,10 @@ double sum_sync(const float* a, int64_t n, cudaStream_t stream = nullptr);
 double sum_squares_sync(const float* a, int64_t n, cudaStream_t stream = nullptr);
 
 // ---- resources -----------------------------------------------------------------------------------
+// The scratch pool (a cudaMemPool_t) that kernels enqueued on `stream` of the current device
+// allocate from, created on first use; for tests of which streams share one.
+const void* scratch_pool(cudaStream_t stream);
+
 // Frees the cuBLASLt handles and workspaces and trims the scratch pools of every device
 // (after synchronising them). Kernels called later re-create what they need.
 void release_resources();

@@ -61,13 +61,33 @@ namespace detail {
 namespace {
 std::mutex g_mutex;
 std::unordered_map<int, int> g_sm_count;
-std::unordered_map<int, cudaMemPool_t> g_pools;
 
-cudaMemPool_t pool_of_current_device() {
+// Scratch pools: one per (GPU, stream), never one per GPU. Several logical devices share a GPU
+// (ranks as threads, emulated devices split from one card), each with its own streams. From a
+// pool shared across streams, cudaMallocFromPoolAsync may hand stream B a block that stream A
+// freed and whose free has not run yet, making B wait on A's work
+// (cudaMemPoolReuseAllowInternalDependencies, on by default): one rank's scratch allocation
+// would then stall behind another rank's kernels and its slow= spins, skewing profiles and
+// step times. A pool only ever used on one stream reuses in that stream's order and never adds
+// a dependency. (Switching the reuse attributes off on a shared pool would do as well, but the
+// emulated device, which runs these kernels in CI, implements only the release threshold.)
+struct PoolKey {
+  int dev;
+  cudaStream_t stream;
+  bool operator==(const PoolKey& o) const { return dev == o.dev && stream == o.stream; }
+};
+struct PoolKeyHash {
+  size_t operator()(const PoolKey& k) const {
+    return std::hash<const void*>()(k.stream) * 31u + (size_t)k.dev;
+  }
+};
+std::unordered_map<PoolKey, cudaMemPool_t, PoolKeyHash> g_pools;
+
+cudaMemPool_t pool_of(cudaStream_t stream) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = g_pools.find(dev);
+  auto it = g_pools.find(PoolKey{dev, stream});
   if (it != g_pools.end()) return it->second;
   cudaMemPoolProps props;
   memset(&props, 0, sizeof props);
@@ -76,9 +96,9 @@ cudaMemPool_t pool_of_current_device() {
   props.location.id = dev;
   cudaMemPool_t pool;
   CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
-  uint64_t threshold = UINT64_MAX;
+  uint64_t threshold = UINT64_MAX;  // keep freed blocks for reuse (release_resources trims)
   CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-  g_pools[dev] = pool;
+  g_pools[PoolKey{dev, stream}] = pool;
   return pool;
 }
 }  // namespace
@@ -105,7 +125,7 @@ int grid_for(int64_t n, int threads) {
 void* scratch_alloc(size_t bytes, cudaStream_t stream) {
   if (bytes == 0) bytes = 16;
   void* p = nullptr;
-  CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes, pool_of_current_device(), stream));
+  CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes, pool_of(stream), stream));
   return p;
 }
 
@@ -119,6 +139,8 @@ void scratch_trim_all() {
 }
 
 }  // namespace detail
+
+const void* scratch_pool(cudaStream_t stream) { return detail::pool_of(stream); }
 
 void release_resources() {
   int n = 0;

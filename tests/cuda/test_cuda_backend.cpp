@@ -24,6 +24,7 @@
 #include "core/ops.h"
 #include "core/precision.h"
 #include "core/stream.h"
+#include "kernels/cuda/cuda.h"
 #include "tests/core/test_util.h"
 
 namespace gpumix {
@@ -415,6 +416,33 @@ TEST_F(CudaBackend, TwoLogicalDevicesOnOneGpuKeepSeparateCapacities) {
   ops::scale(y, y, 2.0f);
   EXPECT_EQ(y.to_vector(), std::vector<float>(1000, 6.0f));
   EXPECT_NE(stream_handle(small, Stream::compute), stream_handle(large, Stream::compute));
+}
+
+// Scratch memory (attention's backward, the column reductions of the bias and LayerNorm
+// gradients) comes from a pool per GPU and stream, never one per GPU: two logical devices on
+// one GPU never share a pool, so one never waits on the other's stream to reuse a freed block
+// (kernels/cuda/device.cu). Each device's ops that take scratch still run, interleaved.
+TEST_F(CudaBackend, LogicalDevicesOnOneGpuNeverShareAScratchPool) {
+  const Device a = Device::cuda(46), b = Device::cuda(47);
+  configure_device(a, gpu_props(0));
+  configure_device(b, gpu_props(0));
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);  // scratch_pool asks for the current device's
+  auto pool = [](Device d, Stream s) {
+    return kernels::cuda::scratch_pool((cudaStream_t)stream_handle(d, s));
+  };
+  EXPECT_NE(pool(a, Stream::compute), pool(b, Stream::compute));
+  EXPECT_NE(pool(a, Stream::compute), pool(a, Stream::comm));
+  EXPECT_EQ(pool(a, Stream::compute), pool(a, Stream::compute));
+  for (Device d : {a, b, a}) {
+    Tensor x = Tensor::full({64, 96}, 1.0f, DType::bf16, d), w = Tensor::full({96}, 1.0f, DType::bf16, d);
+    Tensor bias = Tensor::zeros({96}, DType::bf16, d), out = Tensor::empty({64, 96}, DType::bf16, d);
+    Tensor mean = Tensor::empty({64}, DType::f32, d), rstd = Tensor::empty({64}, DType::f32, d);
+    ops::layernorm_forward(out, mean, rstd, x, w, bias);
+    Tensor dx = Tensor::zeros({64, 96}, DType::bf16, d), dw = Tensor::zeros({96}, DType::f32, d),
+           db = Tensor::zeros({96}, DType::f32, d);
+    ops::layernorm_backward(dx, dw, db, Tensor::full({64, 96}, 1.0f, DType::bf16, d), x, w, mean, rstd);
+    EXPECT_EQ(db.to_vector(), std::vector<float>(96, 64.0f)) << d.str();  // a column sum of ones
+  }
 }
 
 // ---- streams and events ----------------------------------------------------------------------

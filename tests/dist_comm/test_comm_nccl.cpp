@@ -2,8 +2,9 @@
 //   mpirun -np 2 build/tests/dist_comm/test_comm_nccl      (needs >= 2 GPUs on the node)
 // Uneven all-gather / reduce-scatter with both algorithms (padded, grouped) and the
 // automatic choice, against the sequential reference (gathers bitwise; sums within the
-// fp32 allowance of any order); the slot-layout calls; all-reduce, broadcast; bf16; counts
-// that disagree → an error on every rank; host tensors → a clear error.
+// fp32 allowance of any order); the staging buffer's growth; the slot-layout calls;
+// all-reduce, broadcast; bf16; counts that disagree → an error on every rank; host tensors →
+// a clear error.
 //
 // Built in CI (CUDA + MPI) but it cannot run there: with fewer GPUs than ranks it prints
 // why and exits 77 (meson's "skipped"). A plain checker: prints each failure with the
@@ -84,6 +85,38 @@ void run_uneven(DeviceComm& comm, const std::string& algo) {
     CUDA_OK(cudaFree(full));
     CUDA_OK(cudaFree(mine));
   }
+}
+
+// The padded uneven calls stage through one buffer that grows in powers of two (1 MiB at
+// least), only while the device is idle (comm_nccl.cpp staging()): on a new communicator,
+// uneven all-gathers of 40 growing sizes up to about 3 MiB of staging allocate it 3 times
+// (1, 2, 4 MiB), not once per size, and every result is right.
+void run_staging(DeviceComm& comm) {
+  const int n = comm.size(), r = comm.rank();
+  cudaStream_t s = static_cast<cudaStream_t>(comm.stream());
+  const int64_t before = comm.staging_allocations();
+  int64_t most = 0;
+  for (int k = 1; k <= 40; ++k) {
+    std::vector<int64_t> counts((size_t)n);
+    for (int q = 0; q < n; ++q) counts[(size_t)q] = (int64_t)k * 20000 / n + (q == 0);  // uneven
+    const int64_t m = counts[0];
+    most = std::max(most, m * n * (int64_t)sizeof(float));
+    const int64_t total = sum_of(counts);
+    float* in = to_device(rank_input(r, counts[r]));
+    float* out = to_device(std::vector<float>((size_t)total, -7.0f));
+    comm.all_gather_v_device(in, out, counts, DType::f32, s);
+    CUDA_OK(cudaStreamSynchronize(s));
+    check_result(bitwise_equal(str("staging all_gather_v k ", k, " rank ", r), to_host(out, (size_t)total),
+                               gather_reference(counts)));
+    CUDA_OK(cudaFree(in));
+    CUDA_OK(cudaFree(out));
+  }
+  int64_t want = 1;
+  for (int64_t b = (int64_t)1 << 20; b < most; b *= 2) ++want;
+  check(comm.last_uneven_choice().algo == UnevenAlgo::padded, "staging: the padded algorithm ran");
+  check(comm.staging_allocations() - before == want,
+        str("staging buffer allocated ", comm.staging_allocations() - before, " times for 40 sizes up to ", most,
+            " bytes; want ", want, " (powers of two from 1 MiB)"));
 }
 
 void run_rest(DeviceComm& comm) {
@@ -207,6 +240,9 @@ int main(int argc, char** argv) {
       run_uneven(*comm, uneven_algo_name(a));
       if (a == UnevenAlgo::automatic) run_rest(*comm);
     }
+    NcclOptions padded;
+    padded.uneven = UnevenAlgo::padded;
+    run_staging(*make_nccl_comm(padded));
   } catch (const std::exception& e) {
     check(false, str("exception: ", e.what()));
   }
