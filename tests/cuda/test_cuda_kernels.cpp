@@ -450,7 +450,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                            std::make_tuple(1, 256, 2, 64)));
 
 // The tensor-core forward at gpt2's context length and at a length no tile divides, against
-// the CPU: out within bf16's tolerance plus the P rounding above, lse within tol_lse.
+// the CPU: out within bf16's tolerance plus the P rounding above, lse within tol_lse; and the
+// SIMT kernel that takes head size 64 when qkv is not 16-byte aligned, within bf16's alone.
 TEST_F(CudaTest, FlashForwardOnTensorCoresAtT1024AndRaggedT) {
   for (auto [B, T, NH] : {std::make_tuple(1, 1024, 1), std::make_tuple(2, 77, 2)}) {
     const int HS = 64, C = NH * HS;
@@ -469,6 +470,22 @@ TEST_F(CudaTest, FlashForwardOnTensorCoresAtT1024AndRaggedT) {
     EXPECT_TRUE(close("attention_forward out", download(dout), rout, tol_bf16(rout), &p_bf16)) << shape;
     EXPECT_TRUE(close("attention_forward lse", download(dlse), rlse, tol_lse())) << shape;
   }
+  // qkv one element past a 16-byte boundary: cp.async cannot load it, the SIMT kernel runs.
+  const int B = 1, T = 70, NH = 2, C = NH * 64;
+  const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+  const std::vector<float> qkv = randn(nqkv, 81);
+  std::vector<float> rout(nout), rlse(nlse);
+  ref::attention_forward(rout.data(), rlse.data(), qkv.data(), B, T, C, NH);
+  DevBuf<uint16_t> dqkv(nqkv + 1), dout(nout);
+  DevBuf<float> dlse(nlse);
+  std::vector<uint16_t> bits(nqkv);
+  for (size_t i = 0; i < nqkv; ++i) bits[i] = f32_to_bf16_bits(qkv[i]);
+  CUDA_CHECK(cudaMemcpy(dqkv.p + 1, bits.data(), 2 * nqkv, cudaMemcpyHostToDevice));
+  dout.poison();
+  dlse.poison();
+  cu::attention_forward(dout.p, dlse.p, dqkv.p + 1, B, T, C, NH);
+  EXPECT_TRUE(close("attention_forward out (unaligned qkv: SIMT)", download(dout), rout, tol_bf16(rout)));
+  EXPECT_TRUE(close("attention_forward lse (unaligned qkv: SIMT)", download(dlse), rlse, tol_lse()));
 }
 
 TEST_F(CudaTest, FlashAttentionIsDeterministicAndRejectsOddHeads) {
