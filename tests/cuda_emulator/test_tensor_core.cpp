@@ -152,12 +152,14 @@ TEST_F(EmulatedTensorCore, LdmatrixFromGlobalMemoryIsRefused) {
 // ---- cp.async ------------------------------------------------------------------------------
 
 // Each of 64 threads copies 16 bytes; `wait` false reads the destination before the wait
-// (the bug), `src_offset` / `dst_offset` misalign, `to_global` copies to global memory.
+// (the bug), `src_offset` / `dst_offset` misalign, `to_global` copies to global memory,
+// `host_src` (an address the launcher does not see as a pointer) copies from host memory.
 __global__ void cp_async_kernel(float* out, const float* src, bool wait, int src_offset,
-                                int dst_offset, float* to_global) {
+                                int dst_offset, float* to_global, uintptr_t host_src) {
   GPUMIX_SHARED(float, sh, [64 * 4 + 4]);
   const int t = threadIdx.x;
   void* dst = to_global ? (void*)(to_global + 4 * t) : (void*)((char*)&sh[4 * t] + dst_offset);
+  if (host_src) src = reinterpret_cast<const float*>(host_src);
   cp_async_cg16(dst, (const char*)(src + 4 * t) + src_offset);
   if (wait) cp_async_wait_all();
   __syncthreads();
@@ -175,11 +177,11 @@ TEST_F(EmulatedTensorCore, CpAsyncDestinationIsPoisonUntilItsWait) {
   for (int i = 0; i < 256; ++i) h[i] = (float)i;
   Dev<float> src(256), out(256);
   ASSERT_EQ(cudaMemcpy(src.p, h.data(), 1024, cudaMemcpyHostToDevice), cudaSuccess);
-  GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, out.p, src.p, true, 0, 0, nullptr);
+  GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, out.p, src.p, true, 0, 0, nullptr, 0);
   std::vector<float> got = out.get();
   for (int i = 0; i < 256; ++i) ASSERT_EQ(got[i], (float)((i + 4) % 256)) << i;
   // Without the wait, every thread reads NaN where its neighbour's copy was to land.
-  GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, out.p, src.p, false, 0, 0, nullptr);
+  GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, out.p, src.p, false, 0, 0, nullptr, 0);
   got = out.get();
   for (int i = 0; i < 256; ++i) ASSERT_TRUE(all_ones(got[i])) << i << ": " << got[i];
 }
@@ -187,17 +189,18 @@ TEST_F(EmulatedTensorCore, CpAsyncDestinationIsPoisonUntilItsWait) {
 TEST_F(EmulatedTensorCore, CpAsyncMisalignedOrNotGlobalToSharedIsRefused) {
   Dev<float> src(260), out(256), global(256);
   EXPECT_DEVICE_FAULT(
-      GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, out.p, src.p, true, 4, 0, nullptr),
+      GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, out.p, src.p, true, 4, 0, nullptr, 0),
       "device fault in kernel cp_async_kernel.*source .* is not 16-byte aligned \\(cp.async 16 "
       "bytes at .*test_tensor_core.cpp:[0-9]+\\)");
   EXPECT_DEVICE_FAULT(
-      GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, out.p, src.p, true, 0, 8, nullptr),
+      GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, out.p, src.p, true, 0, 8, nullptr, 0),
       "device fault in kernel cp_async_kernel.*destination .* is not 16-byte aligned");
   EXPECT_DEVICE_FAULT(
-      GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, out.p, src.p, true, 0, 0, global.p),
+      GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, out.p, src.p, true, 0, 0, global.p, 0),
       "device fault in kernel cp_async_kernel.*destination .* is not in the block's shared memory");
-  EXPECT_DEVICE_FAULT(GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, out.p,
-                                    (const float*)nullptr + 0, true, 0, 0, nullptr),
+  alignas(16) static float host[256];
+  EXPECT_DEVICE_FAULT(GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, out.p, src.p, true, 0, 0,
+                                    nullptr, (uintptr_t)host),
                       "device fault in kernel cp_async_kernel.*source .* is not in one live device "
                       "allocation");
 }
