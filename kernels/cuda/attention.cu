@@ -1,5 +1,10 @@
 // Causal multi-head self-attention, bf16 qkv/out, fp32 arithmetic and lse.
 //
+// Forward on tensor cores (v2, head size 64; FlashAttention-2's schedule): mma.sync bf16 with
+// fp32 accumulation, ldmatrix, cp.async double buffering (flash_forward_tc_kernel below); P is
+// rounded to bf16 before P V, as FlashAttention-2 does. The SIMT version takes every other
+// head size, unaligned buffers, and the backward.
+//
 // Flash version (v1: SIMT, no tensor cores), templated on the head size D:
 // - G = max(1, D/32) threads own one row (query or key) and P = D/G of its channels;
 //   dot products are P fused multiply-adds plus a shuffle across the G lanes.
@@ -19,6 +24,7 @@
 #include <string>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/tensor_core.cuh"
 
 namespace gpumix::kernels::cuda {
 
@@ -263,6 +269,154 @@ __global__ void __launch_bounds__(Shape<D>::THREADS) flash_backward_dkv_kernel(
   }
 }
 
+// ---- forward on tensor cores (FlashAttention-2), head size 64 -------------------------------
+// A block of 4 warps owns 64 query rows of one (b, h), 16 per warp. Q (64 x 64) and tiles of 64
+// keys of K and V stream into shared memory by cp.async (rows past T zero-filled), K and V
+// double-buffered: the next tile's copies run while this one is computed. Per warp and tile:
+// S (16 x 64) = Q K^T by 32 mma m16n8k16 (Q's fragments loaded once by ldmatrix, K's by
+// ldmatrix as B (key, d)); scale, the causal mask (only on tiles that reach the diagonal) and
+// keys past T; online softmax in fp32 in the log2 domain on the accumulator fragments (a lane
+// holds 2 rows; the 4 lanes of a quad one row: the row max by 2 shuffles, the row sum kept per
+// lane and summed once at the end); P rounded to bf16 and reused in registers as the A operand
+// of O += P V (32 mma, V's fragments by ldmatrix.trans). Out bf16; lse fp32 from m and l.
+constexpr int kTcD = 64, kTcRows = 64, kTcKeys = 64;
+constexpr int kTcStride = kTcD + 8;  // 144-byte rows: 16-byte aligned, ldmatrix conflict-free
+
+__global__ void __launch_bounds__(128) flash_forward_tc_kernel(
+    bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv, int T, int C,
+    int NH, float scale_log2) {
+  using namespace detail;
+  GPUMIX_SHARED(bf16, Qs, [kTcRows][kTcStride]);
+  GPUMIX_SHARED(bf16, Ks, [2][kTcKeys][kTcStride]);
+  GPUMIX_SHARED(bf16, Vs, [2][kTcKeys][kTcStride]);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kTcRows;  // longest tiles first
+  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int64_t row_stride = 3 * (int64_t)C;
+  const bf16* head = qkv + (int64_t)b * T * row_stride + h * kTcD;  // q of row 0 of (b, h)
+
+  // Rows r0..r0+63 of part `which` (0 q, 1 k, 2 v): 512 chunks of 16 bytes, 4 per thread.
+  auto load_tile = [&](bf16(*sh)[kTcStride], int which, int r0) {
+    for (int c = tid; c < kTcRows * kTcD / 8; c += 128) {
+      const int r = c / 8, col = (c % 8) * 8, row = r0 + r;
+      const bf16* src = head + (int64_t)min(row, T - 1) * row_stride + which * C + col;
+      cp_async_cg16_zfill(&sh[r][col], src, row < T ? 16 : 0);
+    }
+  };
+
+  const int kv_end = min(T, q0 + kTcRows);
+  const int tiles = (kv_end + kTcKeys - 1) / kTcKeys;
+  load_tile(Qs, 0, q0);
+  load_tile(Ks[0], 1, 0);
+  load_tile(Vs[0], 2, 0);
+  cp_async_commit();
+
+  const int row0 = q0 + warp * 16 + g;  // this lane's rows: row0 and row0 + 8
+  uint32_t qa[4][4];
+  float o[8][4];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[j][i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  for (int it = 0; it < tiles; ++it) {
+    const int buf = it % 2, k0 = it * kTcKeys;
+    if (it + 1 < tiles) {
+      load_tile(Ks[buf ^ 1], 1, k0 + kTcKeys);
+      load_tile(Vs[buf ^ 1], 2, k0 + kTcKeys);
+      cp_async_commit();
+      cp_async_wait<1>();  // this tile (and Q) landed; the next may be in flight
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (it == 0) {
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+        ldmatrix<4>(qa[ks], &Qs[warp * 16 + lane % 16][ks * 16 + (lane / 16) * 8]);
+    }
+    float s[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[j][i] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < 4; ks += 2) {  // K rows j*8.., d = ks*16 .. ks*16 + 31
+        uint32_t kb[4];
+        ldmatrix<4>(kb, &Ks[buf][j * 8 + lane % 8][ks * 16 + (lane / 8) * 8]);
+        const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+        mma_bf16_16816(s[j], qa[ks], b0, s[j]);
+        mma_bf16_16816(s[j], qa[ks + 1], b1, s[j]);
+      }
+    }
+    // Keys past the warp's first row or past T exist only in the last tiles.
+    const bool masked = k0 + kTcKeys - 1 > q0 + warp * 16 || k0 + kTcKeys > T;
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = k0 + j * 8 + 2 * t + (i & 1), row = row0 + (i >> 1) * 8;
+        float v = s[j][i] * scale_log2;
+        if (masked && (key > row || key >= T)) v = -INFINITY;
+        s[j][i] = v;
+        mx[i >> 1] = fmaxf(mx[i >> 1], v);
+      }
+    float mu[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      mu[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
+      const float corr = exp2f(m[r] - mu[r]);
+      m[r] = mx[r];
+      l[r] *= corr;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        o[j][2 * r] *= corr;
+        o[j][2 * r + 1] *= corr;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float p = exp2f(s[j][i] - mu[i >> 1]);
+        s[j][i] = p;
+        l[i >> 1] += p;
+      }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {  // keys kk*16 .. kk*16 + 15: P's A fragment from S's
+      const uint32_t pa[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]),
+                              pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                              pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dj = 0; dj < 8; dj += 2) {  // d = dj*8 .. dj*8 + 15
+        uint32_t vb[4];
+        ldmatrix_trans<4>(vb, &Vs[buf][kk * 16 + lane % 16][dj * 8 + (lane / 16) * 8]);
+        const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+        mma_bf16_16816(o[dj], pa, b0, o[dj]);
+        mma_bf16_16816(o[dj + 1], pa, b1, o[dj + 1]);
+      }
+    }
+    __syncthreads();  // the next iteration's copies overwrite this buffer
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    const int row = row0 + r * 8;
+    if (row >= T) continue;
+    const float inv = 1.0f / l[r];
+    uint32_t* dst = (uint32_t*)(out + ((int64_t)b * T + row) * C + h * kTcD + 2 * t);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) dst[j * 4] = pack_bf16x2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+    if (t == 0) lse[(int64_t)bh * T + row] = (m[r] + log2f(l[r])) * kLn2;
+  }
+}
+
 void check_shape(const char* what, int B, int T, int C, int NH) {
   if (B < 0 || T < 0 || C <= 0 || NH <= 0 || C % NH != 0)
     throw std::invalid_argument(std::string(what) + ": bad shape B=" + std::to_string(B) +
@@ -285,6 +439,21 @@ void flash_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, 
   const float scale_log2 = kLog2e / sqrtf((float)D);
   GPUMIX_LAUNCH(flash_forward_kernel<D>, grid, Shape<D>::THREADS, 0, stream, out, lse, qkv, T, C, NH,
                                                                   scale_log2);
+  CUDA_CHECK_LAST();
+}
+
+// The tensor-core forward needs 16-byte aligned qkv rows (cp.async) and 4-byte aligned out
+// (two bf16 per store); the SIMT kernel takes the rest.
+bool flash_forward_tc_fits(const bf16* out, const bf16* qkv, int C, int NH) {
+  return C / NH == kTcD && detail::aligned16(qkv) && ((uintptr_t)out & 3u) == 0;
+}
+
+void flash_forward_tc(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
+                      cudaStream_t stream) {
+  const dim3 grid(detail::ceil_div(T, kTcRows), B * NH);
+  const float scale_log2 = kLog2e / sqrtf((float)kTcD);
+  GPUMIX_LAUNCH(flash_forward_tc_kernel, grid, 128, 0, stream, out, lse, qkv, T, C, NH,
+                scale_log2);
   CUDA_CHECK_LAST();
 }
 
@@ -429,7 +598,12 @@ void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int
   switch (C / NH) {
     case 16: flash_forward<16>(out, lse, qkv, B, T, C, NH, stream); break;
     case 32: flash_forward<32>(out, lse, qkv, B, T, C, NH, stream); break;
-    case 64: flash_forward<64>(out, lse, qkv, B, T, C, NH, stream); break;
+    case 64:
+      if (flash_forward_tc_fits(out, qkv, C, NH))
+        flash_forward_tc(out, lse, qkv, B, T, C, NH, stream);
+      else
+        flash_forward<64>(out, lse, qkv, B, T, C, NH, stream);
+      break;
     case 128: flash_forward<128>(out, lse, qkv, B, T, C, NH, stream); break;
   }
 }

@@ -91,7 +91,8 @@ void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n,
 // qkv (B,T,3C) = [q | k | v] along the last axis, head h owning channels h*HS..(h+1)*HS
 // of each; out (B,T,C) bf16; lse (B,NH,T) fp32, natural log of the row sums of
 // exp(q.k / sqrt(HS)).
-// Flash style: tiles in shared memory, online softmax, no T x T matrix in device memory.
+// Flash style: tiles in shared memory, online softmax, no T x T matrix in device memory; the
+// forward of head size 64 on tensor cores (probabilities rounded to bf16 before P V).
 // Head sizes 16, 32, 64 and 128 (attention_flash_supported); others throw
 // std::invalid_argument (use the reference).
 bool attention_flash_supported(int HS);

@@ -23,6 +23,7 @@
 
 #include "cub/device/device_radix_sort.cuh"
 #include "launch.h"
+#include "ptx.h"
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
@@ -247,7 +248,32 @@ struct Grid {
 
 // ---- fibers -----------------------------------------------------------------------------
 
-enum class FiberState { runnable, at_barrier, at_shuffle, exited };
+enum class FiberState { runnable, at_barrier, at_warp, exited };
+
+// The warp-collective operations. A warp's waiting lanes are all at one of them at a time.
+enum class WarpOp { shfl_bfly, shfl_idx, shfl_down, ballot, syncwarp, mma, ldmatrix };
+// .aligned (mma, ldmatrix): every lane of the warp executes the same instruction; no mask.
+bool aligned(WarpOp op) { return op == WarpOp::mma || op == WarpOp::ldmatrix; }
+std::string warp_op_name(WarpOp op, int variant) {
+  switch (op) {
+    case WarpOp::shfl_bfly: return "__shfl_xor_sync";
+    case WarpOp::shfl_idx: return "__shfl_sync";
+    case WarpOp::shfl_down: return "__shfl_down_sync";
+    case WarpOp::ballot: return "__ballot_sync";
+    case WarpOp::syncwarp: return "__syncwarp";
+    case WarpOp::mma: return "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
+    case WarpOp::ldmatrix:
+      return std::string("ldmatrix.sync.aligned.m8n8.x") + std::to_string(variant & 7) +
+             (variant & 8 ? ".trans" : "") + ".shared.b16";
+  }
+  return "?";
+}
+
+// One cp.async in flight: the 16 bytes it read at the issue, and where they land.
+struct AsyncCopy {
+  unsigned char* dst;
+  unsigned char bytes[16];
+};
 
 struct Fiber {
   Context ctx;
@@ -257,22 +283,52 @@ struct Fiber {
   FiberState state = FiberState::runnable;
   const char* file = nullptr;  // where it waits
   int line = 0;
-  // shuffle
-  unsigned shfl_mask = 0;
-  int shfl_lane_mask = 0, shfl_width = 32;
-  uint64_t shfl_value = 0, shfl_result = 0;
+  // Its part in the pending warp operation: a shuffle's argument (lane mask, source lane or
+  // delta), width, value and result; mma's and ldmatrix's operands (on the lane's own stack,
+  // which lives while it waits).
+  int warp_arg = 0, warp_width = 32;
+  uint64_t warp_value = 0, warp_result = 0;
+  const void* warp_operands = nullptr;
+  // cp.async: issued and not yet committed; committed groups not yet waited for, oldest first.
+  std::vector<AsyncCopy> cp_issued;
+  std::deque<std::vector<AsyncCopy>> cp_groups;
 #if defined(GPUMIX_EMU_ASAN)
   void* fake_stack = nullptr;
 #endif
 };
 
+// A warp operation some lanes wait in: the lanes of `want` with the same operation and
+// mask (and, .aligned, call site) complete it together. Disjoint or nested groups may wait at
+// once (independent thread scheduling: lanes 0..15 in a __ballot_sync(0xffff) while all 32 wait
+// in a __syncwarp() after it).
+std::string mask_str(unsigned mask) {
+  char buf[16];
+  snprintf(buf, sizeof buf, "0x%08x", mask);
+  return buf;
+}
+
+struct WarpGroup {
+  WarpOp op;
+  int variant;
+  unsigned want, arrived;
+  const char* file;
+  int line;
+  std::string str() const {
+    return warp_op_name(op, variant) + " at " + file + ":" + std::to_string(line) + " (mask " +
+           mask_str(want) + ")";
+  }
+};
+
 struct Warp {
   unsigned present = 0;  // lanes that exist in the block
   unsigned exited = 0;
-  unsigned arrived = 0;  // lanes waiting in the pending shuffle
-  unsigned want = 0;     // its mask
-  const char* file = nullptr;
-  int line = 0;
+  std::vector<WarpGroup> groups;
+  // The group lane `lane` waits in, or null.
+  const WarpGroup* waiting(unsigned lane) const {
+    for (const WarpGroup& g : groups)
+      if (g.arrived & (1u << lane)) return &g;
+    return nullptr;
+  }
 };
 
 struct SharedArray {
@@ -418,9 +474,13 @@ void Runner::on_exit(Fiber& f) {
                      " thread(s) of the block wait at __syncthreads() at " + bar_file + ":" +
                      std::to_string(bar_line) + " (e.g. thread" + thread_str(bar_first) +
                      "): every thread of the block must reach each barrier");
-  if (w.arrived != 0 && (w.want & bit))
-    fault(f.tid, std::string("returned while lanes of its warp wait in a shuffle at ") + w.file +
-                     ":" + std::to_string(w.line) + " whose mask names it");
+  for (const WarpGroup& g : w.groups)
+    if (g.want & bit)
+      fault(f.tid, "returned while lanes of its warp wait in " + g.str() + " whose mask names it" +
+                       (aligned(g.op) ? " (.aligned: every lane of the warp must execute it)" : ""));
+  // Copies it never waited for land nowhere: nothing may read them (a wait is the only way).
+  f.cp_issued.clear();
+  f.cp_groups.clear();
 }
 
 void Runner::release_barrier() {
@@ -441,16 +501,18 @@ void Runner::deadlock() {
   unsigned shown = 0;
   for (unsigned t = 0; t < nthreads && shown < 4; ++t) {
     const Fiber& f = fibers[t];
-    if (f.state == FiberState::at_barrier || f.state == FiberState::at_shuffle) {
+    if (f.state == FiberState::at_barrier || f.state == FiberState::at_warp) {
+      const WarpGroup* g = warps[t / 32].waiting(t % 32);
       where += std::string(shown ? "; " : "") + "thread" + thread_str(t) +
-               (f.state == FiberState::at_barrier ? " at __syncthreads() " : " in a shuffle ") +
-               f.file + ":" + std::to_string(f.line);
+               (f.state == FiberState::at_barrier || !g
+                    ? std::string(" at __syncthreads() ") + f.file + ":" + std::to_string(f.line)
+                    : " in " + g->str());
       ++shown;
     }
   }
   fault_block("deadlock: " + std::to_string(live) +
               " live thread(s) wait and none can proceed (threads at different barriers or "
-              "shuffles): " +
+              "warp operations): " +
               where);
 }
 
@@ -491,6 +553,8 @@ void Runner::run_block(Grid& g, uint64_t linear) {
     f.tid = t;
     f.idx = uint3{t % g.block.x, (t / g.block.x) % g.block.y, t / (g.block.x * g.block.y)};
     f.state = FiberState::runnable;
+    f.cp_issued.clear();
+    f.cp_groups.clear();
     make_context(&f.ctx, f.stack, kStackBytes, &Runner::entry);
     runq.push_back(order[t]);
   }
@@ -612,62 +676,156 @@ void syncthreads(const char* file, int line) {
   r.yield();
 }
 
-uint64_t shfl_xor(unsigned mask, uint64_t bits, int lane_mask, int width, const char* file,
-                  int line) {
+// ---- warp operations ----------------------------------------------------------------------
+
+namespace {
+
+std::string site_str(const char* what, const char* file, int line) {
+  return std::string(" (") + what + " at " + file + ":" + std::to_string(line) + ")";
+}
+
+// The calling lane arrives at a warp operation over the lanes of `mask`; it has put its part
+// in its Fiber. Returns once every lane of the mask has arrived and the last to arrive has run
+// deliver(first thread of the warp), which reads every lane's part and writes their results.
+// Faults where the hardware fails or the behaviour is undefined (PTX ISA: shfl.sync, vote.sync,
+// bar.warp.sync: "the executing thread waits until all non-exited threads of membermask have
+// executed the same instruction with the same qualifiers and membermask"; mma and ldmatrix
+// .sync.aligned: "all threads in the warp must execute the same instruction", undefined "if
+// any thread in the warp has exited").
+template <typename Deliver>
+void warp_collective(WarpOp op, int variant, unsigned mask, const char* file, int line,
+                     Deliver deliver) {
   Runner& r = *tl_runner;
   Fiber& f = *r.current;
   const unsigned lane = f.tid % 32;
   const unsigned bit = 1u << lane;
   Warp& w = r.warps[f.tid / 32];
-  const std::string at = std::string(" (__shfl_xor_sync at ") + file + ":" + std::to_string(line) + ")";
-  if (width < 1 || width > 32 || (width & (width - 1)) != 0)
-    r.fault(f.tid, "width " + std::to_string(width) + " is not a power of two in [1, 32]" + at);
-  if (!(mask & bit))
-    r.fault(f.tid, "the mask " + std::to_string(mask) + " does not name the calling lane " +
-                       std::to_string(lane) + at);
-  if (mask & ~w.present)
-    r.fault(f.tid, "the mask names lanes that do not exist in this block (block of " +
-                       std::to_string(r.nthreads) + " threads)" + at);
-  if (mask & w.exited)
-    r.fault(f.tid, "the mask names lanes that have exited" + at);
-  if (w.arrived == 0) {
-    w.want = mask;
-    w.file = file;
-    w.line = line;
-  } else if (w.want != mask) {
-    r.fault(f.tid, "lanes of one warp shuffle with different masks at once (pending mask " +
-                       std::to_string(w.want) + " at " + w.file + ":" + std::to_string(w.line) +
-                       ", this one " + std::to_string(mask) + ")" + at);
+  const std::string name = warp_op_name(op, variant);
+  const std::string at = site_str(name.c_str(), file, line);
+  if (aligned(op)) {
+    if (w.present != 0xffffffffu)
+      r.fault(f.tid, "the warp has " + std::to_string(__builtin_popcount(w.present)) +
+                         " lanes (block of " + std::to_string(r.nthreads) +
+                         " threads); .aligned needs all 32 lanes of the warp" + at);
+    if (w.exited)
+      r.fault(f.tid, "lanes of its warp have exited (lanes " + mask_str(w.exited) +
+                         "); .aligned needs every lane of the warp to execute it" + at);
+  } else {
+    if (!(mask & bit))
+      r.fault(f.tid, "the mask " + mask_str(mask) + " does not name the calling lane " +
+                         std::to_string(lane) + at);
+    if (mask & ~w.present)
+      r.fault(f.tid, "the mask names lanes that do not exist in this block (block of " +
+                         std::to_string(r.nthreads) + " threads)" + at);
+    if (mask & w.exited) r.fault(f.tid, "the mask names lanes that have exited" + at);
   }
-  f.shfl_mask = mask;
-  f.shfl_value = bits;
-  f.shfl_lane_mask = lane_mask;
-  f.shfl_width = width;
+  WarpGroup* g = nullptr;
+  for (WarpGroup& x : w.groups)
+    if (x.op == op && x.variant == variant && x.want == mask &&
+        (!aligned(op) || (line == x.line && strcmp(file, x.file) == 0)))
+      g = &x;
+  // A lane of our mask waiting in another group that needs us: neither can complete.
+  for (const WarpGroup& x : w.groups) {
+    if (&x == g || !(x.want & bit) || !(x.arrived & mask)) continue;
+    const unsigned other = (unsigned)__builtin_ctz(x.arrived & mask);
+    r.fault(f.tid, "divergent warp: lane " + std::to_string(other) + " waits in " + x.str() +
+                       ", which needs this lane, while this lane reached " + name + " at " + file +
+                       ":" + std::to_string(line) + " (mask " + mask_str(mask) +
+                       "), which needs lane " + std::to_string(other) + ": neither completes" +
+                       (aligned(op) || aligned(x.op)
+                            ? " (.aligned: every lane of the warp must execute the same instruction)"
+                            : " (shuffles, votes and __syncwarp of one mask: the same mask on every lane)"));
+  }
+  if (!g) {
+    w.groups.push_back(WarpGroup{op, variant, mask, 0u, file, line});
+    g = &w.groups.back();
+  }
   f.file = file;
   f.line = line;
-  w.arrived |= bit;
-  if (w.arrived != w.want) {
-    f.state = FiberState::at_shuffle;
+  g->arrived |= bit;
+  if (g->arrived != g->want) {
+    f.state = FiberState::at_warp;
     r.yield();
-    return f.shfl_result;
+    return;
   }
-  // The last lane to arrive delivers every lane's value.
   const unsigned base = f.tid - lane;
+  deliver(base);
   for (unsigned l = 0; l < 32; ++l) {
-    if (!(w.want & (1u << l))) continue;
-    Fiber& x = r.fibers[base + l];
-    const unsigned seg = l & ~(unsigned)(x.shfl_width - 1);
-    unsigned src = l ^ (unsigned)x.shfl_lane_mask;
-    if (src < seg || src >= seg + (unsigned)x.shfl_width) src = l;  // outside the segment: own
-    x.shfl_result = (w.want & (1u << src)) ? r.fibers[base + src].shfl_value : ~0ull;
-    if (&x != &f) {
-      x.state = FiberState::runnable;
-      r.runq.push_back(base + l);
-    }
+    if (!(mask & (1u << l)) || base + l == f.tid) continue;
+    r.fibers[base + l].state = FiberState::runnable;
+    r.runq.push_back(base + l);
   }
-  w.arrived = 0;
-  w.want = 0;
-  return f.shfl_result;
+  w.groups.erase(w.groups.begin() + (g - w.groups.data()));
+}
+
+// Whether [p, p + bytes) lies in the running block's shared memory.
+bool in_shared(const Runner& r, const void* p, size_t bytes) {
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  const size_t end = std::max(r.smem_used, r.grid->dyn_smem);
+  return c >= r.smem && c + bytes <= r.smem + end;
+}
+
+std::string hex(const void* p) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+}  // namespace
+
+uint64_t shfl(Shfl mode, unsigned mask, uint64_t bits, int arg, int width, const char* file,
+              int line) {
+  Runner& r = *tl_runner;
+  Fiber& f = *r.current;
+  const WarpOp op = mode == Shfl::bfly  ? WarpOp::shfl_bfly
+                    : mode == Shfl::idx ? WarpOp::shfl_idx
+                                        : WarpOp::shfl_down;
+  if (width < 1 || width > 32 || (width & (width - 1)) != 0)
+    r.fault(f.tid, "width " + std::to_string(width) + " is not a power of two in [1, 32]" +
+                       site_str(warp_op_name(op, 0).c_str(), file, line));
+  f.warp_value = bits;
+  f.warp_arg = arg;
+  f.warp_width = width;
+  warp_collective(op, 0, mask, file, line, [&r, op, mask](unsigned base) {
+    // CUDA C++ Programming Guide, Warp Shuffle Functions: a lane reads from its own segment
+    // of `width` lanes; a source outside the segment (xor, down) gives the lane's own value; a
+    // source lane outside the mask is undefined: all-ones bits here (a NaN).
+    for (unsigned l = 0; l < 32; ++l) {
+      if (!(mask & (1u << l))) continue;
+      Fiber& x = r.fibers[base + l];
+      const unsigned w = (unsigned)x.warp_width;
+      const unsigned seg = l & ~(w - 1);
+      unsigned src = l;
+      if (op == WarpOp::shfl_bfly) {
+        src = l ^ (unsigned)x.warp_arg;
+        if (src < seg || src >= seg + w) src = l;
+      } else if (op == WarpOp::shfl_idx) {
+        src = seg + ((unsigned)x.warp_arg & (w - 1));
+      } else if ((l - seg) + (unsigned)x.warp_arg < w) {
+        src = l + (unsigned)x.warp_arg;
+      }
+      x.warp_result = (mask & (1u << src)) ? r.fibers[base + src].warp_value : ~0ull;
+    }
+  });
+  return f.warp_result;
+}
+
+unsigned ballot(unsigned mask, bool predicate, const char* file, int line) {
+  Runner& r = *tl_runner;
+  Fiber& f = *r.current;
+  f.warp_value = predicate;
+  warp_collective(WarpOp::ballot, 0, mask, file, line, [&r, mask](unsigned base) {
+    unsigned votes = 0;  // lanes outside the mask vote 0
+    for (unsigned l = 0; l < 32; ++l)
+      if ((mask & (1u << l)) && r.fibers[base + l].warp_value) votes |= 1u << l;
+    for (unsigned l = 0; l < 32; ++l)
+      if (mask & (1u << l)) r.fibers[base + l].warp_result = votes;
+  });
+  return (unsigned)f.warp_result;
+}
+
+void syncwarp(unsigned mask, const char* file, int line) {
+  warp_collective(WarpOp::syncwarp, 0, mask, file, line, [](unsigned) {});
 }
 
 void* shared_static(const void* tag, size_t bytes, size_t align, const char* name,
@@ -801,6 +959,167 @@ void enqueue_grid(const LaunchSite& site, dim3 grid_dim, dim3 block, size_t smem
 
 }  // namespace detail
 }  // namespace cuda_emulator
+
+// ---- PTX instructions (ptx.h) ----------------------------------------------------------
+
+namespace cuda_emulator::ptx {
+
+using detail::Fiber;
+using detail::Runner;
+using detail::WarpOp;
+
+namespace {
+
+struct MmaOperands {
+  float* d;
+  const uint32_t* a;
+  const uint32_t* b;
+  const float* c;
+};
+
+float lo_bf16(uint32_t r) { return __uint_as_float(r << 16); }
+float hi_bf16(uint32_t r) { return __uint_as_float(r & 0xffff0000u); }
+
+}  // namespace
+
+// PTX ISA 9.7.14.5.8, "Matrix Fragments for mma.m16n8k16 with floating point type" (.bf16):
+// with g = %laneid >> 2 and t = %laneid % 4, the lower-index element in the lower 16 bits,
+//   A (16 x 16, row):  a[0] = A[g][2t, 2t+1]   a[1] = A[g+8][2t, 2t+1]
+//                      a[2] = A[g][2t+8, +9]   a[3] = A[g+8][2t+8, +9]
+//   B (16 x 8, col):   b[0] = B[2t, 2t+1][g]   b[1] = B[2t+8, 2t+9][g]
+//   C, D (16 x 8 f32): c[0], c[1] = C[g][2t, 2t+1]   c[2], c[3] = C[g+8][2t, 2t+1]
+// The products of bf16 are exact; the sum of the 16 products and c is taken in double and
+// rounded once to fp32. Tensor cores align and truncate instead (not specified by the ISA):
+// the two may differ in the last bits of fp32, which the tests' fp32 tolerance covers.
+void mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b, const float* c,
+                       const char* file, int line) {
+  Runner& r = *detail::tl_runner;
+  Fiber& f = *r.current;
+  const MmaOperands mine{d, a, b, c};
+  f.warp_operands = &mine;
+  detail::warp_collective(WarpOp::mma, 0, 0xffffffffu, file, line, [&r](unsigned base) {
+    float A[16][16], B[16][8], C[16][8];
+    for (unsigned l = 0; l < 32; ++l) {
+      const MmaOperands& o = *static_cast<const MmaOperands*>(r.fibers[base + l].warp_operands);
+      const unsigned g = l >> 2, t = l % 4;
+      for (int i = 0; i < 4; ++i) {
+        const unsigned row = g + (i & 1) * 8, col = 2 * t + (i >> 1) * 8;
+        A[row][col] = lo_bf16(o.a[i]);
+        A[row][col + 1] = hi_bf16(o.a[i]);
+      }
+      for (int i = 0; i < 2; ++i) {
+        B[2 * t + i * 8][g] = lo_bf16(o.b[i]);
+        B[2 * t + i * 8 + 1][g] = hi_bf16(o.b[i]);
+      }
+      for (int i = 0; i < 4; ++i) C[g + (i >> 1) * 8][2 * t + (i & 1)] = o.c[i];
+    }
+    // Every lane's operands are read before any result is written: d may be c.
+    for (unsigned l = 0; l < 32; ++l) {
+      const MmaOperands& o = *static_cast<const MmaOperands*>(r.fibers[base + l].warp_operands);
+      const unsigned g = l >> 2, t = l % 4;
+      for (int i = 0; i < 4; ++i) {
+        const unsigned row = g + (i >> 1) * 8, col = 2 * t + (i & 1);
+        double s = C[row][col];
+        for (int k = 0; k < 16; ++k) s += (double)A[row][k] * (double)B[k][col];
+        o.d[i] = (float)s;
+      }
+    }
+  });
+}
+
+// PTX ISA 9.7.14.5.15, "Warp-level matrix load instruction: ldmatrix" (.m8n8, .b16): matrix m
+// (of num) has its 8 rows at the addresses of lanes 8m .. 8m+7, each row 8 contiguous b16 (16
+// bytes) in shared memory; the other lanes' addresses are not read. Lane l receives register
+// m = row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 of matrix m (the lower in the lower 16
+// bits); with .trans, elements [2 (l % 4)][l / 4] and [2 (l % 4) + 1][l / 4] (the transpose's
+// row l / 4). A row address must be 16-byte aligned ("Addresses as Operands": the access
+// size) and in .shared space (a generic address outside it is undefined).
+void ldmatrix_m8n8(uint32_t* out, int num, bool trans, const void* row, const char* file,
+                   int line) {
+  Runner& r = *detail::tl_runner;
+  Fiber& f = *r.current;
+  if (num != 1 && num != 2 && num != 4)
+    r.fault(f.tid, "ldmatrix .x" + std::to_string(num) + ": .num is x1, x2 or x4" +
+                       detail::site_str("ldmatrix", file, line));
+  f.warp_value = (uint64_t)(uintptr_t)row;
+  f.warp_operands = out;
+  const int variant = num | (trans ? 8 : 0);
+  detail::warp_collective(WarpOp::ldmatrix, variant, 0xffffffffu, file, line,
+                          [&r, num, trans, variant, file, line](unsigned base) {
+    uint16_t M[4][8][8];
+    for (int m = 0; m < num; ++m)
+      for (int i = 0; i < 8; ++i) {
+        const unsigned src = base + 8 * m + i;
+        const void* p = (const void*)(uintptr_t)r.fibers[src].warp_value;
+        const std::string at =
+            detail::site_str(detail::warp_op_name(WarpOp::ldmatrix, variant).c_str(), file, line);
+        if ((uintptr_t)p % 16 != 0)
+          r.fault(src, "row address " + detail::hex(p) + " (matrix " + std::to_string(m) +
+                           ", row " + std::to_string(i) + ") is not 16-byte aligned" + at);
+        if (!detail::in_shared(r, p, 16))
+          r.fault(src, "row address " + detail::hex(p) + " (matrix " + std::to_string(m) +
+                           ", row " + std::to_string(i) +
+                           ") is not in the block's shared memory" + at);
+        memcpy(M[m][i], p, 16);
+      }
+    for (unsigned l = 0; l < 32; ++l) {
+      uint32_t* o = static_cast<uint32_t*>(const_cast<void*>(r.fibers[base + l].warp_operands));
+      const unsigned g = l >> 2, t = l % 4;
+      for (int m = 0; m < num; ++m)
+        o[m] = trans ? (uint32_t)M[m][2 * t][g] | (uint32_t)M[m][2 * t + 1][g] << 16
+                     : (uint32_t)M[m][g][2 * t] | (uint32_t)M[m][g][2 * t + 1] << 16;
+    }
+  });
+}
+
+// PTX ISA, "Data Movement and Conversion Instructions: cp.async": a non-blocking copy of
+// cp-size (16) bytes from .global src to .shared dst, src-size bytes read and the rest
+// zero-filled; both addresses aligned to cp-size; complete only once a cp.async.wait_group /
+// wait_all covers its group ("no other synchronization mechanism guarantees the completion").
+// The source is read now, the destination poisoned until the wait.
+void cp_async_16(void* dst, const void* src, int src_bytes, const char* file, int line) {
+  Runner& r = *detail::tl_runner;
+  Fiber& f = *r.current;
+  const std::string at = detail::site_str("cp.async 16 bytes", file, line);
+  if (src_bytes < 0 || src_bytes > 16)
+    r.fault(f.tid, "src-size " + std::to_string(src_bytes) + " is not in [0, 16]" + at);
+  if ((uintptr_t)dst % 16 != 0)
+    r.fault(f.tid, "destination " + detail::hex(dst) + " is not 16-byte aligned" + at);
+  if ((uintptr_t)src % 16 != 0)
+    r.fault(f.tid, "source " + detail::hex(src) + " is not 16-byte aligned" + at);
+  if (!detail::in_shared(r, dst, 16))
+    r.fault(f.tid, "destination " + detail::hex(dst) + " is not in the block's shared memory" + at);
+  if (src_bytes > 0 && (classify(src) != Memory::device ||
+                        classify((const char*)src + src_bytes - 1) != Memory::device))
+    r.fault(f.tid, "source [" + detail::hex(src) + ", +" + std::to_string(src_bytes) +
+                       " bytes) is not in one live device allocation (global memory)" + at);
+  detail::AsyncCopy c;
+  c.dst = static_cast<unsigned char*>(dst);
+  memset(c.bytes, 0, sizeof c.bytes);
+  if (src_bytes > 0) memcpy(c.bytes, src, (size_t)src_bytes);
+  memset(dst, 0xff, 16);
+  f.cp_issued.push_back(c);
+}
+
+void cp_async_commit_group(const char*, int) {
+  Fiber& f = *detail::tl_runner->current;
+  f.cp_groups.push_back(std::move(f.cp_issued));  // an empty group too, as PTX says
+  f.cp_issued.clear();
+}
+
+void cp_async_wait_group(int n, const char* file, int line) {
+  Runner& r = *detail::tl_runner;
+  Fiber& f = *r.current;
+  if (n < 0)
+    r.fault(f.tid, "cp.async.wait_group " + std::to_string(n) + ": N must be >= 0" +
+                       detail::site_str("cp.async.wait_group", file, line));
+  while (f.cp_groups.size() > (size_t)n) {
+    for (const detail::AsyncCopy& c : f.cp_groups.front()) memcpy(c.dst, c.bytes, 16);
+    f.cp_groups.pop_front();
+  }
+}
+
+}  // namespace cuda_emulator::ptx
 
 // ---- cub::DeviceRadixSort::SortPairs ----------------------------------------------------
 

@@ -11,8 +11,11 @@
 //                object cannot be one per block and poisoned at block start
 //   built-ins    threadIdx, blockIdx (uint3), blockDim, gridDim (dim3), warpSize (32)
 //   barriers     __syncthreads()
-//   warp         __shfl_xor_sync(mask, v, laneMask, width = 32) for any trivially copyable
-//                type of 1..8 bytes
+//   warp         __shfl_xor_sync(mask, v, laneMask, width = 32), __shfl_sync(mask, v,
+//                srcLane, width = 32), __shfl_down_sync(mask, v, delta, width = 32) for any
+//                trivially copyable type of 1..8 bytes; __ballot_sync(mask, predicate),
+//                __syncwarp(mask = all lanes)
+//   PTX          mma, ldmatrix, cp.async: ptx.h, through kernels/cuda/tensor_core.cuh only
 //   math         the C library's float functions (fmaxf, expf, exp2f, logf, log2f, sqrtf,
 //                tanhf, ... from <cmath>), __expf (as expf: the GPU's approximation error
 //                is not modelled), rsqrtf (1 / sqrtf), __fadd_rn, __fsub_rn, __fmul_rn
@@ -70,8 +73,13 @@ extern thread_local const dim3* tl_block_dim;
 extern thread_local const dim3* tl_grid_dim;
 
 void syncthreads(const char* file, int line);
-uint64_t shfl_xor(unsigned mask, uint64_t bits, int lane_mask, int width, const char* file,
-                  int line);
+// The shuffles of the CUDA C++ Programming Guide (shfl.sync's .bfly, .idx and .down modes):
+// `arg` is the lane mask, the source lane or the delta.
+enum class Shfl { bfly, idx, down };
+uint64_t shfl(Shfl mode, unsigned mask, uint64_t bits, int arg, int width, const char* file,
+              int line);
+unsigned ballot(unsigned mask, bool predicate, const char* file, int line);
+void syncwarp(unsigned mask, const char* file, int line);
 // Static shared memory of the running block: one array per (block, tag), poisoned (0xff
 // bytes) when the first thread of the block reaches the declaration.
 void* shared_static(const void* tag, size_t bytes, size_t align, const char* name,
@@ -79,17 +87,22 @@ void* shared_static(const void* tag, size_t bytes, size_t align, const char* nam
 void* shared_dynamic();
 void nanosleep_ns(unsigned ns);
 
-template <typename T>
-T shfl_xor_sync_at(const char* file, int line, unsigned mask, T v, int lane_mask,
-                   int width = warpSize) {
+template <Shfl mode, typename T>
+T shfl_sync_at(const char* file, int line, unsigned mask, T v, int arg, int width = warpSize) {
   static_assert(std::is_trivially_copyable<T>::value && sizeof(T) <= 8,
-                "cuda_emulator: __shfl_xor_sync of a type larger than 8 bytes");
+                "cuda_emulator: a warp shuffle of a type larger than 8 bytes");
   uint64_t b = 0;
   std::memcpy(&b, &v, sizeof v);
-  b = shfl_xor(mask, b, lane_mask, width, file, line);
+  b = shfl(mode, mask, b, arg, width, file, line);
   std::memcpy(&v, &b, sizeof v);
   return v;
 }
+// __syncwarp() and __syncwarp(mask) with the call site: SyncwarpAt{file, line}(args).
+struct SyncwarpAt {
+  const char* file;
+  int line;
+  void operator()(unsigned mask = 0xffffffffu) const { syncwarp(mask, file, line); }
+};
 
 template <typename T>
 T atomic_rmw_cas(T* address, T (*op)(T, T), T val) {
@@ -118,7 +131,15 @@ T atomic_rmw_cas(T* address, T (*op)(T, T), T val) {
 #define gridDim (*::cuda_emulator::detail::tl_grid_dim)
 
 #define __syncthreads() ::cuda_emulator::detail::syncthreads(__FILE__, __LINE__)
-#define __shfl_xor_sync(...) ::cuda_emulator::detail::shfl_xor_sync_at(__FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_xor_sync(...) \
+  ::cuda_emulator::detail::shfl_sync_at<::cuda_emulator::detail::Shfl::bfly>(__FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_sync(...) \
+  ::cuda_emulator::detail::shfl_sync_at<::cuda_emulator::detail::Shfl::idx>(__FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_down_sync(...) \
+  ::cuda_emulator::detail::shfl_sync_at<::cuda_emulator::detail::Shfl::down>(__FILE__, __LINE__, __VA_ARGS__)
+#define __ballot_sync(mask, predicate) \
+  ::cuda_emulator::detail::ballot((mask), (predicate) != 0, __FILE__, __LINE__)
+#define __syncwarp(...) ::cuda_emulator::detail::SyncwarpAt{__FILE__, __LINE__}(__VA_ARGS__)
 
 // Shared memory declarations (kernels/cuda/launch.cuh maps GPUMIX_SHARED to __shared__ under
 // nvcc). The tag is a static object per declaration (per template instantiation).

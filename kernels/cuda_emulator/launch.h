@@ -32,7 +32,7 @@
 // - a block's threads are fibers on one OS thread (a register switch on x86-64, ucontext
 //   elsewhere), each with its own stack (64 KiB, 256 KiB under ASan; a guard page below:
 //   an overflow is a crash), switched only
-//   at __syncthreads() and warp shuffles, in a seeded shuffled order; a thread with no
+//   at __syncthreads() and warp operations, in a seeded shuffled order; a thread with no
 //   barrier runs to its end at once. Why fibers and not one OS thread per GPU thread:
 //   barriers and shuffles cost a user-space switch instead of a futex round trip per
 //   thread (the suite must run on one core in minutes), the schedule is reproducible per
@@ -44,11 +44,15 @@
 // - __syncthreads(): every live thread of the block must reach the same call site before
 //   any passes; threads at different call sites, a thread reaching a barrier after another
 //   returned, or a thread returning while others wait, is a device fault;
-// - __shfl_xor_sync: the 32 lanes of a warp (linear thread index / 32) exchange; every lane
-//   in the mask must arrive at a shuffle with the same mask (lanes of one warp in two
-//   different shuffle groups at once are not modelled: a fault); reading a lane outside the
-//   mask gives all-ones bits (a NaN); a mask naming an exited or nonexistent lane, or not
-//   naming the caller, is a fault;
+// - warp operations (__shfl_xor_sync, __shfl_sync, __shfl_down_sync, __ballot_sync,
+//   __syncwarp; mma and ldmatrix, ptx.h): the lanes of a warp (linear thread index / 32)
+//   named by the mask wait until all of them arrive at the same operation with the same mask
+//   (mma, ldmatrix: all 32 lanes at the same call site), then complete together; groups of
+//   other masks may wait at once (independent thread scheduling). A lane arriving at an
+//   operation that needs a lane waiting in another operation that needs it (neither can
+//   complete: a divergent warp), a mask naming an exited or nonexistent lane or not naming
+//   the caller, an mma or ldmatrix in a warp of fewer than 32 threads, is a fault; reading a
+//   lane outside the mask gives all-ones bits (a NaN);
 // - shared memory: one buffer per block, every byte 0xff (NaN) at block start; static
 //   arrays (GPUMIX_SHARED) are placed after the dynamic part, each poisoned when first
 //   declared in the block; under ASan the bytes between and after them are poisoned for

@@ -111,15 +111,18 @@ inline Tol tol_f32(const std::vector<float>& ref, int64_t K) {
   return Tol{(double)K * std::ldexp(1.0, -22) * rms(ref) + 1e-30, std::ldexp(1.0, -16)};
 }
 
-// Every element within tolerance and not NaN; reports the worst one.
+// Every element within tolerance and not NaN; reports the worst one. `extra`, when given,
+// adds a derived per-element allowance (an intermediate rounded to bf16, say).
 inline ::testing::AssertionResult close(const char* what, const std::vector<float>& got,
-                                        const std::vector<float>& ref, Tol tol) {
+                                        const std::vector<float>& ref, Tol tol,
+                                        const std::vector<float>* extra = nullptr) {
   if (got.size() != ref.size())
     return ::testing::AssertionFailure() << what << ": size " << got.size() << " vs " << ref.size();
   double worst = -1e300;
   size_t wi = 0, bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    const double allow = tol.atol + tol.rtol * std::fabs((double)ref[i]);
+    const double allow =
+        tol.atol + tol.rtol * std::fabs((double)ref[i]) + (extra ? (double)(*extra)[i] : 0.0);
     const double diff = std::fabs((double)got[i] - (double)ref[i]);
     const double over = std::isnan(got[i]) || std::isnan(ref[i]) ? INFINITY : diff - allow;
     if (over > 0) ++bad;
@@ -129,7 +132,8 @@ inline ::testing::AssertionResult close(const char* what, const std::vector<floa
     }
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  const double allow = tol.atol + tol.rtol * std::fabs((double)ref[wi]);
+  const double allow =
+      tol.atol + tol.rtol * std::fabs((double)ref[wi]) + (extra ? (double)(*extra)[wi] : 0.0);
   return ::testing::AssertionFailure()
          << what << ": " << bad << " of " << got.size() << " elements out of tolerance; worst ["
          << wi << "] got " << got[wi] << " ref " << ref[wi] << " |diff| "
