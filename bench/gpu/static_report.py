@@ -78,6 +78,7 @@ def flash_threads(D):  # attention.cu Shape<D>::THREADS = kRows * G, kRows 64, G
 LAUNCHES = [
     ("adamw.cu", "adamw_vec_kernel", "256", "adamw_vec_kernel", 256),
     ("adamw.cu", "adamw_kernel", "256", "adamw_kernel", 256),
+    ("attention.cu", "flash_forward_tc_kernel", "128", "flash_forward_tc_kernel", 128),  # 4 warps, 64 query rows
     ("attention.cu", "flash_forward_kernel<D>", "Shape<D>::THREADS", "flash_forward_kernel", flash_threads),
     ("attention.cu", "flash_backward_dq_kernel<D>", "Shape<D>::THREADS", "flash_backward_dq_kernel", flash_threads),
     ("attention.cu", "flash_backward_dkv_kernel<D>", "Shape<D>::THREADS", "flash_backward_dkv_kernel", flash_threads),
