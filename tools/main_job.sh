@@ -27,11 +27,13 @@
 # met yet (the cold build of the gpumix program is most of it; apt on a new machine adds more).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh --main
+devices=${DEVICES:-cpu:mem=24MiB,cpu:mem=1GiB:slow=3,cpu:mem=256MiB:slow=1.5}
+# It builds what it runs: the CUDA backend only for a device list that names a GPU.
+if [[ $devices == *cuda* ]]; then bash tools/setup.sh --main --cuda; else bash tools/setup.sh --main; fi
 out=${OUT_DIR:-runs/fortunes-$(date +%Y%m%d-%H%M%S)}
 ./build/tools/gpumix selfcheck
 ./build/tools/gpumix train --data /usr/share/games/fortunes --model gpt-nano \
-    --devices "${DEVICES:-cpu:mem=24MiB,cpu:mem=1GiB:slow=3,cpu:mem=256MiB:slow=1.5}" \
+    --devices "$devices" \
     --steps "${STEPS:-400}" --batch 16 --seq 128 --lr 2e-3 --eval-interval 100 \
     --ckpt-interval 200 --out "$out"
 echo

@@ -3,7 +3,10 @@
 # builds it into build/. Run as root on a fresh machine; later runs only rebuild.
 #   tools/setup.sh          the test command's (tools/test.sh): every package, everything built
 #   tools/setup.sh --main   the main job's (tools/main_job.sh): build/'s packages and the gpumix
-#                           program alone (and what it links), no tests, benchmarks or examples
+#                           program alone (and what it links), no tests, benchmarks or examples;
+#                           a new build/ without the CUDA backend (the main job trains on CPU
+#                           ranks: nvcc's compiles were a third of its build), unless --cuda
+#   tools/setup.sh --main --cuda   the same with the CUDA backend (the main job on a GPU)
 # build/ is configured alike either way (a plain `meson setup build`): the packages its
 # configuration looks for (gfortran, GoogleTest, Google Benchmark, Open MPI, nvcc where it is
 # there) are in the main job's list too, so that the main job and the test command share
@@ -11,12 +14,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 main_only=0
-case "${1:-}" in
-  "") ;;
-  --main) main_only=1 ;;
-  *) echo "setup.sh: unknown option '$1'; the options are --main (the main job's packages and the gpumix program)" >&2
-     exit 2 ;;
-esac
+main_cuda=0
+for arg in "$@"; do
+  case "$arg" in
+    --main) main_only=1 ;;
+    --cuda) main_cuda=1 ;;
+    *) echo "setup.sh: unknown option '$arg'; the options are --main (the main job's packages and the gpumix program) and, with it, --cuda (its CUDA backend too)" >&2
+       exit 2 ;;
+  esac
+done
+if [ $main_cuda = 1 ] && [ $main_only = 0 ]; then
+  echo "setup.sh: --cuda goes with --main (a plain run builds the CUDA backend wherever nvcc is found)" >&2
+  exit 2
+fi
 
 # build/ and the main job: what meson's configuration of build/ finds (its compilers and
 # dependencies, the test frameworks included), and the main job's corpus.
@@ -42,8 +52,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# A build/ that a --main run configured without the CUDA backend (it leaves the marker) gets it
+# back for a plain run, whose tests and static GPU report need it; a build/ configured any
+# other way is left as it is.
+cuda_off_marker=build/.main-job-without-cuda
 if [ ! -f build/build.ninja ]; then
-  meson setup build
+  if [ $main_only = 1 ] && [ $main_cuda = 0 ]; then
+    meson setup build -Dcuda=disabled
+    touch "$cuda_off_marker"
+  else
+    meson setup build
+  fi
+elif [ -f "$cuda_off_marker" ] && { [ $main_only = 0 ] || [ $main_cuda = 1 ]; }; then
+  meson configure build -Dcuda=auto
+  rm "$cuda_off_marker"
 fi
 if [ $main_only = 1 ]; then
   ninja -C build tools/gpumix
