@@ -125,9 +125,7 @@ int cmd_train(int argc, char** argv) {
   app.add_flag("--recompute", o.recompute, "recompute block activations in backward (one rank)");
   app.add_option("--val-fraction", o.val_fraction, "fraction of tokens held out for validation");
   app.add_option("--device-memory", device_memory, "emulated device memory per rank, e.g. 512MiB");
-  app.add_option("--dtype", dtype,
-                 "compute dtype: bf16 or fp32 (f32); default: the plan file's, else the resumed checkpoint's, "
-                 "else bf16 where every device computes it natively (avx512_bf16, AMX), fp32 elsewhere");
+  app.add_option("--dtype", dtype, gpumix::dist::compute_dtype_help());
   app.add_flag("--quiet", o.quiet, "no per-step lines (log.jsonl still gets them)");
   app.add_flag("--skip-nonfinite", o.skip_nonfinite,
                "skip a step whose loss or gradient is NaN/Inf (default: stop with an error naming the unit and rank)");

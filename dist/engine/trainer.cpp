@@ -29,7 +29,6 @@
 #include "dist/engine/trace.h"
 #include "dist/engine/whole_model_engine.h"
 #include "dist/plan/simulator.h"
-#include "kernels/cpu/isa.h"
 #include "nn/data/loader.h"
 #include "nn/hf/gpt2.h"
 #include "nn/optim.h"
@@ -150,15 +149,6 @@ void slow_down_if_injected(int rank, Device device) {
   props.slowdown = factor;
   props.emulated = true;
   configure_device(device, props);
-}
-
-// What makes a device compute bf16 natively (core/precision.h decides; "" : it does not),
-// as the settings table names it. kNativeFeatures[i] travels between ranks as i.
-const char* const kNativeFeatures[] = {"", "avx512_bf16", "AMX-BF16", "a CUDA GPU"};
-int native_bf16_feature(Device device) {
-  if (default_compute_dtype(device) != DType::bf16) return 0;
-  if (device.is_cuda()) return 3;
-  return kernels::cpu::isa_supported(kernels::cpu::Isa::avx512_bf16) ? 1 : 2;
 }
 
 std::vector<double> ms_of(const std::vector<double>& seconds) {
@@ -390,7 +380,7 @@ void Training::choose_dtype() {
   sources.flag = o_.dtype;
   sources.plan_file = engine_options_.plan_file;
   if (engine_options_.file_plan) sources.plan_dtype = engine_options_.file_plan->dtype;
-  for (double f : gather_ranks((double)native_bf16_feature(device_))) sources.native.push_back(kNativeFeatures[(int)f]);
+  for (double f : gather_ranks((double)native_bf16(device_))) sources.native.push_back(native_bf16_name((NativeBf16)f));
   try {
     if (resuming_) sources.checkpoint = checkpoint_dtype(open_checkpoint(o_.resume));
     dtype_ = choose_compute_dtype(sources);
@@ -947,50 +937,6 @@ void check_options(const TrainOptions& o, const Work& given_work, int ranks,
 }
 
 }  // namespace
-
-ComputeDtype choose_compute_dtype(const ComputeDtypeSources& s) {
-  // The first rank whose device lacks native bf16, and how to say where.
-  int lacking = -1;
-  for (size_t r = 0; r < s.native.size() && lacking < 0; ++r)
-    if (s.native[r].empty()) lacking = (int)r;
-  bool all_alike = true;
-  for (const std::string& f : s.native) all_alike = all_alike && f == s.native[0];
-  const std::string here = all_alike ? "this CPU" : str("rank ", lacking, "'s CPU");
-  const char* no_bf16 = "neither avx512_bf16 nor AMX-BF16";
-  ComputeDtype c;
-  std::string source;
-  if (s.flag) {
-    GPUMIX_CHECK_INPUT(s.plan_file.empty() || *s.flag == s.plan_dtype, "plan ", s.plan_file, " was made for ",
-                       dtype_name(s.plan_dtype), " but --dtype is ", dtype_name(*s.flag),
-                       "; its memory and times hold only in its dtype: make the plan again with `gpumix plan "
-                       "--dtype ", dtype_name(*s.flag), "`, or drop --dtype to train in ", dtype_name(s.plan_dtype));
-    c.dtype = *s.flag;
-    source = "--dtype";
-  } else if (!s.plan_file.empty()) {
-    c.dtype = s.plan_dtype;
-    source = "the plan file's";
-  } else if (s.checkpoint) {
-    c.dtype = *s.checkpoint;
-    source = "the checkpoint's";
-  } else {
-    c.dtype = lacking < 0 ? DType::bf16 : DType::f32;
-    const std::string what = lacking >= 0         ? here + " has " + no_bf16
-                             : !all_alike         ? "every rank's device computes it natively"
-                             : s.native[0] == kNativeFeatures[3] ? std::string("the devices are CUDA GPUs")
-                                                                : here + " has " + s.native[0];
-    c.why = str(dtype_name(c.dtype), " (default: ", what, ")");
-    return c;
-  }
-  check_compute_dtype(c.dtype, "the compute dtype");
-  if (c.dtype == DType::bf16 && lacking >= 0) {
-    c.why = str("bf16 (", source, "; ", here, " has ", no_bf16, ": the portable bf16 kernels)");
-    c.note = str("bf16 on a CPU with ", no_bf16, " (", all_alike ? std::string("this one") : str("rank ", lacking),
-                 "): the portable bf16 kernels run, correct but slower than f32");
-  } else {
-    c.why = str(dtype_name(c.dtype), " (", source, ")");
-  }
-  return c;
-}
 
 TrainResult train(const TrainOptions& o, const Work& given_work, Comm& comm,
                   const EngineOptions& engine_options) {
