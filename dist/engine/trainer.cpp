@@ -24,6 +24,7 @@
 #include "dist/engine/engine.h"
 #include "dist/engine/fault.h"
 #include "dist/engine/replan.h"
+#include "dist/engine/run_report.h"
 #include "dist/engine/shard_layout.h"
 #include "dist/engine/sharded_engine.h"
 #include "dist/engine/trace.h"
@@ -151,26 +152,6 @@ void slow_down_if_injected(int rank, Device device) {
   configure_device(device, props);
 }
 
-std::vector<double> ms_of(const std::vector<double>& seconds) {
-  std::vector<double> ms;
-  for (double x : seconds) ms.push_back(x * 1e3);
-  return ms;
-}
-
-// What a step computed, on every rank: the global loss and gradient norm, the learning
-// rate, and why the optimizer step was skipped ("" when it was applied).
-struct StepOutcome {
-  double loss = 0, norm = 0;
-  float lr = 0;
-  std::string nonfinite;
-};
-
-// How long a step took: the slowest rank's time and each rank's compute time.
-struct StepTime {
-  double step_s = 0, ms = 0, tokens_per_s = 0;
-  std::vector<double> busy_s;  // per rank: the step without its waits for collectives
-};
-
 // One rank's training run. Every rank builds the same one and calls the same collectives
 // in the same order; rank 0 ("lead") prints and writes the log.
 class Training {
@@ -197,13 +178,10 @@ class Training {
   void load_batch(int step);
   StepOutcome forward_backward_update(int step);
   StepTime time_step(double t0);
-  json step_line(int step, const StepOutcome& s, const StepTime& t, std::string* busy_text) const;
   void write_trace();
-  std::string evaluate_if_due(int step, json& line);
-  std::string replan_if_drifted(const std::vector<double>& busy_s, json& line);
+  std::optional<Validation> evaluate_if_due(int step);
+  void replan_if_drifted(int step, const std::vector<double>& busy_s, StepLine& line);
   void adopt(Work work);
-  void print_step(int step, const StepOutcome& s, const StepTime& t, const std::string& busy_text,
-                  const std::string& val_text, const std::string& replan_text) const;
   void save_if_due(int step);
   void save_checkpoint_now(int step);
   bool stop_if_requested(int step);
@@ -212,9 +190,8 @@ class Training {
   void take_rows();
   ShardLayout agreed_layout() const;
   json collectives_vs_plan();
-  static std::string collectives_text(const json& collectives);
   std::vector<double> gather_ranks(double x) const;
-  std::string plan_text() const;
+  std::string plan_text() const { return work_text(work_); }
   int64_t micro_batch() const { return std::max<int64_t>(1, work_.ranks[rank_].micro_batch); }
   Allocator& memory() const { return allocator(device_); }
   Comm& engine_comm() { return device_comm_ ? *device_comm_ : comm_; }
@@ -238,7 +215,6 @@ class Training {
   }
   Tensor on_device(const Tensor& host) const { return device_.is_cpu() ? host : host.to(device_); }
   void choose_device_comm();
-  void log_line(const json& j);
 
   const TrainOptions& o_;
   Comm& comm_;
@@ -270,7 +246,7 @@ class Training {
   std::unique_ptr<Engine> engine_;
   int start_ = 0;  // the step the run starts after (the checkpoint's when resuming)
   int saved_step_ = -1;  // the step of the checkpoint written last by this call
-  std::ofstream log_;
+  RunReport report_;
   Tracer tracer_;  // off unless --trace
 
   int64_t row0_ = 0;        // this rank's first row of every batch
@@ -295,7 +271,8 @@ Training::Training(const TrainOptions& o, Comm& comm, const EngineOptions& engin
       seq_(resolve_seq(o)),  // an unknown --model fails here, before anything is written
       tokens_per_step_(o.batch * seq_),
       scale_(1.0f / (float)tokens_per_step_),
-      last_(o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps) {
+      last_(o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps),
+      report_(o, lead_) {
   schedule_.max_lr = o.lr;
   schedule_.min_lr = o.lr * o.min_lr_ratio;
   schedule_.warmup = o.warmup >= 0 ? o.warmup : std::min(100, o.steps / 10);
@@ -450,43 +427,23 @@ void Training::resume() {
 }
 
 void Training::print_settings() const {
-  // Each rank's own work, for a log of every rank (debug).
-  log_debug("rank ", rank_, " of ", ranks_, ": ", device_.str(), " (", format_bytes(device_props(device_).capacity),
-            "), batch ", work_.ranks[rank_].batch, ", micro-batch ", work_.ranks[rank_].micro_batch, ", state share ",
-            work_.ranks[rank_].share);
-  if (!lead_) return;
-  const GPTConfig& config = config_;
-  gpumix::print_settings({
-      {"data", o_.data + " (" + human_count((double)run_.tokens.size()) + " tokens)"},
-      {"format", run_.format},
-      {"split", human_count((double)split_.train.size()) + " train / " +
-                    human_count((double)split_.val.size()) + " validation"},
-      {"tokenizer", run_.tokenizer_path + " (vocab " + std::to_string(run_.vocab) + ")"},
-      {"model", config.name + " L=" + std::to_string(config.L) + " NH=" + std::to_string(config.NH) +
-                    " C=" + std::to_string(config.C) + " T=" + std::to_string(config.T)},
-      {"parameters", human_count((double)config.total_params())},
-      {"dtype", dtype_.why},
-      {"batch x seq", std::to_string(o_.batch) + " x " + std::to_string(seq_) + " = " +
-                          std::to_string(o_.batch * seq_) + " tokens/step"},
-      {"steps", std::to_string(o_.steps) + (resuming_ ? " (from step " + std::to_string(start_) + ")" : "")},
-      {"init from", o_.init_from.empty() ? "(random, seed " + std::to_string(o_.seed) + ")" : o_.init_from},
-      {"lr", str(o_.lr, " warmup ", schedule_.warmup, " cosine to ", schedule_.min_lr)},
-      {"weight decay / clip", str(o_.weight_decay, " / ", o_.grad_clip)},
-      {"ranks", str(ranks_, " (", comm_.backend(), ")")},
-      {"plan b/m/r per rank", plan_text()},
-      // What the planner's profile measured (or its cache held): its bounds.
-      {"profile", planner_ ? str("micro-batches <= ", engine_options_.profiler.max_micro_batch, ", ",
-                                 engine_options_.profiler.repeats,
-                                 engine_options_.profiler.repeats == 1 ? " repeat" : " repeats")
-                           : std::string("none (no planner)")},
-      {"recompute", ranks_ > 1 || o_.recompute ? "on" : "off"},
-      {"device (rank 0)", device_.str() + " (" + format_bytes(device_props(device_).capacity) + ")"},
-      {"threads per rank", std::to_string(omp_get_max_threads())},
-      {"seed", std::to_string(o_.seed)},
-      {"out", o_.out},
-  });
-  if (const Plan* plan = predicting_plan()) log_info(plan_table(*plan));
-  if (!collectives_.is_null()) log_info(collectives_text(collectives_));
+  RunSettings settings;
+  settings.data = &run_;
+  settings.train_tokens = (int64_t)split_.train.size();
+  settings.val_tokens = (int64_t)split_.val.size();
+  settings.model = config_;
+  settings.dtype = dtype_.why;
+  settings.seq = seq_;
+  settings.start = start_;
+  settings.schedule = schedule_;
+  settings.rank = rank_;
+  settings.ranks = ranks_;
+  settings.backend = comm_.backend();
+  settings.work = work_;
+  settings.profiled = planner_ ? &engine_options_.profiler : nullptr;
+  settings.device = device_;
+  settings.threads = omp_get_max_threads();
+  report_.settings(settings, predicting_plan(), collectives_);
 }
 
 // Before the first step, the planned collectives against the same ones timed on the layout
@@ -495,11 +452,7 @@ void Training::check_collectives() {
   if (predicting_plan() && ranks_ > 1) collectives_ = collectives_vs_plan();
 }
 
-void Training::open_log() {
-  if (!lead_) return;
-  log_.open(log_path_, std::ios::app);
-  GPUMIX_CHECK_INPUT(log_.good(), "cannot write ", log_path_.string());
-}
+void Training::open_log() { report_.open_log(log_path_.string()); }
 
 // --trace: the steps of --trace-steps that this call trains.
 void Training::start_trace() {
@@ -548,12 +501,12 @@ void Training::run_step(int step) {
   const StepOutcome s = forward_backward_update(step);
   const StepTime t = time_step(t0);
   result_.train_loss = s.loss;
-  std::string busy_text;
-  json line = step_line(step, s, t, &busy_text);
-  const std::string val_text = evaluate_if_due(step, line);
-  const std::string replan_text = replan_if_drifted(t.busy_s, line);
-  log_line(line);
-  print_step(step, s, t, busy_text, val_text, replan_text);
+  std::optional<RunStart> first;  // the first step's line says what the whole run shares
+  if (step == start_ + 1) first = RunStart{work_, dtype_.dtype, result_.unigram_loss};
+  StepLine line = report_.step(step, s, t, first ? &*first : nullptr, predicting_plan());
+  if (const std::optional<Validation> v = evaluate_if_due(step)) report_.add_validation(line, *v);
+  replan_if_drifted(step, t.busy_s, line);
+  report_.write(line);
   save_if_due(step);
   result_.step = step;
   if (tracer_.complete(step)) write_trace();
@@ -639,75 +592,37 @@ StepTime Training::time_step(double t0) {
   return t;
 }
 
-// The step's log line (without validation and re-planning); *busy_text gets the console's
-// per-rank busy fractions.
-json Training::step_line(int step, const StepOutcome& s, const StepTime& t, std::string* busy_text) const {
-  json line = {{"step", step}, {"loss", s.loss}, {"norm", s.norm}, {"lr", s.lr}, {"ms", t.ms},
-               {"tokens_per_s", t.tokens_per_s}};
-  if (!s.nonfinite.empty()) {  // JSON has no NaN: the numbers become null, with the reason
-    line["loss"] = std::isfinite(s.loss) ? json(s.loss) : json(nullptr);
-    line["norm"] = std::isfinite(s.norm) ? json(s.norm) : json(nullptr);
-    line["skipped"] = s.nonfinite;
-  }
-  if (ranks_ > 1) {
-    std::vector<double> fraction;
-    *busy_text = " | busy";
-    for (double b : t.busy_s) {
-      fraction.push_back(b / t.step_s);
-      *busy_text += str(" ", (int)std::lround(100 * b / t.step_s), "%");
-    }
-    line["busy"] = fraction;
-    line["busy_ms"] = ms_of(t.busy_s);
-  }
-  if (step == start_ + 1) {  // what the whole run shares: the plan, the compute dtype, the baseline to beat
-    line["plan"] = plan_text();  // b/m/r per rank, as in the settings
-    line["dtype"] = dtype_name(dtype_.dtype);
-    line["unigram_loss"] = result_.unigram_loss;
-  }
-  if (const Plan* plan = predicting_plan()) {
-    line["predicted_ms"] = plan->predicted.step_s * 1e3;
-    line["predicted_busy_ms"] = ms_of(predicted_busy_s(*plan));
-  }
-  return line;
-}
-
-// Every --eval-interval steps and at the last: the validation loss, into the line; returns
-// the console's text for it ("" when not due).
-std::string Training::evaluate_if_due(int step, json& line) {
+// Every --eval-interval steps and at the last: the validation loss (none when not due).
+std::optional<Validation> Training::evaluate_if_due(int step) {
   const bool eval_now = (o_.eval_interval > 0 && step % o_.eval_interval == 0) || step == last_;
-  if (!eval_now) return "";
+  if (!eval_now) return std::nullopt;
   // The same first --eval-windows windows at every step (0: all), so that the points of a
   // run compare; at the last step, when they are fewer than all, the full validation too,
   // logged as its own estimate (val_full_loss) for the run's result.
-  const int64_t total = val_loader_->num_eval_windows();
-  const int64_t val_windows = o_.eval_windows <= 0 ? total : std::min<int64_t>(o_.eval_windows, total);
+  Validation v;
+  v.total = val_loader_->num_eval_windows();
+  v.windows = o_.eval_windows <= 0 ? v.total : std::min<int64_t>(o_.eval_windows, v.total);
   TraceSpan span(&tracer_, "evaluate", "phase");
-  const double val = evaluate(val_windows);
-  line["val_loss"] = val;
-  line["val_windows"] = val_windows;
-  line["val_windows_total"] = total;
-  result_.val_loss = val;
-  result_.val_windows = val_windows;
-  std::string text = str(" | val ", val, " (", val_windows, val_windows == total ? " windows, all)" : " windows)");
-  if (step == last_ && val_windows < total) {
-    const double full = evaluate(total);
-    line["val_full_loss"] = full;
-    result_.val_loss = full;
-    result_.val_windows = total;
-    text += str(" | full val ", full, " (", total, " windows)");
+  v.loss = evaluate(v.windows);
+  result_.val_loss = v.loss;
+  result_.val_windows = v.windows;
+  if (step == last_ && v.windows < v.total) {
+    v.full_loss = evaluate(v.total);
+    result_.val_loss = *v.full_loss;
+    result_.val_windows = v.total;
   }
-  return text;
+  return v;
 }
 
 // Drift: a device slower (or faster) than planned re-plans; the new shares take effect
 // from the next step, the same on every rank (they all judge the same gathered times).
-// Returns the console's message ("" when no drift was confirmed).
-std::string Training::replan_if_drifted(const std::vector<double>& busy_s, json& line) {
-  if (!planner_ || ranks_ == 1 || !planner_->observe(busy_s)) return "";
+// The step's line gets the change (none when no drift was confirmed).
+void Training::replan_if_drifted(int step, const std::vector<double>& busy_s, StepLine& line) {
+  if (!planner_ || ranks_ == 1 || !planner_->observe(busy_s)) return;
   const Replanner::Change& c = planner_->last_change();
   if (c.adopted) adopt(planner_->plan().work());
-  line["replan"] = c.record(plan_text());
-  return c.message(plan_text());
+  report_.add_replan(line, step, c.record(plan_text()), c.message(plan_text()),
+                     c.adopted ? &planner_->plan() : nullptr);
 }
 
 // A new plan: re-shard the engine's state to its shares and take its rows from the next step.
@@ -724,21 +639,6 @@ void Training::adopt(Work work) {
   memory().reset_peak();  // the final line compares the peak with the plan now running
 }
 
-void Training::print_step(int step, const StepOutcome& s, const StepTime& t, const std::string& busy_text,
-                          const std::string& val_text, const std::string& replan_text) const {
-  if (!lead_) return;
-  if (!o_.quiet && log_enabled(LogLevel::info)) {
-    char line[256];
-    std::snprintf(line, sizeof line, "step %d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f ms | %s tok/s", step,
-                  o_.steps, s.loss, s.norm, s.lr, t.ms, human_count(t.tokens_per_s).c_str());
-    log_info(line, busy_text, val_text);
-  }
-  if (!replan_text.empty()) {
-    log_info("step ", step, ": ", replan_text);
-    if (planner_->last_change().adopted) log_info(plan_table(planner_->plan()));
-  }
-}
-
 void Training::save_if_due(int step) {
   if ((o_.ckpt_interval > 0 && step % o_.ckpt_interval == 0) || step == last_) save_checkpoint_now(step);
 }
@@ -752,58 +652,18 @@ void Training::save_checkpoint_now(int step) {
 TrainResult Training::finish() {
   std::sort(rates_.begin(), rates_.end());
   result_.tokens_per_s = rates_.empty() ? 0 : rates_[rates_.size() / 2];
-  json final_line = {{"final", true}, {"step", result_.step}, {"val_loss", result_.val_loss},
-                     {"val_windows", result_.val_windows}, {"unigram_loss", result_.unigram_loss},
-                     {"tokens_per_s", result_.tokens_per_s}};
-  // Memory: every rank's allocator peak since the running plan started, next to its
-  // prediction.
-  const std::vector<double> peak = gather_ranks((double)memory().stats().peak);
-  final_line["peak_bytes"] = peak;
-  const Plan* plan = predicting_plan();
-  if (plan) final_line["predicted_bytes"] = predicted_bytes(*plan);
-  if (plan && !busy_history_.empty()) {  // compute per step, per rank: as prediction_table prints it
-    std::vector<double> measured;
-    for (int r = 0; r < ranks_; ++r) {
-      std::vector<double> b;
-      for (const std::vector<double>& step : busy_history_) b.push_back(step[r]);
-      measured.push_back(median_after_warm_up(b) * 1e3);
-    }
-    final_line["busy_ms"] = {{"predicted", ms_of(predicted_busy_s(*plan))}, {"measured", measured}};
-  }
+  RunSummary summary;
+  summary.last = last_;
+  summary.peak_bytes = gather_ranks((double)memory().stats().peak);
+  summary.plan = predicting_plan();
+  summary.busy_history = busy_history_;
+  // The first 2 steps, which warm up, left out when there are more than 3.
+  summary.step_s = median_after_warm_up(step_history_s_);
   // Measured again only when a re-plan changed the layout since the start.
-  if (collectives_.is_null() && plan && ranks_ > 1) collectives_ = collectives_vs_plan();
-  const json& collectives = collectives_;
-  if (!collectives.is_null()) final_line["collectives"] = collectives;
-  // The step: the plan's prediction against the median measured since it started (the
-  // first 2 steps, which warm up, left out when there are more than 3).
-  const double measured_step_s = median_after_warm_up(step_history_s_);
-  if (plan && measured_step_s > 0)
-    final_line["step_ms"] = {{"predicted", plan->predicted.step_s * 1e3}, {"measured", measured_step_s * 1e3},
-                             {"ratio", measured_step_s / plan->predicted.step_s}};
-  if (result_.stop_signal) {
-    final_line["stopped"] = signal_name(result_.stop_signal);
-    if (result_.step != last_) final_line.erase("val_loss");  // not validated at its end
-  }
-  log_line(final_line);
-  if (lead_) {
-    if (plan && !busy_history_.empty()) log_info(prediction_table(*plan, busy_history_, peak));
-    if (final_line.contains("step_ms")) {
-      char row[200];
-      std::snprintf(row, sizeof row, "predicted vs measured, the step: %.1f ms predicted, %.1f ms measured (median), "
-                    "ratio %.2f", final_line["step_ms"]["predicted"].get<double>(),
-                    final_line["step_ms"]["measured"].get<double>(), final_line["step_ms"]["ratio"].get<double>());
-      log_info(row);
-    }
-    if (!collectives.is_null()) log_info(collectives_text(collectives));
-    if (!result_.stop_signal || result_.step == last_) {  // a stopped run was not validated at its end
-      char line[256];
-      std::snprintf(line, sizeof line, "validation loss %.4f nats/token (%lld windows) vs unigram baseline %.4f "
-                    "(%.2f below)", result_.val_loss, (long long)result_.val_windows, result_.unigram_loss,
-                    result_.unigram_loss - result_.val_loss);
-      log_info(line);
-    }
-    if (!result_.checkpoint.empty()) log_info("checkpoint: ", result_.checkpoint);
-  }
+  if (collectives_.is_null() && summary.plan && ranks_ > 1) collectives_ = collectives_vs_plan();
+  summary.collectives = collectives_;
+  summary.result = result_;
+  report_.finish(summary);
   return result_;
 }
 
@@ -884,25 +744,6 @@ json Training::collectives_vs_plan() {
   return j;
 }
 
-std::string Training::collectives_text(const json& collectives) {
-  std::string text = "predicted vs measured, per collective kind (one block; the embedding once a step; " +
-                     collectives["over"].get<std::string>() + ")\n";
-  auto rows = [&](const json& of, const std::string& prefix) {
-    for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"}) {
-      if (!of.contains(kind)) continue;
-      const json& c = of[kind];
-      char row[240];
-      std::snprintf(row, sizeof row, "%-25s %8.2f ms predicted %8.2f ms measured  ratio %.2f%s\n",
-                    (prefix + kind).c_str(), c["predicted_ms"].get<double>(), c["measured_ms"].get<double>(),
-                    c["ratio"].get<double>(), c.contains("form") ? (" (" + c["form"].get<std::string>() + ")").c_str() : "");
-      text += row;
-    }
-  };
-  rows(collectives, "");
-  if (collectives.contains("embedding")) rows(collectives["embedding"], "embedding ");
-  return text;
-}
-
 // Every rank's value of x, on every rank.
 std::vector<double> Training::gather_ranks(double x) const {
   Tensor one = Tensor::full({1}, (float)x, DType::f32, host_);
@@ -910,21 +751,6 @@ std::vector<double> Training::gather_ranks(double x) const {
   comm_.all_gather_v(one, all, std::vector<int64_t>(ranks_, 1));
   const std::vector<float> v = all.to_vector();
   return std::vector<double>(v.begin(), v.end());
-}
-
-std::string Training::plan_text() const {
-  std::string text;
-  for (int r = 0; r < ranks_; ++r)
-    text += str(r ? ", " : "", work_.ranks[r].batch, "/", work_.ranks[r].micro_batch, "/", work_.ranks[r].share);
-  if (work_.sharding.hybrid())  // the shares are then of each group's state
-    text += str(", hybrid: ", ranks_ / work_.sharding.group_size, " groups of ", work_.sharding.group_size);
-  return text;
-}
-
-void Training::log_line(const json& j) {
-  if (!lead_) return;
-  log_ << j.dump() << "\n";
-  log_.flush();
 }
 
 void check_options(const TrainOptions& o, const Work& given_work, int ranks,
