@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include <omp.h>
 
@@ -60,7 +59,6 @@ int cmd_profile(int argc, char** argv) {
   options.repeats = repeats;
   options.cache_dir = cache_dir;
   const int ranks = (int)devices.size();
-  const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
   auto measure = [&](dist::Comm& comm, const dist::EngineOptions& rank) {
     const dist::Profile profile =
         dist::profile_cluster(model, T, dtype, rank.device_label, rank.device, comm, options);
@@ -79,14 +77,14 @@ int cmd_profile(int argc, char** argv) {
                                   std::to_string(comm->size()) + " ranks; give one device per rank");
     dist::EngineOptions rank;
     dist::configure_rank_device(rank, Device::cpu(), devices[comm->rank()]);
-    // Processes on one node share its cores (as in `gpumix train`).
-    omp_set_num_threads(std::max(1, cores / (int)comm->ranks_of_node(comm->node()).size()));
+    // Processes on one node share its cores (the launcher's rule, as in `gpumix train`).
+    omp_set_num_threads(dist::threads_per_rank(0, 1, (int)comm->ranks_of_node(comm->node()).size()));
     measure(*comm, rank);
     return 0;
   }
   dist::run_local(ranks, [&](dist::Comm& comm) {
     dist::EngineOptions rank;
-    dist::start_local_rank(comm, devices, cores, rank);
+    dist::start_local_rank(comm, devices, 0, rank);  // the machine's cores, shared
     measure(comm, rank);
   });
   return 0;

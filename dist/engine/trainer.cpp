@@ -285,11 +285,8 @@ void Training::prepare_run_folder() {
   std::string error;
   if (lead_) {
     try {
+      // Whether it may hold this run is the launcher's check (launch.h: claim_run_folder).
       fs::create_directories(o_.out);
-      // An empty log is a run that failed before its first step: nothing to keep.
-      GPUMIX_CHECK_INPUT(resuming_ || !fs::exists(log_path_) || fs::file_size(log_path_) == 0, "run folder ", o_.out,
-                         " already holds a run (",
-                         log_path_.string(), "); continue it with --resume ", o_.out, ", or pass another --out");
     } catch (const std::exception& e) {
       error = local_error_of(e, true);
     }
@@ -753,21 +750,44 @@ std::vector<double> Training::gather_ranks(double x) const {
   return std::vector<double>(v.begin(), v.end());
 }
 
-void check_options(const TrainOptions& o, const Work& given_work, int ranks,
-                   const EngineOptions& engine_options) {
-  GPUMIX_CHECK_INPUT(o.steps >= 1, "--steps must be at least 1, got ", o.steps);
-  GPUMIX_CHECK_INPUT(o.batch >= 1, "--batch must be at least 1, got ", o.batch);
-  GPUMIX_CHECK_INPUT(o.seq >= 0, "--seq must be positive, got ", o.seq);
-  GPUMIX_CHECK_INPUT(o.lr > 0, "--lr must be positive, got ", o.lr);
-  if (engine_options.planner.empty()) validate_work(given_work, o.batch, ranks);
-}
-
 }  // namespace
+
+void check_train_options(const TrainOptions& o) {
+  // "--lr must be positive and finite, got nan; e.g. --lr 1e-3".
+  auto require = [](bool ok, const char* flag, const auto& value, const char* rule, const std::string& fix = "") {
+    GPUMIX_CHECK_INPUT(ok, flag, " must be ", rule, ", got ", value, fix.empty() ? "" : "; ", fix);
+  };
+  require(o.steps >= 1, "--steps", o.steps, "at least 1");
+  require(o.batch >= 1, "--batch", o.batch, "at least 1");
+  require(o.seq >= 0, "--seq", o.seq, "at least 1", "leave --seq out for the model's context");
+  require(std::isfinite(o.lr) && o.lr > 0, "--lr", o.lr, "positive and finite", "e.g. --lr 1e-3");
+  require(o.warmup >= -1, "--warmup", o.warmup, "at least 0", "leave --warmup out for min(100, steps / 10)");
+  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "--weight-decay", o.weight_decay,
+          "finite and at least 0", "0 for none");
+  require(std::isfinite(o.grad_clip) && o.grad_clip >= 0, "--grad-clip", o.grad_clip, "finite and at least 0",
+          "0 for no clipping");
+  require(o.eval_interval >= 0, "--eval-interval", o.eval_interval, "at least 0", "0 to validate at the end only");
+  require(o.eval_windows >= 0, "--eval-windows", o.eval_windows, "at least 0", "0 for all windows");
+  require(o.ckpt_interval >= 0, "--ckpt-interval", o.ckpt_interval, "at least 0", "0 to save at the end only");
+  require(o.keep_checkpoints >= 0, "--keep-checkpoints", o.keep_checkpoints, "at least 0", "0 keeps all");
+  require(o.threads >= 0, "--threads", o.threads, "at least 0", "0 for all cores");
+  require(o.val_fraction > 0 && o.val_fraction < 1, "--val-fraction", o.val_fraction, "in (0, 1)");
+  for (const auto& [flag, value] : {std::pair<const char*, int>{"--layers", o.layers}, {"--heads", o.heads},
+                                    {"--channels", o.channels}})
+    require(value >= 0, flag, value, "at least 1", std::string("leave ") + flag + " out for the preset's");
+  for (const auto& [flag, where] : {std::pair<const char*, std::string>{"--data", o.data}, {"--resume", o.resume}})
+    GPUMIX_CHECK_INPUT(where.empty() || fs::exists(where), flag, " ", where, " does not exist");
+  // The model's shape as the options give it (the heads dividing the channels, ...); a
+  // resumed run takes its checkpoint's, and --init-from's folder is read (and checked) at
+  // the start.
+  if (o.resume.empty() && o.init_from.empty()) resolve_model(o, gpt_preset(o.model).V, resolve_seq(o));
+}
 
 TrainResult train(const TrainOptions& o, const Work& given_work, Comm& comm,
                   const EngineOptions& engine_options) {
   const StopOnSignals stop_on_signals(comm.rank() == 0);
-  check_options(o, given_work, comm.size(), engine_options);
+  check_train_options(o);
+  if (engine_options.planner.empty()) validate_work(given_work, o.batch, comm.size());
   Training run(o, comm, engine_options);
   run.prepare_run_folder();
   run.load_data();

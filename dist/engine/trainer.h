@@ -65,6 +65,13 @@ struct EngineOptions {
   std::shared_ptr<const Plan> file_plan;
 };
 
+// Every value of `o` in range, before anything is written: the launcher calls it before it
+// touches the run folder (dist/engine/launch.h), train() again for callers of its own. 0 and
+// -1 mean "not given" (the model's context, the preset's shape, the default warmup); a front
+// end that can tell a value given from one left out refuses those itself. Throws InputError
+// naming the flag (as `gpumix train` spells it), the value, the rule and the fix.
+void check_train_options(const TrainOptions& o);
+
 // Runs the whole training on this rank (o.batch is the global batch). Rank 0 prints and
 // writes the log; every rank writes its slices of each checkpoint. `work` is ignored when
 // engine.planner is set.
