@@ -1,8 +1,9 @@
 // The step loop: one rank's training run, set up once (run folder, data, device, plan,
 // engine, resume, settings, log) and then stepped. What a rank computes in a step is the
 // engine's (dist/engine/engine.h); the loop around it (data, the non-finite guard, the
-// optimizer's schedule, timing, validation, re-planning, the log, checkpoints) is here and
-// the same for every engine.
+// optimizer's schedule, timing, validation, re-planning, checkpoints) is here and the same
+// for every engine. It measures; what a run shows and logs is dist/engine/run_report.h's,
+// its compute dtype dist/plan/compute_dtype.h's, and how it is launched launch.h's.
 #include "dist/engine/trainer.h"
 
 #include <omp.h>
@@ -176,7 +177,8 @@ class Training {
  private:
   void run_step(int step);
   void load_batch(int step);
-  StepOutcome forward_backward_update(int step);
+  StepOutcome forward_backward(int step);
+  void update(int step, StepOutcome& s);
   StepTime time_step(double t0);
   void write_trace();
   std::optional<Validation> evaluate_if_due(int step);
@@ -488,6 +490,10 @@ bool Training::stop_if_requested(int step) {
   return true;
 }
 
+// One step: this rank's rows, the gradients of the global batch (forward_backward, with the
+// step's collectives), the optimizer's update; then what the step measured is shown, and
+// validation, re-planning and checkpoints when due. Training in groups that synchronise
+// only every H steps would add its outer step after update(), on the steps it is due.
 void Training::run_step(int step) {
   tracer_.begin_step(step);
   const double t0 = detail::now_seconds();
@@ -495,7 +501,8 @@ void Training::run_step(int step) {
     TraceSpan span(&tracer_, "load batch", "phase");
     load_batch(step);
   }
-  const StepOutcome s = forward_backward_update(step);
+  StepOutcome s = forward_backward(step);
+  update(step, s);
   const StepTime t = time_step(t0);
   result_.train_loss = s.loss;
   std::optional<RunStart> first;  // the first step's line says what the whole run shares
@@ -531,9 +538,9 @@ void Training::load_batch(int step) {
   }
 }
 
-// The engine's forward and backward, the non-finite guard, then (unless it found a
-// non-finite value) clipping and the optimizer step.
-StepOutcome Training::forward_backward_update(int step) {
+// The engine's forward and backward, then the step's own collectives: the global loss, the
+// non-finite guard and the gradient norm.
+StepOutcome Training::forward_backward(int step) {
   StepOutcome s;
   StepNumbers numbers;
   double local_loss = 0;
@@ -558,6 +565,12 @@ StepOutcome Training::forward_backward_update(int step) {
     s.norm = std::sqrt(comm_.all_reduce_sum(engine_->primary_replica() ? squares : 0.0));
   }
   engine_->wait_s += detail::seconds_since(t0);
+  return s;
+}
+
+// Unless the step found a non-finite value: clipping and the optimizer step on this rank's
+// slice; s.lr gets the step's learning rate.
+void Training::update(int step, StepOutcome& s) {
   if (!s.nonfinite.empty() && !o_.skip_nonfinite)
     throw Error(s.nonfinite + "; the optimizer step was not applied. Lower --lr, resume from the last "
                 "checkpoint, or pass --skip-nonfinite to skip such steps");
@@ -571,7 +584,6 @@ StepOutcome Training::forward_backward_update(int step) {
   } else {
     if (lead_) log_warn("skipping ", s.nonfinite, " (the optimizer step was not applied)");
   }
-  return s;
 }
 
 StepTime Training::time_step(double t0) {
