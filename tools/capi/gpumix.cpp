@@ -1,5 +1,5 @@
-// The C API (tools/capi/gpumix.h) over dist::train_local (thread ranks) or dist::train on
-// a communicator (the MPI form): a session is a configuration and a locked run folder; each
+// The C API (tools/capi/gpumix.h) over the launcher (dist/engine/launch.h: thread ranks, or
+// a communicator in the MPI form): a session is a checked launch and a claimed run folder; each
 // gpumix_train call resumes from the folder's latest checkpoint; forward, evaluate and
 // generate use the newest checkpoint's model (nn/infer.h).
 #include "tools/capi/gpumix.h"
@@ -66,7 +66,7 @@ int64_t text_hash(const char* s) {
   return (int64_t)h;
 }
 
-void configure(gpumix_session& s, const gpumix_config* c, int node_ranks) {
+void configure(gpumix_session& s, const gpumix_config* c) {
   GPUMIX_CHECK(c, "gpumix_session_create: config is NULL (use gpumix_config_default)");
   dist::LaunchRequest request;
   TrainOptions& o = request.options;
@@ -101,9 +101,11 @@ void configure(gpumix_session& s, const gpumix_config* c, int node_ranks) {
                "), vocab (", c->vocab, ") and threads (", c->threads, ") must be >= 0 (0: the default)");
   request.devices = c->devices ? c->devices : "";
   request.plan.plan = c->plan ? c->plan : "";
+  // The communicator's ranks on this node share its cores.
+  const int node_ranks = s.comm ? (int)s.comm->ranks_of_node(s.comm->node()).size() : 1;
   s.launch = dist::prepare_launch(request, s.comm.get(), node_ranks);
   // Inference runs on the caller's thread alone: all of the process's threads.
-  s.threads = dist::threads_per_rank(c->threads, 1, s.comm ? node_ranks : 1);
+  s.threads = dist::threads_per_rank(c->threads, 1, node_ranks);
 }
 
 // The run folder's lock (on rank 0 for a communicator), and no earlier run in it.
@@ -229,7 +231,7 @@ int guarded(const gpumix_session* s, const std::function<void()>& fn) {
   return guarded(fn);
 }
 
-gpumix_session* create_session(const gpumix_config* c, std::unique_ptr<Comm> comm, int node_ranks) {
+gpumix_session* create_session(const gpumix_config* c, std::unique_ptr<Comm> comm) {
   gpumix_session* created = nullptr;
   guarded([&] {
     auto s = std::make_unique<gpumix_session>();
@@ -237,7 +239,7 @@ gpumix_session* create_session(const gpumix_config* c, std::unique_ptr<Comm> com
     if (s->comm) {
       std::string error;
       try {
-        configure(*s, c, node_ranks);
+        configure(*s, c);
       } catch (const std::exception& e) {
         error = dist::local_error_of(e);
       }
@@ -250,7 +252,7 @@ gpumix_session* create_session(const gpumix_config* c, std::unique_ptr<Comm> com
                      "total_steps, lr * 1e9, seed, devices, plan, out_dir, dtype; strings hashed)",
                      same, error);
     } else {
-      configure(*s, c, 1);
+      configure(*s, c);
     }
     claim_run_folder(*s);
     created = s.release();
@@ -275,7 +277,7 @@ void gpumix_config_default(gpumix_config* c) {
 }
 
 gpumix_session* gpumix_session_create(const gpumix_config* c) {
-  return gpumix::capi::create_session(c, nullptr, 1);
+  return gpumix::capi::create_session(c, nullptr);
 }
 
 void gpumix_session_destroy(gpumix_session* s) { delete s; }

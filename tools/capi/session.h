@@ -37,8 +37,8 @@ int guarded(const std::function<void()>& fn);
 // guarded() with the session's logger and rank installed (a NULL session: fn's own check).
 int guarded(const gpumix_session* s, const std::function<void()>& fn);
 
-// A session of `config` (NULL comm: thread ranks; else the communicator's ranks, of which
-// `node_ranks` share this node). In the MPI form every rank gets the same outcome.
-gpumix_session* create_session(const gpumix_config* config, std::unique_ptr<dist::Comm> comm, int node_ranks);
+// A session of `config` (NULL comm: thread ranks; else the communicator's ranks). In the MPI
+// form every rank gets the same outcome.
+gpumix_session* create_session(const gpumix_config* config, std::unique_ptr<dist::Comm> comm);
 
 }  // namespace gpumix::capi
