@@ -42,12 +42,6 @@ bool cpu_has_native_bf16() {
   return kernels::cpu::isa_supported(kernels::cpu::Isa::avx512_bf16) || cpu_has_amx_bf16();
 }
 
-DType default_compute_dtype(Device device) {
-  if (device.is_cuda()) return DType::bf16;
-  static const bool native = cpu_has_native_bf16();
-  return native ? DType::bf16 : DType::f32;
-}
-
 bool backend_supports(Device device, DType dtype) {
   const Backend* backend = built_backend(device);
   return is_compute_dtype(dtype) && backend && backend->computes(dtype);

@@ -52,11 +52,6 @@ DType compute_dtype_from_name(const std::string& name, const char* what = "compu
 // they need. Checked at run time.
 bool cpu_has_native_bf16();
 
-// The compute dtype a run gets unless told otherwise: bf16 where the device computes it
-// natively (every CUDA GPU the kernels are built for; a CPU with cpu_has_native_bf16()),
-// f32 elsewhere. An emulated CPU device is the machine's CPU.
-DType default_compute_dtype(Device device);
-
 // Whether `device`'s backend computes in `dtype` (the CPU: f32 and bf16; CUDA: bf16; false
 // for a device kind this build lacks).
 bool backend_supports(Device device, DType dtype);

@@ -4,7 +4,7 @@
 // held, the file names the holder (pid, host, start time), so that a refused run can say
 // who has the folder. flock works across processes (and, on Linux, over NFS through
 // byte-range locks); two locks in one process on one folder also exclude each other.
-// Ranks of one job share the lock through rank 0 (dist::lock_run_folder).
+// Ranks of one job share the lock through rank 0 (dist::claim_run_folder).
 #pragma once
 
 #include <string>

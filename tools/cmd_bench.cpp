@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/precision.h"
+#include "dist/plan/compute_dtype.h"
 #include "dist/plan/svg.h"
 #include "tools/bench.h"
 #include "tools/command.h"
@@ -406,7 +407,7 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--model", model_name, "model preset whose step is measured");
   app.add_option("--seq", seq, "sequence length (default: the model's context)");
   app.add_option("--batch", batch, "sequences per step (one micro-batch)");
-  app.add_option("--dtype", dtype_text, "compute dtype: bf16 or fp32 (default: as `gpumix train` chooses)");
+  app.add_option("--dtype", dtype_text, dist::compute_dtype_help());
   app.add_option("--json", json_path, "write every figure (and the machine, build, load) to this file");
   app.add_option("--svg", svg_path, "draw the roofline of every device to this file");
   app.add_option("--filter", filter, "only these roles, comma-separated (a prefix selects a family: qkv, attn, ln)");
@@ -424,7 +425,7 @@ int cmd_bench(int argc, char** argv) {
   o.progress = !quiet;
   if (!filter.empty()) o.filters = split_commas(filter);
   const Device first = o.devices[0].rfind("cuda", 0) == 0 ? Device::cuda() : Device::cpu();
-  o.dtype = parse_dtype_flag(dtype_text).value_or(default_compute_dtype(first));
+  o.dtype = dist::compute_dtype_on(first, parse_dtype_flag(dtype_text));
   const json run = run_bench(o);
   print_run(run);
   if (!json_path.empty()) {

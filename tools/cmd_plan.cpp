@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "dist/plan/cluster.h"
+#include "dist/plan/compute_dtype.h"
 #include "dist/plan/plan.h"
 #include "dist/plan/plan_svg.h"
 #include "dist/plan/planner.h"
@@ -33,9 +34,7 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--model", model_name, "model preset (required with --cluster; checked against --profile)");
   app.add_option("--global-batch,-B", global_batch, "global batch in samples")->required();
   app.add_option("--seq", seq, "sequence length T (with --cluster; default 512)");
-  app.add_option("--dtype", dtype_text,
-                 "compute dtype: bf16 or fp32 (f32); with --profile: checked against the profile's; with "
-                 "--cluster default bf16 where every device has 16-bit rates (the GPUs), fp32 otherwise");
+  app.add_option("--dtype", dtype_text, compute_dtype_help() + "; with --profile: the profile's (another is an error)");
   app.add_option("--planner", planner, "gpumix, even, proportional or cephalo");
   app.add_flag("--json", as_json, "print the plan as JSON on stdout");
   app.add_option("--out", out_path, "write the plan file");

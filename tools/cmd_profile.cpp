@@ -9,13 +9,13 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include <omp.h>
 
 #include "core/precision.h"
 #include "dist/engine/launch.h"
 #include "dist/engine/profiler.h"
+#include "dist/plan/compute_dtype.h"
 #include "tools/command.h"
 #include "tools/size_flag.h"
 
@@ -37,9 +37,7 @@ int cmd_profile(int argc, char** argv) {
   app.add_option("--repeats", repeats, "timed repeats per measurement (median)");
   app.add_option("--cache", cache_dir, "cache folder ('-': none; default $GPUMIX_CACHE or ~/.cache/gpumix)");
   app.add_option("--out", out_path, "profile file to write");
-  app.add_option("--dtype", dtype_text,
-                 "compute dtype to measure in: bf16 or fp32 (f32); default: bf16 on GPUs and where this CPU "
-                 "computes it natively (avx512_bf16, AMX), fp32 elsewhere, as `gpumix train` chooses");
+  app.add_option("--dtype", dtype_text, dist::compute_dtype_help());
   CLI11_PARSE(app, argc, argv);
   // 0 means the default for --vocab; a negative value, no repeat or micro-batch to measure,
   // or a --seq below 1 is a mistake (--repeats 0 took the median of nothing).
@@ -50,7 +48,7 @@ int cmd_profile(int argc, char** argv) {
   const std::vector<dist::ClusterDevice> devices = dist::parse_devices(devices_text);
   // One kind of device per run (parse_devices): its default compute dtype, and one it computes.
   const Device kind = devices[0].is_cuda() ? Device::cuda() : Device::cpu();
-  const DType dtype = tools::parse_dtype_flag(dtype_text).value_or(default_compute_dtype(kind));
+  const DType dtype = dist::compute_dtype_on(kind, tools::parse_dtype_flag(dtype_text));
   check_backend_supports(kind, dtype, "--dtype");
   GPTConfig model = gpt_preset(model_name);
   if (vocab > 0) model.V = vocab;
@@ -61,7 +59,6 @@ int cmd_profile(int argc, char** argv) {
   options.repeats = repeats;
   options.cache_dir = cache_dir;
   const int ranks = (int)devices.size();
-  const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
   auto measure = [&](dist::Comm& comm, const dist::EngineOptions& rank) {
     const dist::Profile profile =
         dist::profile_cluster(model, T, dtype, rank.device_label, rank.device, comm, options);
@@ -80,14 +77,14 @@ int cmd_profile(int argc, char** argv) {
                                   std::to_string(comm->size()) + " ranks; give one device per rank");
     dist::EngineOptions rank;
     dist::configure_rank_device(rank, Device::cpu(), devices[comm->rank()]);
-    // Processes on one node share its cores (as in `gpumix train`).
-    omp_set_num_threads(std::max(1, cores / (int)comm->ranks_of_node(comm->node()).size()));
+    // Processes on one node share its cores (the launcher's rule, as in `gpumix train`).
+    omp_set_num_threads(dist::threads_per_rank(0, 1, (int)comm->ranks_of_node(comm->node()).size()));
     measure(*comm, rank);
     return 0;
   }
   dist::run_local(ranks, [&](dist::Comm& comm) {
     dist::EngineOptions rank;
-    dist::start_local_rank(comm, devices, cores, rank);
+    dist::start_local_rank(comm, devices, 0, rank);  // the machine's cores, shared
     measure(comm, rank);
   });
   return 0;

@@ -12,6 +12,7 @@
 #include "core/ops.h"
 #include "core/precision.h"
 #include "core/rng.h"
+#include "dist/plan/compute_dtype.h"
 #include "tools/command.h"
 #ifdef GPUMIX_CORE_CUDA
 #include "kernels/cuda/device.h"
@@ -26,7 +27,7 @@ using namespace gpumix;
 bool check_device(Device device) {
   // A residual MLP-like chain: layernorm -> linear -> gelu -> linear + x.
   const int N = 6, C = 8;
-  const DType dtype = default_compute_dtype(device);
+  const DType dtype = dist::compute_dtype_on(device);
   auto value = [&](Shape shape, const char* name, float scale) {
     Tensor t = Tensor::empty(shape, DType::f32, device);
     ops::normal_(t, rng_key(7, name), 0, 0.0f, scale);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dist/plan/cluster.h"
+#include "dist/plan/compute_dtype.h"
 #include "dist/plan/plan_svg.h"
 #include "dist/plan/planner.h"
 #include "dist/plan/profile.h"
@@ -31,9 +32,7 @@ int cmd_simulate(int argc, char** argv) {
   app.add_option("--global-batch,-B", global_batch, "global batch in samples")->required();
   app.add_option("--seq", seq, "sequence length T (default 512)");
   app.add_option("--profile", profile_paths, "measured profiles to use instead of the catalog (by device name)");
-  app.add_option("--dtype", dtype_text,
-                 "compute dtype: bf16 or fp32 (f32); default bf16 where every device has 16-bit rates (the "
-                 "GPUs), fp32 otherwise; measured profiles must be in it");
+  app.add_option("--dtype", dtype_text, compute_dtype_help() + "; measured profiles must be in it");
   app.add_flag("--json", as_json, "print the results as JSON on stdout");
   app.add_flag("--plans,-v", verbose, "print each planner's plan table too");
   app.add_option("--svg", svg_path, "write a picture: one per planner");

@@ -9,12 +9,15 @@
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "core/backend.h"
 #include "core/precision.h"
 #include "dist/plan/plan.h"
 
 namespace gpumix::dist {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -61,6 +64,10 @@ Work build_work(int64_t global_batch, int ranks, const std::string& batches, con
   // No clamping of micro-batches: an explicit 0 for a positive batch is a bad plan that
   // validate_work reports (the defaults above are already at least 1 for positive batches).
   return work;
+}
+
+bool given_lists(const PlanRequest& request) {
+  return !request.batches.empty() || !request.micro_batches.empty() || !request.shares.empty();
 }
 
 bool is_planner_name(const std::string& plan) {
@@ -186,9 +193,13 @@ std::vector<std::vector<int>> place_ranks(const std::vector<double>& slowdowns, 
   return placed;
 }
 
+std::string resolved_plan(const PlanRequest& request, bool have_devices) {
+  return !request.plan.empty() ? request.plan : given_lists(request) ? "given" : have_devices ? "auto" : "even";
+}
+
 Work plan_work(const PlanRequest& request, bool have_devices, int64_t global_batch, int ranks, EngineOptions& engine) {
-  const bool lists = !request.batches.empty() || !request.micro_batches.empty() || !request.shares.empty();
-  const std::string plan = !request.plan.empty() ? request.plan : lists ? "given" : have_devices ? "auto" : "even";
+  const bool lists = given_lists(request);
+  const std::string plan = resolved_plan(request, have_devices);
   const bool plan_file = !is_planner_name(plan);
   if (lists && plan != "given")
     throw std::invalid_argument("--plan " + plan + " contradicts --batches/--micro-batches/--shares; drop one of "
@@ -203,22 +214,33 @@ Work plan_work(const PlanRequest& request, bool have_devices, int64_t global_bat
   return work;
 }
 
-RunLock lock_run_folder(const std::string& dir, Comm& comm) {
+RunLock claim_run_folder(const std::string& dir, bool resuming, const std::string& fix, Comm* comm) {
   RunLock lock;
   std::string error;
-  if (comm.rank() == 0) {
+  if (!comm || comm->rank() == 0) {
     try {
       lock = RunLock(dir);
+      const fs::path log = fs::path(dir) / "log.jsonl";
+      // An empty log is a run that failed before its first step: nothing to keep.
+      GPUMIX_CHECK_INPUT(resuming || !fs::exists(log) || fs::file_size(log) == 0, "run folder ", dir,
+                         " already holds a run (", log.string(), "); ", fix);
     } catch (const std::exception& e) {
+      if (!comm) throw;
       error = local_error_of(e, true);
     }
   }
-  comm.agree("run folder lock", {}, error);
+  if (comm) comm->agree("run folder", {}, error);
   return lock;
 }
 
+int threads_per_rank(int threads, int process_ranks, int node_ranks) {
+  if (threads > 0) return std::max(1, threads / process_ranks);
+  const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, cores / std::max(1, node_ranks));
+}
+
 void start_local_rank(Comm& comm, const std::vector<ClusterDevice>& devices, int threads, EngineOptions& engine) {
-  const int ranks = comm.size(), per_rank = std::max(1, threads / ranks);
+  const int ranks = comm.size(), per_rank = threads_per_rank(threads, ranks, ranks);
   if (!devices.empty()) configure_rank_device(engine, Device::cpu(comm.rank()), devices[comm.rank()]);
   // Pinned before the first parallel region: OpenMP's threads inherit this thread's CPUs.
   cpu_set_t usable;
@@ -251,6 +273,78 @@ TrainResult train_local(const TrainOptions& o, int ranks, const std::vector<Clus
     if (comm.rank() == 0) result = r;
   });
   return result;
+}
+
+Launch prepare_launch(const LaunchRequest& request, Comm* comm, int node_ranks) {
+  Launch launch;
+  launch.options = request.options;
+  launch.engine = request.engine;
+  const TrainOptions& o = launch.options;
+  check_train_options(o);
+  if (!request.devices.empty()) launch.devices = parse_devices(request.devices);
+  const int devices = (int)launch.devices.size();
+  if (comm) {
+    launch.ranks = comm->size();
+    if (devices > 0 && devices != launch.ranks)
+      throw std::invalid_argument("--devices lists " + std::to_string(devices) + " devices but mpirun started " +
+                                  std::to_string(launch.ranks) + " ranks; give one device per rank");
+  } else {
+    if (request.ranks && devices && request.ranks != devices)
+      throw std::invalid_argument("--ranks " + std::to_string(request.ranks) + " but --devices lists " +
+                                  std::to_string(devices) + " devices; give one device per rank");
+    launch.ranks = devices ? devices : request.ranks ? request.ranks : 1;
+    if (launch.ranks < 1) throw std::invalid_argument("--ranks must be at least 1, got " + std::to_string(launch.ranks));
+    // Thread ranks share this machine's cores; past a few hundred they only contend.
+    if (launch.ranks > 1024)
+      throw std::invalid_argument("--ranks " + std::to_string(launch.ranks) + " is more than 1024 thread ranks; "
+                                  "run several processes under mpirun instead");
+  }
+  // One kind of device per run (parse_devices); the CUDA backend computes in bf16 only.
+  if (o.dtype && devices && launch.devices[0].is_cuda())
+    check_backend_supports(Device::cuda(), *o.dtype, "--dtype");
+  const PlanRequest& plan = request.plan;
+  const std::string plan_name = resolved_plan(plan, devices > 0);
+  if (request.sharding_given && plan_name != "auto" && plan_name != "gpumix") {
+    const int g = launch.engine.sharding;
+    const std::string sharding = g < 0 ? "auto" : g == 0 ? "full" : std::to_string(g);
+    throw std::invalid_argument("--sharding is the gpumix planner's (--plan auto, the default with --devices); "
+                                "--plan " + plan_name + " decides its own sharding: drop --sharding, or plan with "
+                                "`gpumix plan --sharding " + sharding + "` and pass the file");
+  }
+  launch.work = plan_work(plan, devices > 0, o.batch, launch.ranks, launch.engine);
+  // A bound of a profile that is never measured would be silently ignored.
+  if (launch.engine.planner.empty() && !request.profile_bounds_given.empty()) {
+    const std::string& flag = request.profile_bounds_given[0];
+    const std::string plan_is = !launch.engine.plan_file.empty() ? "it runs the plan file " + launch.engine.plan_file
+                                : plan_name == "even" && !devices
+                                    ? std::string("without --devices, --plan even splits the batch evenly unmeasured")
+                                    : std::string("its plan is given: --batches/--micro-batches/--shares");
+    throw std::invalid_argument(flag + " bounds the profile that a planner measures at start-up, but this run "
+                                "profiles nothing (" + plan_is + "); drop " + flag + ", or plan with --devices "
+                                "and --plan auto|gpumix|even|proportional|cephalo");
+  }
+  if (comm) {
+    if (devices) configure_rank_device(launch.engine, Device::cpu(), launch.devices[comm->rank()]);
+    launch.threads = threads_per_rank(o.threads, 1, node_ranks);
+  } else {
+    launch.threads = threads_per_rank(o.threads, launch.ranks, launch.ranks);
+  }
+  return launch;
+}
+
+TrainResult run_launch(const Launch& launch, Comm* comm) {
+  if (!comm)
+    return train_local(launch.options, launch.ranks, launch.devices, launch.work, launch.engine, launch.options.threads);
+  const int saved = omp_get_max_threads();  // the caller's setting back after the call (the C API's host)
+  omp_set_num_threads(launch.threads);
+  try {
+    TrainResult result = train(launch.options, launch.work, *comm, launch.engine);
+    omp_set_num_threads(saved);
+    return result;
+  } catch (...) {
+    omp_set_num_threads(saved);
+    throw;
+  }
 }
 
 }  // namespace gpumix::dist

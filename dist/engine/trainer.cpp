@@ -1,8 +1,9 @@
 // The step loop: one rank's training run, set up once (run folder, data, device, plan,
 // engine, resume, settings, log) and then stepped. What a rank computes in a step is the
 // engine's (dist/engine/engine.h); the loop around it (data, the non-finite guard, the
-// optimizer's schedule, timing, validation, re-planning, the log, checkpoints) is here and
-// the same for every engine.
+// optimizer's schedule, timing, validation, re-planning, checkpoints) is here and the same
+// for every engine. It measures; what a run shows and logs is dist/engine/run_report.h's,
+// its compute dtype dist/plan/compute_dtype.h's, and how it is launched launch.h's.
 #include "dist/engine/trainer.h"
 
 #include <omp.h>
@@ -24,12 +25,12 @@
 #include "dist/engine/engine.h"
 #include "dist/engine/fault.h"
 #include "dist/engine/replan.h"
+#include "dist/engine/run_report.h"
 #include "dist/engine/shard_layout.h"
 #include "dist/engine/sharded_engine.h"
 #include "dist/engine/trace.h"
 #include "dist/engine/whole_model_engine.h"
 #include "dist/plan/simulator.h"
-#include "kernels/cpu/isa.h"
 #include "nn/data/loader.h"
 #include "nn/hf/gpt2.h"
 #include "nn/optim.h"
@@ -152,35 +153,6 @@ void slow_down_if_injected(int rank, Device device) {
   configure_device(device, props);
 }
 
-// What makes a device compute bf16 natively (core/precision.h decides; "" : it does not),
-// as the settings table names it. kNativeFeatures[i] travels between ranks as i.
-const char* const kNativeFeatures[] = {"", "avx512_bf16", "AMX-BF16", "a CUDA GPU"};
-int native_bf16_feature(Device device) {
-  if (default_compute_dtype(device) != DType::bf16) return 0;
-  if (device.is_cuda()) return 3;
-  return kernels::cpu::isa_supported(kernels::cpu::Isa::avx512_bf16) ? 1 : 2;
-}
-
-std::vector<double> ms_of(const std::vector<double>& seconds) {
-  std::vector<double> ms;
-  for (double x : seconds) ms.push_back(x * 1e3);
-  return ms;
-}
-
-// What a step computed, on every rank: the global loss and gradient norm, the learning
-// rate, and why the optimizer step was skipped ("" when it was applied).
-struct StepOutcome {
-  double loss = 0, norm = 0;
-  float lr = 0;
-  std::string nonfinite;
-};
-
-// How long a step took: the slowest rank's time and each rank's compute time.
-struct StepTime {
-  double step_s = 0, ms = 0, tokens_per_s = 0;
-  std::vector<double> busy_s;  // per rank: the step without its waits for collectives
-};
-
 // One rank's training run. Every rank builds the same one and calls the same collectives
 // in the same order; rank 0 ("lead") prints and writes the log.
 class Training {
@@ -205,15 +177,13 @@ class Training {
  private:
   void run_step(int step);
   void load_batch(int step);
-  StepOutcome forward_backward_update(int step);
+  StepOutcome forward_backward(int step);
+  void update(int step, StepOutcome& s);
   StepTime time_step(double t0);
-  json step_line(int step, const StepOutcome& s, const StepTime& t, std::string* busy_text) const;
   void write_trace();
-  std::string evaluate_if_due(int step, json& line);
-  std::string replan_if_drifted(const std::vector<double>& busy_s, json& line);
+  std::optional<Validation> evaluate_if_due(int step);
+  void replan_if_drifted(int step, const std::vector<double>& busy_s, StepLine& line);
   void adopt(Work work);
-  void print_step(int step, const StepOutcome& s, const StepTime& t, const std::string& busy_text,
-                  const std::string& val_text, const std::string& replan_text) const;
   void save_if_due(int step);
   void save_checkpoint_now(int step);
   bool stop_if_requested(int step);
@@ -222,9 +192,8 @@ class Training {
   void take_rows();
   ShardLayout agreed_layout() const;
   json collectives_vs_plan();
-  static std::string collectives_text(const json& collectives);
   std::vector<double> gather_ranks(double x) const;
-  std::string plan_text() const;
+  std::string plan_text() const { return work_text(work_); }
   int64_t micro_batch() const { return std::max<int64_t>(1, work_.ranks[rank_].micro_batch); }
   Allocator& memory() const { return allocator(device_); }
   Comm& engine_comm() { return device_comm_ ? *device_comm_ : comm_; }
@@ -248,7 +217,6 @@ class Training {
   }
   Tensor on_device(const Tensor& host) const { return device_.is_cpu() ? host : host.to(device_); }
   void choose_device_comm();
-  void log_line(const json& j);
 
   const TrainOptions& o_;
   Comm& comm_;
@@ -280,7 +248,7 @@ class Training {
   std::unique_ptr<Engine> engine_;
   int start_ = 0;  // the step the run starts after (the checkpoint's when resuming)
   int saved_step_ = -1;  // the step of the checkpoint written last by this call
-  std::ofstream log_;
+  RunReport report_;
   Tracer tracer_;  // off unless --trace
 
   int64_t row0_ = 0;        // this rank's first row of every batch
@@ -305,7 +273,8 @@ Training::Training(const TrainOptions& o, Comm& comm, const EngineOptions& engin
       seq_(resolve_seq(o)),  // an unknown --model fails here, before anything is written
       tokens_per_step_(o.batch * seq_),
       scale_(1.0f / (float)tokens_per_step_),
-      last_(o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps) {
+      last_(o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps),
+      report_(o, lead_) {
   schedule_.max_lr = o.lr;
   schedule_.min_lr = o.lr * o.min_lr_ratio;
   schedule_.warmup = o.warmup >= 0 ? o.warmup : std::min(100, o.steps / 10);
@@ -318,11 +287,8 @@ void Training::prepare_run_folder() {
   std::string error;
   if (lead_) {
     try {
+      // Whether it may hold this run is the launcher's check (launch.h: claim_run_folder).
       fs::create_directories(o_.out);
-      // An empty log is a run that failed before its first step: nothing to keep.
-      GPUMIX_CHECK_INPUT(resuming_ || !fs::exists(log_path_) || fs::file_size(log_path_) == 0, "run folder ", o_.out,
-                         " already holds a run (",
-                         log_path_.string(), "); continue it with --resume ", o_.out, ", or pass another --out");
     } catch (const std::exception& e) {
       error = local_error_of(e, true);
     }
@@ -390,7 +356,7 @@ void Training::choose_dtype() {
   sources.flag = o_.dtype;
   sources.plan_file = engine_options_.plan_file;
   if (engine_options_.file_plan) sources.plan_dtype = engine_options_.file_plan->dtype;
-  for (double f : gather_ranks((double)native_bf16_feature(device_))) sources.native.push_back(kNativeFeatures[(int)f]);
+  for (double f : gather_ranks((double)native_bf16(device_))) sources.native.push_back(native_bf16_name((NativeBf16)f));
   try {
     if (resuming_) sources.checkpoint = checkpoint_dtype(open_checkpoint(o_.resume));
     dtype_ = choose_compute_dtype(sources);
@@ -460,43 +426,23 @@ void Training::resume() {
 }
 
 void Training::print_settings() const {
-  // Each rank's own work, for a log of every rank (debug).
-  log_debug("rank ", rank_, " of ", ranks_, ": ", device_.str(), " (", format_bytes(device_props(device_).capacity),
-            "), batch ", work_.ranks[rank_].batch, ", micro-batch ", work_.ranks[rank_].micro_batch, ", state share ",
-            work_.ranks[rank_].share);
-  if (!lead_) return;
-  const GPTConfig& config = config_;
-  gpumix::print_settings({
-      {"data", o_.data + " (" + human_count((double)run_.tokens.size()) + " tokens)"},
-      {"format", run_.format},
-      {"split", human_count((double)split_.train.size()) + " train / " +
-                    human_count((double)split_.val.size()) + " validation"},
-      {"tokenizer", run_.tokenizer_path + " (vocab " + std::to_string(run_.vocab) + ")"},
-      {"model", config.name + " L=" + std::to_string(config.L) + " NH=" + std::to_string(config.NH) +
-                    " C=" + std::to_string(config.C) + " T=" + std::to_string(config.T)},
-      {"parameters", human_count((double)config.total_params())},
-      {"dtype", dtype_.why},
-      {"batch x seq", std::to_string(o_.batch) + " x " + std::to_string(seq_) + " = " +
-                          std::to_string(o_.batch * seq_) + " tokens/step"},
-      {"steps", std::to_string(o_.steps) + (resuming_ ? " (from step " + std::to_string(start_) + ")" : "")},
-      {"init from", o_.init_from.empty() ? "(random, seed " + std::to_string(o_.seed) + ")" : o_.init_from},
-      {"lr", str(o_.lr, " warmup ", schedule_.warmup, " cosine to ", schedule_.min_lr)},
-      {"weight decay / clip", str(o_.weight_decay, " / ", o_.grad_clip)},
-      {"ranks", str(ranks_, " (", comm_.backend(), ")")},
-      {"plan b/m/r per rank", plan_text()},
-      // What the planner's profile measured (or its cache held): its bounds.
-      {"profile", planner_ ? str("micro-batches <= ", engine_options_.profiler.max_micro_batch, ", ",
-                                 engine_options_.profiler.repeats,
-                                 engine_options_.profiler.repeats == 1 ? " repeat" : " repeats")
-                           : std::string("none (no planner)")},
-      {"recompute", ranks_ > 1 || o_.recompute ? "on" : "off"},
-      {"device (rank 0)", device_.str() + " (" + format_bytes(device_props(device_).capacity) + ")"},
-      {"threads per rank", std::to_string(omp_get_max_threads())},
-      {"seed", std::to_string(o_.seed)},
-      {"out", o_.out},
-  });
-  if (const Plan* plan = predicting_plan()) log_info(plan_table(*plan));
-  if (!collectives_.is_null()) log_info(collectives_text(collectives_));
+  RunSettings settings;
+  settings.data = &run_;
+  settings.train_tokens = (int64_t)split_.train.size();
+  settings.val_tokens = (int64_t)split_.val.size();
+  settings.model = config_;
+  settings.dtype = dtype_.why;
+  settings.seq = seq_;
+  settings.start = start_;
+  settings.schedule = schedule_;
+  settings.rank = rank_;
+  settings.ranks = ranks_;
+  settings.backend = comm_.backend();
+  settings.work = work_;
+  settings.profiled = planner_ ? &engine_options_.profiler : nullptr;
+  settings.device = device_;
+  settings.threads = omp_get_max_threads();
+  report_.settings(settings, predicting_plan(), collectives_);
 }
 
 // Before the first step, the planned collectives against the same ones timed on the layout
@@ -505,11 +451,7 @@ void Training::check_collectives() {
   if (predicting_plan() && ranks_ > 1) collectives_ = collectives_vs_plan();
 }
 
-void Training::open_log() {
-  if (!lead_) return;
-  log_.open(log_path_, std::ios::app);
-  GPUMIX_CHECK_INPUT(log_.good(), "cannot write ", log_path_.string());
-}
+void Training::open_log() { report_.open_log(log_path_.string()); }
 
 // --trace: the steps of --trace-steps that this call trains.
 void Training::start_trace() {
@@ -548,6 +490,10 @@ bool Training::stop_if_requested(int step) {
   return true;
 }
 
+// One step: this rank's rows, the gradients of the global batch (forward_backward, with the
+// step's collectives), the optimizer's update; then what the step measured is shown, and
+// validation, re-planning and checkpoints when due. Training in groups that synchronise
+// only every H steps would add its outer step after update(), on the steps it is due.
 void Training::run_step(int step) {
   tracer_.begin_step(step);
   const double t0 = detail::now_seconds();
@@ -555,15 +501,16 @@ void Training::run_step(int step) {
     TraceSpan span(&tracer_, "load batch", "phase");
     load_batch(step);
   }
-  const StepOutcome s = forward_backward_update(step);
+  StepOutcome s = forward_backward(step);
+  update(step, s);
   const StepTime t = time_step(t0);
   result_.train_loss = s.loss;
-  std::string busy_text;
-  json line = step_line(step, s, t, &busy_text);
-  const std::string val_text = evaluate_if_due(step, line);
-  const std::string replan_text = replan_if_drifted(t.busy_s, line);
-  log_line(line);
-  print_step(step, s, t, busy_text, val_text, replan_text);
+  std::optional<RunStart> first;  // the first step's line says what the whole run shares
+  if (step == start_ + 1) first = RunStart{work_, dtype_.dtype, result_.unigram_loss};
+  StepLine line = report_.step(step, s, t, first ? &*first : nullptr, predicting_plan());
+  if (const std::optional<Validation> v = evaluate_if_due(step)) report_.add_validation(line, *v);
+  replan_if_drifted(step, t.busy_s, line);
+  report_.write(line);
   save_if_due(step);
   result_.step = step;
   if (tracer_.complete(step)) write_trace();
@@ -591,9 +538,9 @@ void Training::load_batch(int step) {
   }
 }
 
-// The engine's forward and backward, the non-finite guard, then (unless it found a
-// non-finite value) clipping and the optimizer step.
-StepOutcome Training::forward_backward_update(int step) {
+// The engine's forward and backward, then the step's own collectives: the global loss, the
+// non-finite guard and the gradient norm.
+StepOutcome Training::forward_backward(int step) {
   StepOutcome s;
   StepNumbers numbers;
   double local_loss = 0;
@@ -618,6 +565,12 @@ StepOutcome Training::forward_backward_update(int step) {
     s.norm = std::sqrt(comm_.all_reduce_sum(engine_->primary_replica() ? squares : 0.0));
   }
   engine_->wait_s += detail::seconds_since(t0);
+  return s;
+}
+
+// Unless the step found a non-finite value: clipping and the optimizer step on this rank's
+// slice; s.lr gets the step's learning rate.
+void Training::update(int step, StepOutcome& s) {
   if (!s.nonfinite.empty() && !o_.skip_nonfinite)
     throw Error(s.nonfinite + "; the optimizer step was not applied. Lower --lr, resume from the last "
                 "checkpoint, or pass --skip-nonfinite to skip such steps");
@@ -631,7 +584,6 @@ StepOutcome Training::forward_backward_update(int step) {
   } else {
     if (lead_) log_warn("skipping ", s.nonfinite, " (the optimizer step was not applied)");
   }
-  return s;
 }
 
 StepTime Training::time_step(double t0) {
@@ -649,75 +601,37 @@ StepTime Training::time_step(double t0) {
   return t;
 }
 
-// The step's log line (without validation and re-planning); *busy_text gets the console's
-// per-rank busy fractions.
-json Training::step_line(int step, const StepOutcome& s, const StepTime& t, std::string* busy_text) const {
-  json line = {{"step", step}, {"loss", s.loss}, {"norm", s.norm}, {"lr", s.lr}, {"ms", t.ms},
-               {"tokens_per_s", t.tokens_per_s}};
-  if (!s.nonfinite.empty()) {  // JSON has no NaN: the numbers become null, with the reason
-    line["loss"] = std::isfinite(s.loss) ? json(s.loss) : json(nullptr);
-    line["norm"] = std::isfinite(s.norm) ? json(s.norm) : json(nullptr);
-    line["skipped"] = s.nonfinite;
-  }
-  if (ranks_ > 1) {
-    std::vector<double> fraction;
-    *busy_text = " | busy";
-    for (double b : t.busy_s) {
-      fraction.push_back(b / t.step_s);
-      *busy_text += str(" ", (int)std::lround(100 * b / t.step_s), "%");
-    }
-    line["busy"] = fraction;
-    line["busy_ms"] = ms_of(t.busy_s);
-  }
-  if (step == start_ + 1) {  // what the whole run shares: the plan, the compute dtype, the baseline to beat
-    line["plan"] = plan_text();  // b/m/r per rank, as in the settings
-    line["dtype"] = dtype_name(dtype_.dtype);
-    line["unigram_loss"] = result_.unigram_loss;
-  }
-  if (const Plan* plan = predicting_plan()) {
-    line["predicted_ms"] = plan->predicted.step_s * 1e3;
-    line["predicted_busy_ms"] = ms_of(predicted_busy_s(*plan));
-  }
-  return line;
-}
-
-// Every --eval-interval steps and at the last: the validation loss, into the line; returns
-// the console's text for it ("" when not due).
-std::string Training::evaluate_if_due(int step, json& line) {
+// Every --eval-interval steps and at the last: the validation loss (none when not due).
+std::optional<Validation> Training::evaluate_if_due(int step) {
   const bool eval_now = (o_.eval_interval > 0 && step % o_.eval_interval == 0) || step == last_;
-  if (!eval_now) return "";
+  if (!eval_now) return std::nullopt;
   // The same first --eval-windows windows at every step (0: all), so that the points of a
   // run compare; at the last step, when they are fewer than all, the full validation too,
   // logged as its own estimate (val_full_loss) for the run's result.
-  const int64_t total = val_loader_->num_eval_windows();
-  const int64_t val_windows = o_.eval_windows <= 0 ? total : std::min<int64_t>(o_.eval_windows, total);
+  Validation v;
+  v.total = val_loader_->num_eval_windows();
+  v.windows = o_.eval_windows <= 0 ? v.total : std::min<int64_t>(o_.eval_windows, v.total);
   TraceSpan span(&tracer_, "evaluate", "phase");
-  const double val = evaluate(val_windows);
-  line["val_loss"] = val;
-  line["val_windows"] = val_windows;
-  line["val_windows_total"] = total;
-  result_.val_loss = val;
-  result_.val_windows = val_windows;
-  std::string text = str(" | val ", val, " (", val_windows, val_windows == total ? " windows, all)" : " windows)");
-  if (step == last_ && val_windows < total) {
-    const double full = evaluate(total);
-    line["val_full_loss"] = full;
-    result_.val_loss = full;
-    result_.val_windows = total;
-    text += str(" | full val ", full, " (", total, " windows)");
+  v.loss = evaluate(v.windows);
+  result_.val_loss = v.loss;
+  result_.val_windows = v.windows;
+  if (step == last_ && v.windows < v.total) {
+    v.full_loss = evaluate(v.total);
+    result_.val_loss = *v.full_loss;
+    result_.val_windows = v.total;
   }
-  return text;
+  return v;
 }
 
 // Drift: a device slower (or faster) than planned re-plans; the new shares take effect
 // from the next step, the same on every rank (they all judge the same gathered times).
-// Returns the console's message ("" when no drift was confirmed).
-std::string Training::replan_if_drifted(const std::vector<double>& busy_s, json& line) {
-  if (!planner_ || ranks_ == 1 || !planner_->observe(busy_s)) return "";
+// The step's line gets the change (none when no drift was confirmed).
+void Training::replan_if_drifted(int step, const std::vector<double>& busy_s, StepLine& line) {
+  if (!planner_ || ranks_ == 1 || !planner_->observe(busy_s)) return;
   const Replanner::Change& c = planner_->last_change();
   if (c.adopted) adopt(planner_->plan().work());
-  line["replan"] = c.record(plan_text());
-  return c.message(plan_text());
+  report_.add_replan(line, step, c.record(plan_text()), c.message(plan_text()),
+                     c.adopted ? &planner_->plan() : nullptr);
 }
 
 // A new plan: re-shard the engine's state to its shares and take its rows from the next step.
@@ -734,21 +648,6 @@ void Training::adopt(Work work) {
   memory().reset_peak();  // the final line compares the peak with the plan now running
 }
 
-void Training::print_step(int step, const StepOutcome& s, const StepTime& t, const std::string& busy_text,
-                          const std::string& val_text, const std::string& replan_text) const {
-  if (!lead_) return;
-  if (!o_.quiet && log_enabled(LogLevel::info)) {
-    char line[256];
-    std::snprintf(line, sizeof line, "step %d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f ms | %s tok/s", step,
-                  o_.steps, s.loss, s.norm, s.lr, t.ms, human_count(t.tokens_per_s).c_str());
-    log_info(line, busy_text, val_text);
-  }
-  if (!replan_text.empty()) {
-    log_info("step ", step, ": ", replan_text);
-    if (planner_->last_change().adopted) log_info(plan_table(planner_->plan()));
-  }
-}
-
 void Training::save_if_due(int step) {
   if ((o_.ckpt_interval > 0 && step % o_.ckpt_interval == 0) || step == last_) save_checkpoint_now(step);
 }
@@ -762,58 +661,18 @@ void Training::save_checkpoint_now(int step) {
 TrainResult Training::finish() {
   std::sort(rates_.begin(), rates_.end());
   result_.tokens_per_s = rates_.empty() ? 0 : rates_[rates_.size() / 2];
-  json final_line = {{"final", true}, {"step", result_.step}, {"val_loss", result_.val_loss},
-                     {"val_windows", result_.val_windows}, {"unigram_loss", result_.unigram_loss},
-                     {"tokens_per_s", result_.tokens_per_s}};
-  // Memory: every rank's allocator peak since the running plan started, next to its
-  // prediction.
-  const std::vector<double> peak = gather_ranks((double)memory().stats().peak);
-  final_line["peak_bytes"] = peak;
-  const Plan* plan = predicting_plan();
-  if (plan) final_line["predicted_bytes"] = predicted_bytes(*plan);
-  if (plan && !busy_history_.empty()) {  // compute per step, per rank: as prediction_table prints it
-    std::vector<double> measured;
-    for (int r = 0; r < ranks_; ++r) {
-      std::vector<double> b;
-      for (const std::vector<double>& step : busy_history_) b.push_back(step[r]);
-      measured.push_back(median_after_warm_up(b) * 1e3);
-    }
-    final_line["busy_ms"] = {{"predicted", ms_of(predicted_busy_s(*plan))}, {"measured", measured}};
-  }
+  RunSummary summary;
+  summary.last = last_;
+  summary.peak_bytes = gather_ranks((double)memory().stats().peak);
+  summary.plan = predicting_plan();
+  summary.busy_history = busy_history_;
+  // The first 2 steps, which warm up, left out when there are more than 3.
+  summary.step_s = median_after_warm_up(step_history_s_);
   // Measured again only when a re-plan changed the layout since the start.
-  if (collectives_.is_null() && plan && ranks_ > 1) collectives_ = collectives_vs_plan();
-  const json& collectives = collectives_;
-  if (!collectives.is_null()) final_line["collectives"] = collectives;
-  // The step: the plan's prediction against the median measured since it started (the
-  // first 2 steps, which warm up, left out when there are more than 3).
-  const double measured_step_s = median_after_warm_up(step_history_s_);
-  if (plan && measured_step_s > 0)
-    final_line["step_ms"] = {{"predicted", plan->predicted.step_s * 1e3}, {"measured", measured_step_s * 1e3},
-                             {"ratio", measured_step_s / plan->predicted.step_s}};
-  if (result_.stop_signal) {
-    final_line["stopped"] = signal_name(result_.stop_signal);
-    if (result_.step != last_) final_line.erase("val_loss");  // not validated at its end
-  }
-  log_line(final_line);
-  if (lead_) {
-    if (plan && !busy_history_.empty()) log_info(prediction_table(*plan, busy_history_, peak));
-    if (final_line.contains("step_ms")) {
-      char row[200];
-      std::snprintf(row, sizeof row, "predicted vs measured, the step: %.1f ms predicted, %.1f ms measured (median), "
-                    "ratio %.2f", final_line["step_ms"]["predicted"].get<double>(),
-                    final_line["step_ms"]["measured"].get<double>(), final_line["step_ms"]["ratio"].get<double>());
-      log_info(row);
-    }
-    if (!collectives.is_null()) log_info(collectives_text(collectives));
-    if (!result_.stop_signal || result_.step == last_) {  // a stopped run was not validated at its end
-      char line[256];
-      std::snprintf(line, sizeof line, "validation loss %.4f nats/token (%lld windows) vs unigram baseline %.4f "
-                    "(%.2f below)", result_.val_loss, (long long)result_.val_windows, result_.unigram_loss,
-                    result_.unigram_loss - result_.val_loss);
-      log_info(line);
-    }
-    if (!result_.checkpoint.empty()) log_info("checkpoint: ", result_.checkpoint);
-  }
+  if (collectives_.is_null() && summary.plan && ranks_ > 1) collectives_ = collectives_vs_plan();
+  summary.collectives = collectives_;
+  summary.result = result_;
+  report_.finish(summary);
   return result_;
 }
 
@@ -894,25 +753,6 @@ json Training::collectives_vs_plan() {
   return j;
 }
 
-std::string Training::collectives_text(const json& collectives) {
-  std::string text = "predicted vs measured, per collective kind (one block; the embedding once a step; " +
-                     collectives["over"].get<std::string>() + ")\n";
-  auto rows = [&](const json& of, const std::string& prefix) {
-    for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"}) {
-      if (!of.contains(kind)) continue;
-      const json& c = of[kind];
-      char row[240];
-      std::snprintf(row, sizeof row, "%-25s %8.2f ms predicted %8.2f ms measured  ratio %.2f%s\n",
-                    (prefix + kind).c_str(), c["predicted_ms"].get<double>(), c["measured_ms"].get<double>(),
-                    c["ratio"].get<double>(), c.contains("form") ? (" (" + c["form"].get<std::string>() + ")").c_str() : "");
-      text += row;
-    }
-  };
-  rows(collectives, "");
-  if (collectives.contains("embedding")) rows(collectives["embedding"], "embedding ");
-  return text;
-}
-
 // Every rank's value of x, on every rank.
 std::vector<double> Training::gather_ranks(double x) const {
   Tensor one = Tensor::full({1}, (float)x, DType::f32, host_);
@@ -922,80 +762,44 @@ std::vector<double> Training::gather_ranks(double x) const {
   return std::vector<double>(v.begin(), v.end());
 }
 
-std::string Training::plan_text() const {
-  std::string text;
-  for (int r = 0; r < ranks_; ++r)
-    text += str(r ? ", " : "", work_.ranks[r].batch, "/", work_.ranks[r].micro_batch, "/", work_.ranks[r].share);
-  if (work_.sharding.hybrid())  // the shares are then of each group's state
-    text += str(", hybrid: ", ranks_ / work_.sharding.group_size, " groups of ", work_.sharding.group_size);
-  return text;
-}
-
-void Training::log_line(const json& j) {
-  if (!lead_) return;
-  log_ << j.dump() << "\n";
-  log_.flush();
-}
-
-void check_options(const TrainOptions& o, const Work& given_work, int ranks,
-                   const EngineOptions& engine_options) {
-  GPUMIX_CHECK_INPUT(o.steps >= 1, "--steps must be at least 1, got ", o.steps);
-  GPUMIX_CHECK_INPUT(o.batch >= 1, "--batch must be at least 1, got ", o.batch);
-  GPUMIX_CHECK_INPUT(o.seq >= 0, "--seq must be positive, got ", o.seq);
-  GPUMIX_CHECK_INPUT(o.lr > 0, "--lr must be positive, got ", o.lr);
-  if (engine_options.planner.empty()) validate_work(given_work, o.batch, ranks);
-}
-
 }  // namespace
 
-ComputeDtype choose_compute_dtype(const ComputeDtypeSources& s) {
-  // The first rank whose device lacks native bf16, and how to say where.
-  int lacking = -1;
-  for (size_t r = 0; r < s.native.size() && lacking < 0; ++r)
-    if (s.native[r].empty()) lacking = (int)r;
-  bool all_alike = true;
-  for (const std::string& f : s.native) all_alike = all_alike && f == s.native[0];
-  const std::string here = all_alike ? "this CPU" : str("rank ", lacking, "'s CPU");
-  const char* no_bf16 = "neither avx512_bf16 nor AMX-BF16";
-  ComputeDtype c;
-  std::string source;
-  if (s.flag) {
-    GPUMIX_CHECK_INPUT(s.plan_file.empty() || *s.flag == s.plan_dtype, "plan ", s.plan_file, " was made for ",
-                       dtype_name(s.plan_dtype), " but --dtype is ", dtype_name(*s.flag),
-                       "; its memory and times hold only in its dtype: make the plan again with `gpumix plan "
-                       "--dtype ", dtype_name(*s.flag), "`, or drop --dtype to train in ", dtype_name(s.plan_dtype));
-    c.dtype = *s.flag;
-    source = "--dtype";
-  } else if (!s.plan_file.empty()) {
-    c.dtype = s.plan_dtype;
-    source = "the plan file's";
-  } else if (s.checkpoint) {
-    c.dtype = *s.checkpoint;
-    source = "the checkpoint's";
-  } else {
-    c.dtype = lacking < 0 ? DType::bf16 : DType::f32;
-    const std::string what = lacking >= 0         ? here + " has " + no_bf16
-                             : !all_alike         ? "every rank's device computes it natively"
-                             : s.native[0] == kNativeFeatures[3] ? std::string("the devices are CUDA GPUs")
-                                                                : here + " has " + s.native[0];
-    c.why = str(dtype_name(c.dtype), " (default: ", what, ")");
-    return c;
-  }
-  check_compute_dtype(c.dtype, "the compute dtype");
-  if (c.dtype == DType::bf16 && lacking >= 0) {
-    c.why = str("bf16 (", source, "; ", here, " has ", no_bf16, ": the portable bf16 kernels)");
-    c.note = str("bf16 on a CPU with ", no_bf16, " (", all_alike ? std::string("this one") : str("rank ", lacking),
-                 "): the portable bf16 kernels run, correct but slower than f32");
-  } else {
-    c.why = str(dtype_name(c.dtype), " (", source, ")");
-  }
-  return c;
+void check_train_options(const TrainOptions& o) {
+  // "--lr must be positive and finite, got nan; e.g. --lr 1e-3".
+  auto require = [](bool ok, const char* flag, const auto& value, const char* rule, const std::string& fix = "") {
+    GPUMIX_CHECK_INPUT(ok, flag, " must be ", rule, ", got ", value, fix.empty() ? "" : "; ", fix);
+  };
+  require(o.steps >= 1, "--steps", o.steps, "at least 1");
+  require(o.batch >= 1, "--batch", o.batch, "at least 1");
+  require(o.seq >= 0, "--seq", o.seq, "at least 1", "leave --seq out for the model's context");
+  require(std::isfinite(o.lr) && o.lr > 0, "--lr", o.lr, "positive and finite", "e.g. --lr 1e-3");
+  require(o.warmup >= -1, "--warmup", o.warmup, "at least 0", "leave --warmup out for min(100, steps / 10)");
+  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "--weight-decay", o.weight_decay,
+          "finite and at least 0", "0 for none");
+  require(std::isfinite(o.grad_clip) && o.grad_clip >= 0, "--grad-clip", o.grad_clip, "finite and at least 0",
+          "0 for no clipping");
+  require(o.eval_interval >= 0, "--eval-interval", o.eval_interval, "at least 0", "0 to validate at the end only");
+  require(o.eval_windows >= 0, "--eval-windows", o.eval_windows, "at least 0", "0 for all windows");
+  require(o.ckpt_interval >= 0, "--ckpt-interval", o.ckpt_interval, "at least 0", "0 to save at the end only");
+  require(o.keep_checkpoints >= 0, "--keep-checkpoints", o.keep_checkpoints, "at least 0", "0 keeps all");
+  require(o.threads >= 0, "--threads", o.threads, "at least 0", "0 for all cores");
+  require(o.val_fraction > 0 && o.val_fraction < 1, "--val-fraction", o.val_fraction, "in (0, 1)");
+  for (const auto& [flag, value] : {std::pair<const char*, int>{"--layers", o.layers}, {"--heads", o.heads},
+                                    {"--channels", o.channels}})
+    require(value >= 0, flag, value, "at least 1", std::string("leave ") + flag + " out for the preset's");
+  for (const auto& [flag, where] : {std::pair<const char*, std::string>{"--data", o.data}, {"--resume", o.resume}})
+    GPUMIX_CHECK_INPUT(where.empty() || fs::exists(where), flag, " ", where, " does not exist");
+  // The model's shape as the options give it (the heads dividing the channels, ...); a
+  // resumed run takes its checkpoint's, and --init-from's folder is read (and checked) at
+  // the start.
+  if (o.resume.empty() && o.init_from.empty()) resolve_model(o, gpt_preset(o.model).V, resolve_seq(o));
 }
 
 TrainResult train(const TrainOptions& o, const Work& given_work, Comm& comm,
                   const EngineOptions& engine_options) {
   const StopOnSignals stop_on_signals(comm.rank() == 0);
-  check_options(o, given_work, comm.size(), engine_options);
+  check_train_options(o);
+  if (engine_options.planner.empty()) validate_work(given_work, o.batch, comm.size());
   Training run(o, comm, engine_options);
   run.prepare_run_folder();
   run.load_data();

@@ -13,7 +13,7 @@
 //
 // Both give the gradient of the loss summed over the global batch divided by its token
 // count: the same model whatever the plan, up to float rounding. Both compute in the run's
-// compute dtype (choose_compute_dtype below): f32, or bf16 with fp32 master weights,
+// compute dtype (dist/plan/compute_dtype.h): f32, or bf16 with fp32 master weights,
 // gradients and moments (core/precision.h). The step loop around an
 // engine (dist/engine/trainer.cpp) is the same for both: dist/engine/engine.h is the line
 // between them.
@@ -28,6 +28,7 @@
 #include "dist/comm/comm.h"
 #include "dist/engine/drift.h"
 #include "dist/engine/profiler.h"
+#include "dist/plan/compute_dtype.h"
 #include "dist/plan/plan.h"
 #include "dist/plan/work.h"
 #include "nn/train.h"
@@ -64,29 +65,12 @@ struct EngineOptions {
   std::shared_ptr<const Plan> file_plan;
 };
 
-// The run's compute dtype and why, for the settings table ("bf16 (default: this CPU has
-// avx512_bf16)").
-struct ComputeDtype {
-  DType dtype = DType::f32;
-  std::string why;
-  std::string note;  // "" or a line to print: bf16 forced where it is not native
-};
-
-// What decides it, in this order: --dtype; else the plan file's dtype (a --dtype that
-// differs from it is an error naming both: the plan's memory holds only in its dtype);
-// else, when resuming, the checkpoint's (which is otherwise informational: a run may
-// resume in either dtype); else bf16 when every rank's device computes it natively, f32
-// otherwise. bf16 on a device without it is allowed: the portable bf16 kernels, slower.
-struct ComputeDtypeSources {
-  std::optional<DType> flag;
-  std::string plan_file;  // "" : no plan file
-  DType plan_dtype = DType::f32;
-  std::optional<DType> checkpoint;
-  // Per rank: what makes its device compute bf16 natively ("avx512_bf16", "AMX-BF16", "a
-  // CUDA GPU"), or "" when it does not.
-  std::vector<std::string> native;
-};
-ComputeDtype choose_compute_dtype(const ComputeDtypeSources& sources);
+// Every value of `o` in range, before anything is written: the launcher calls it before it
+// touches the run folder (dist/engine/launch.h), train() again for callers of its own. 0 and
+// -1 mean "not given" (the model's context, the preset's shape, the default warmup); a front
+// end that can tell a value given from one left out refuses those itself. Throws InputError
+// naming the flag (as `gpumix train` spells it), the value, the rule and the fix.
+void check_train_options(const TrainOptions& o);
 
 // Runs the whole training on this rank (o.batch is the global batch). Rank 0 prints and
 // writes the log; every rank writes its slices of each checkpoint. `work` is ignored when

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "dist/plan/compute_dtype.h"
 #include "dist/plan/device_catalog.h"
 #include "dist/plan/memory_model.h"
 
@@ -44,19 +45,16 @@ static DeviceProfile synthesize_device(const ClusterDevice& cd, const GPTConfig&
   return d;
 }
 
-DType cluster_dtype(const Cluster& cluster) {
-  for (const Cluster::Rank& r : cluster.ranks())
-    if (device_spec(r.device.type).dtype_bytes != 2) return DType::f32;
-  return DType::bf16;
-}
-
 Profile synthesize_profile(const Cluster& cluster, const GPTConfig& model, int seq_len,
                            const std::vector<Profile>& measured, std::optional<DType> dtype) {
   cluster.validate();
   Profile p;
   p.model = model;
   p.seq_len = seq_len;
-  p.dtype = dtype ? *dtype : cluster_dtype(cluster);
+  ComputeDtypeSources sources;  // as a run on these devices would choose
+  sources.flag = dtype;
+  for (const Cluster::Rank& r : cluster.ranks()) sources.native.push_back(catalog_native_bf16(r.device.type));
+  p.dtype = choose_compute_dtype(sources).dtype;
   for (const Profile& mp : measured)
     if (mp.dtype != p.dtype)
       throw FormatError(str("a measured profile (of ", mp.devices[0].name, ") computes in ", dtype_name(mp.dtype),

@@ -28,13 +28,11 @@
 
 namespace gpumix::dist {
 
-// The profile of the cluster's ranks computing in `dtype` (default: cluster_dtype). A
-// measured profile of another dtype is an error naming both.
+// The profile of the cluster's ranks computing in `dtype` (default: as a run would choose,
+// dist/plan/compute_dtype.h: bf16 where every device type's catalog rate is a 16-bit one,
+// the GPUs, f32 otherwise). A measured profile of another dtype is an error naming both.
 Profile synthesize_profile(const Cluster& cluster, const GPTConfig& model, int seq_len,
                            const std::vector<Profile>& measured = {}, std::optional<DType> dtype = {});
-// The dtype a described cluster computes in by default, as training chooses it: bf16 where
-// every device type's catalog rate is a 16-bit one (the GPUs), f32 otherwise (the cpu).
-DType cluster_dtype(const Cluster& cluster);
 
 struct SimEntry {
   std::string planner;

@@ -349,6 +349,22 @@ TEST_F(CApi, OneSessionPerRunFolder) {
   EXPECT_NE(error().find("already holds a run"), std::string::npos) << error();
 }
 
+// The launcher's one run-folder check (dist::claim_run_folder), as `gpumix train` has it: a
+// log with lines is a run, an empty one a run that failed before its first step.
+TEST_F(CApi, AFolderHoldsARunWhenItsLogHasLines) {
+  const TinyConfig cfg(dir_ + "/log_lines");
+  fs::create_directories(cfg.c.out_dir);
+  std::ofstream(std::string(cfg.c.out_dir) + "/log.jsonl").close();
+  gpumix_session* s = gpumix_session_create(&cfg.c);
+  EXPECT_NE(s, nullptr) << error();
+  gpumix_session_destroy(s);
+  std::ofstream(std::string(cfg.c.out_dir) + "/log.jsonl") << "{\"step\": 1}\n";
+  EXPECT_EQ(gpumix_session_create(&cfg.c), nullptr);
+  for (const std::string& part : {"run folder " + std::string(cfg.c.out_dir) + " already holds a run",
+                                  std::string("choose another out_dir")})
+    EXPECT_NE(error().find(part), std::string::npos) << "'" << part << "' missing from: " << error();
+}
+
 // SIGTERM during gpumix_train (a job's time limit) and gpumix_request_stop (a host that
 // handles SIGTERM itself): GPUMIX_STOPPED after the step in flight, that step checkpointed,
 // and the next gpumix_train continues from it.

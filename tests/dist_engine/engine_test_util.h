@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/precision.h"
 #include "dist/engine/trainer.h"
 #include "nn/checkpoint.h"
 #include "nn/data/bpe.h"

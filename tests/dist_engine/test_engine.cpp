@@ -584,6 +584,18 @@ TEST(ComputeDtype, FlagThenPlanThenCheckpointThenTheDevices) {
   EXPECT_EQ(choose_compute_dtype(s).why, "f32 (--dtype)");
 }
 
+// The devices' side of the policy: a CUDA GPU, and a CPU with native bf16 (core/precision.h's
+// cpu_has_native_bf16), compute bf16 unless --dtype says otherwise.
+TEST(ComputeDtype, TheDevicesDefault) {
+  EXPECT_EQ(compute_dtype_on(Device::cuda(0)), DType::bf16);
+  EXPECT_EQ(native_bf16_name(native_bf16(Device::cuda(0))), std::string("a CUDA GPU"));
+  EXPECT_EQ(compute_dtype_on(Device::cpu()), cpu_has_native_bf16() ? DType::bf16 : DType::f32);
+  EXPECT_EQ(compute_dtype_on(Device::cpu(7)), compute_dtype_on(Device::cpu()));
+  EXPECT_EQ(native_bf16(Device::cpu()) == NativeBf16::none, !cpu_has_native_bf16());
+  EXPECT_EQ(compute_dtype_on(Device::cpu(), DType::f32), DType::f32);
+  EXPECT_EQ(compute_dtype_on(Device::cuda(0), DType::f32), DType::f32);  // the flag decides; the backend checks
+}
+
 TEST_F(EngineTest, CheckpointDtypeIsReadFromMetaAndF32WhenAbsent) {
   const std::vector<float> zeros(4, 0.0f);
   auto save = [&](const std::string& name, const nlohmann::json& extra) {

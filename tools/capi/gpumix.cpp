@@ -1,5 +1,5 @@
-// The C API (tools/capi/gpumix.h) over dist::train_local (thread ranks) or dist::train on
-// a communicator (the MPI form): a session is a configuration and a locked run folder; each
+// The C API (tools/capi/gpumix.h) over the launcher (dist/engine/launch.h: thread ranks, or
+// a communicator in the MPI form): a session is a checked launch and a claimed run folder; each
 // gpumix_train call resumes from the folder's latest checkpoint; forward, evaluate and
 // generate use the newest checkpoint's model (nn/infer.h).
 #include "tools/capi/gpumix.h"
@@ -11,16 +11,13 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
-#include <filesystem>
 #include <string>
-#include <thread>
 
 #include "core/precision.h"
 #include "dist/engine/stop.h"
 #include "nn/infer.h"
 #include "tools/capi/session.h"
 
-namespace fs = std::filesystem;
 using gpumix::dist::Comm;
 
 namespace gpumix::capi {
@@ -69,9 +66,10 @@ int64_t text_hash(const char* s) {
   return (int64_t)h;
 }
 
-void configure(gpumix_session& s, const gpumix_config* c, int node_ranks) {
+void configure(gpumix_session& s, const gpumix_config* c) {
   GPUMIX_CHECK(c, "gpumix_session_create: config is NULL (use gpumix_config_default)");
-  TrainOptions& o = s.options;
+  dist::LaunchRequest request;
+  TrainOptions& o = request.options;
   o.model = c->model ? c->model : "gpt-nano";
   const GPTConfig preset = gpt_preset(o.model);
   o.token_vocab = c->vocab > 0 ? c->vocab : preset.V;
@@ -80,6 +78,7 @@ void configure(gpumix_session& s, const gpumix_config* c, int node_ranks) {
   o.steps = c->total_steps;
   o.lr = c->lr;
   o.seed = c->seed;
+  o.threads = c->threads;
   o.out = c->out_dir ? c->out_dir : "";
   o.eval_interval = 0;
   o.quiet = false;  // the step lines are info lines of the session's log
@@ -100,47 +99,21 @@ void configure(gpumix_session& s, const gpumix_config* c, int node_ranks) {
                "), total_steps (", o.steps, ") and lr (", o.lr, ") must be positive");
   GPUMIX_CHECK(c->seq >= 0 && c->vocab >= 0 && c->threads >= 0, "gpumix_session_create: seq (", c->seq,
                "), vocab (", c->vocab, ") and threads (", c->threads, ") must be >= 0 (0: the default)");
-  if (c->devices && *c->devices) s.devices = dist::parse_devices(c->devices);
-  s.ranks = s.comm ? s.comm->size() : std::max<int>(1, (int)s.devices.size());
-  GPUMIX_CHECK(s.devices.empty() || (int)s.devices.size() == s.ranks, "gpumix_session_create_mpi: devices lists ",
-               s.devices.size(), " devices but the communicator has ", s.ranks, " ranks; give one per rank");
-  dist::PlanRequest plan;
-  plan.plan = c->plan ? c->plan : "";
-  s.work = dist::plan_work(plan, !s.devices.empty(), o.batch, s.ranks, s.engine);
-  const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
-  if (s.comm) {
-    if (!s.devices.empty())
-      dist::configure_rank_device(s.engine, Device::cpu(), s.devices[s.comm->rank()]);
-    s.threads = c->threads > 0 ? c->threads : std::max(1, cores / std::max(1, node_ranks));
-  } else {
-    s.threads = c->threads > 0 ? c->threads : cores;
-  }
+  request.devices = c->devices ? c->devices : "";
+  request.plan.plan = c->plan ? c->plan : "";
+  // The communicator's ranks on this node share its cores.
+  const int node_ranks = s.comm ? (int)s.comm->ranks_of_node(s.comm->node()).size() : 1;
+  s.launch = dist::prepare_launch(request, s.comm.get(), node_ranks);
+  // Inference runs on the caller's thread alone: all of the process's threads.
+  s.threads = dist::threads_per_rank(c->threads, 1, node_ranks);
 }
 
 // The run folder's lock (on rank 0 for a communicator), and no earlier run in it.
 void claim_run_folder(gpumix_session& s) {
-  const std::string& out = s.options.out;
+  const std::string& out = s.launch.options.out;
   if (out.empty()) return;
-  auto check_new = [&] {
-    GPUMIX_CHECK(!fs::exists(fs::path(out) / "log.jsonl"), "gpumix_session_create: ", out,
-                 " already holds a run; choose another out_dir, or gpumix_load() one of its checkpoints "
-                 "into a session with a new out_dir");
-  };
-  if (!s.comm) {
-    s.lock = RunLock(out);
-    check_new();
-    return;
-  }
-  s.lock = dist::lock_run_folder(out, *s.comm);
-  std::string error;
-  if (s.comm->rank() == 0) {
-    try {
-      check_new();
-    } catch (const std::exception& e) {
-      error = dist::local_error_of(e, true);
-    }
-  }
-  s.comm->agree("gpumix_session_create_mpi: run folder", {}, error);
+  s.lock = dist::claim_run_folder(out, false, "choose another out_dir, or gpumix_load() one of its checkpoints "
+                                  "into a session with a new out_dir", s.comm.get());
 }
 
 // Rank 0's string on every rank.
@@ -155,7 +128,8 @@ std::string broadcast_string(Comm& comm, const std::string& text) {
 }
 
 void train_session(gpumix_session& s, const int32_t* tokens, int64_t n_tokens, int32_t steps, std::string& stopped) {
-  TrainOptions o = s.options;
+  dist::Launch launch = s.launch;  // this call's options below
+  TrainOptions& o = launch.options;
   GPUMIX_CHECK(!o.out.empty(), "gpumix_train: the session has no run folder (out_dir was NULL); create a "
                "session with an out_dir to train");
   GPUMIX_CHECK(steps >= 1, "gpumix_train: steps must be >= 1, got ", steps);
@@ -185,14 +159,8 @@ void train_session(gpumix_session& s, const int32_t* tokens, int64_t n_tokens, i
   // Train up to `target`: the loop runs to o.steps, so stop it there by saving and
   // ending at `target` with the full schedule length kept for the learning rate.
   o.stop_at = std::min(o.steps, s.metrics.step + steps);
-  TrainResult r;
-  if (s.comm) {
-    const OmpThreads threads(s.threads);
-    r = dist::train(o, s.work, *s.comm, s.engine);
-    r.checkpoint = broadcast_string(*s.comm, r.checkpoint);  // written by rank 0
-  } else {
-    r = dist::train_local(o, s.ranks, s.devices, s.work, s.engine, s.threads);
-  }
+  TrainResult r = dist::run_launch(launch, s.comm.get());
+  if (s.comm) r.checkpoint = broadcast_string(*s.comm, r.checkpoint);  // written by rank 0
   s.checkpoint = s.resume = r.checkpoint;
   s.metrics.step = r.step;
   s.metrics.loss = r.train_loss;
@@ -263,7 +231,7 @@ int guarded(const gpumix_session* s, const std::function<void()>& fn) {
   return guarded(fn);
 }
 
-gpumix_session* create_session(const gpumix_config* c, std::unique_ptr<Comm> comm, int node_ranks) {
+gpumix_session* create_session(const gpumix_config* c, std::unique_ptr<Comm> comm) {
   gpumix_session* created = nullptr;
   guarded([&] {
     auto s = std::make_unique<gpumix_session>();
@@ -271,7 +239,7 @@ gpumix_session* create_session(const gpumix_config* c, std::unique_ptr<Comm> com
     if (s->comm) {
       std::string error;
       try {
-        configure(*s, c, node_ranks);
+        configure(*s, c);
       } catch (const std::exception& e) {
         error = dist::local_error_of(e);
       }
@@ -284,7 +252,7 @@ gpumix_session* create_session(const gpumix_config* c, std::unique_ptr<Comm> com
                      "total_steps, lr * 1e9, seed, devices, plan, out_dir, dtype; strings hashed)",
                      same, error);
     } else {
-      configure(*s, c, 1);
+      configure(*s, c);
     }
     claim_run_folder(*s);
     created = s.release();
@@ -309,7 +277,7 @@ void gpumix_config_default(gpumix_config* c) {
 }
 
 gpumix_session* gpumix_session_create(const gpumix_config* c) {
-  return gpumix::capi::create_session(c, nullptr, 1);
+  return gpumix::capi::create_session(c, nullptr);
 }
 
 void gpumix_session_destroy(gpumix_session* s) { delete s; }

@@ -7,25 +7,10 @@
 #include "dist/comm/comm_mpi.h"
 #include "tools/capi/session.h"
 
-namespace {
-
-// How many ranks of comm share this node (their threads share its cores).
-int ranks_on_this_node(MPI_Comm comm) {
-  MPI_Comm node;
-  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return 1;
-  int n = 1;
-  MPI_Comm_size(node, &n);
-  MPI_Comm_free(&node);
-  return n;
-}
-
-}  // namespace
-
 extern "C" {
 
 gpumix_session* gpumix_session_create_mpi(const gpumix_config* config, MPI_Comm comm) {
   std::unique_ptr<gpumix::dist::Comm> dup;
-  int node_ranks = 1;
   if (gpumix::capi::guarded([&] {
         int initialized = 0, finalized = 0;
         MPI_Initialized(&initialized);
@@ -35,10 +20,9 @@ gpumix_session* gpumix_session_create_mpi(const gpumix_config* config, MPI_Comm 
                      "; call it between the host's MPI_Init and MPI_Finalize");
         GPUMIX_CHECK(comm != MPI_COMM_NULL, "gpumix_session_create_mpi: comm is MPI_COMM_NULL");
         dup = gpumix::dist::make_mpi_comm(comm);
-        node_ranks = ranks_on_this_node(comm);
       }) != 0)
     return nullptr;
-  return gpumix::capi::create_session(config, std::move(dup), node_ranks);
+  return gpumix::capi::create_session(config, std::move(dup));
 }
 
 gpumix_session* gpumix_session_create_mpi_fortran(const gpumix_config* config, int32_t comm) {

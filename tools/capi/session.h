@@ -14,12 +14,9 @@
 #include "tools/capi/gpumix.h"
 
 struct gpumix_session {
-  gpumix::TrainOptions options;  // options.out "": no run folder
-  std::vector<gpumix::dist::ClusterDevice> devices;
-  gpumix::dist::EngineOptions engine;
-  gpumix::dist::Work work;  // the plan's work when no planner runs
-  int ranks = 1;
-  int threads = 0;  // local form: in all; MPI form: of this rank (0: leave OpenMP's setting)
+  // What each gpumix_train runs (dist/engine/launch.h); launch.options.out "": no run folder.
+  gpumix::dist::Launch launch;
+  int threads = 0;  // of forward / evaluate / generate on the caller's thread (0: leave OpenMP's setting)
   // The MPI form: a duplicate of the host's communicator; the ranks train together.
   std::unique_ptr<gpumix::dist::Comm> comm;
   gpumix::RunLock lock;    // of the run folder (on rank 0 in the MPI form)
@@ -40,8 +37,8 @@ int guarded(const std::function<void()>& fn);
 // guarded() with the session's logger and rank installed (a NULL session: fn's own check).
 int guarded(const gpumix_session* s, const std::function<void()>& fn);
 
-// A session of `config` (NULL comm: thread ranks; else the communicator's ranks, of which
-// `node_ranks` share this node). In the MPI form every rank gets the same outcome.
-gpumix_session* create_session(const gpumix_config* config, std::unique_ptr<dist::Comm> comm, int node_ranks);
+// A session of `config` (NULL comm: thread ranks; else the communicator's ranks). In the MPI
+// form every rank gets the same outcome.
+gpumix_session* create_session(const gpumix_config* config, std::unique_ptr<dist::Comm> comm);
 
 }  // namespace gpumix::capi

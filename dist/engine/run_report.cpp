@@ -1,0 +1,219 @@
+#include "dist/engine/run_report.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/log.h"
+#include "dist/engine/replan.h"
+#include "dist/engine/stop.h"
+#include "dist/plan/simulator.h"
+
+namespace gpumix::dist {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::vector<double> ms_of(const std::vector<double>& seconds) {
+  std::vector<double> ms;
+  for (double x : seconds) ms.push_back(x * 1e3);
+  return ms;
+}
+
+// "predicted vs measured, per collective kind", one row per kind.
+std::string collectives_text(const json& collectives) {
+  std::string text = "predicted vs measured, per collective kind (one block; the embedding once a step; " +
+                     collectives["over"].get<std::string>() + ")\n";
+  auto rows = [&](const json& of, const std::string& prefix) {
+    for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"}) {
+      if (!of.contains(kind)) continue;
+      const json& c = of[kind];
+      char row[240];
+      std::snprintf(row, sizeof row, "%-25s %8.2f ms predicted %8.2f ms measured  ratio %.2f%s\n",
+                    (prefix + kind).c_str(), c["predicted_ms"].get<double>(), c["measured_ms"].get<double>(),
+                    c["ratio"].get<double>(), c.contains("form") ? (" (" + c["form"].get<std::string>() + ")").c_str() : "");
+      text += row;
+    }
+  };
+  rows(collectives, "");
+  if (collectives.contains("embedding")) rows(collectives["embedding"], "embedding ");
+  return text;
+}
+
+}  // namespace
+
+std::string work_text(const Work& work) {
+  std::string text;
+  for (size_t r = 0; r < work.ranks.size(); ++r)
+    text += str(r ? ", " : "", work.ranks[r].batch, "/", work.ranks[r].micro_batch, "/", work.ranks[r].share);
+  if (work.sharding.hybrid())  // the shares are then of each group's state
+    text += str(", hybrid: ", work.ranks.size() / work.sharding.group_size, " groups of ", work.sharding.group_size);
+  return text;
+}
+
+void RunReport::open_log(const std::string& path) {
+  if (!lead_) return;
+  log_.open(path, std::ios::app);
+  GPUMIX_CHECK_INPUT(log_.good(), "cannot write ", path);
+}
+
+void RunReport::log_line(const json& j) {
+  if (!lead_) return;
+  log_ << j.dump() << "\n";
+  log_.flush();
+}
+
+void RunReport::settings(const RunSettings& s, const Plan* predicting, const json& collectives) const {
+  const RankWork& mine = s.work.ranks[s.rank];
+  const std::string capacity = format_bytes(device_props(s.device).capacity);
+  // Each rank's own work, for a log of every rank (debug).
+  log_debug("rank ", s.rank, " of ", s.ranks, ": ", s.device.str(), " (", capacity, "), batch ", mine.batch,
+            ", micro-batch ", mine.micro_batch, ", state share ", mine.share);
+  if (!lead_) return;
+  const GPTConfig& config = s.model;
+  const bool resuming = !o_.resume.empty();
+  gpumix::print_settings({
+      {"data", o_.data + " (" + human_count((double)s.data->tokens.size()) + " tokens)"},
+      {"format", s.data->format},
+      {"split", human_count((double)s.train_tokens) + " train / " + human_count((double)s.val_tokens) + " validation"},
+      {"tokenizer", s.data->tokenizer_path + " (vocab " + std::to_string(s.data->vocab) + ")"},
+      {"model", config.name + " L=" + std::to_string(config.L) + " NH=" + std::to_string(config.NH) +
+                    " C=" + std::to_string(config.C) + " T=" + std::to_string(config.T)},
+      {"parameters", human_count((double)config.total_params())},
+      {"dtype", s.dtype},
+      {"batch x seq", std::to_string(o_.batch) + " x " + std::to_string(s.seq) + " = " +
+                          std::to_string(o_.batch * s.seq) + " tokens/step"},
+      {"steps", std::to_string(o_.steps) + (resuming ? " (from step " + std::to_string(s.start) + ")" : "")},
+      {"init from", o_.init_from.empty() ? "(random, seed " + std::to_string(o_.seed) + ")" : o_.init_from},
+      {"lr", str(o_.lr, " warmup ", s.schedule.warmup, " cosine to ", s.schedule.min_lr)},
+      {"weight decay / clip", str(o_.weight_decay, " / ", o_.grad_clip)},
+      {"ranks", str(s.ranks, " (", s.backend, ")")},
+      {"plan b/m/r per rank", work_text(s.work)},
+      // What the planner's profile measured (or its cache held): its bounds.
+      {"profile", s.profiled ? str("micro-batches <= ", s.profiled->max_micro_batch, ", ", s.profiled->repeats,
+                                   s.profiled->repeats == 1 ? " repeat" : " repeats")
+                             : std::string("none (no planner)")},
+      {"recompute", s.ranks > 1 || o_.recompute ? "on" : "off"},
+      {"device (rank 0)", s.device.str() + " (" + capacity + ")"},
+      {"threads per rank", std::to_string(s.threads)},
+      {"seed", std::to_string(o_.seed)},
+      {"out", o_.out},
+  });
+  if (predicting) log_info(plan_table(*predicting));
+  if (!collectives.is_null()) log_info(collectives_text(collectives));
+}
+
+StepLine RunReport::step(int step, const StepOutcome& s, const StepTime& t, const RunStart* first,
+                         const Plan* predicting) const {
+  StepLine line;
+  json& record = line.record;
+  record = {{"step", step}, {"loss", s.loss}, {"norm", s.norm}, {"lr", s.lr}, {"ms", t.ms},
+            {"tokens_per_s", t.tokens_per_s}};
+  if (!s.nonfinite.empty()) {  // JSON has no NaN: the numbers become null, with the reason
+    record["loss"] = std::isfinite(s.loss) ? json(s.loss) : json(nullptr);
+    record["norm"] = std::isfinite(s.norm) ? json(s.norm) : json(nullptr);
+    record["skipped"] = s.nonfinite;
+  }
+  char text[256];
+  std::snprintf(text, sizeof text, "step %d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f ms | %s tok/s", step,
+                o_.steps, s.loss, s.norm, s.lr, t.ms, human_count(t.tokens_per_s).c_str());
+  line.text = text;
+  if (t.busy_s.size() > 1) {
+    std::vector<double> fraction;
+    line.text += " | busy";
+    for (double b : t.busy_s) {
+      fraction.push_back(b / t.step_s);
+      line.text += str(" ", (int)std::lround(100 * b / t.step_s), "%");
+    }
+    record["busy"] = fraction;
+    record["busy_ms"] = ms_of(t.busy_s);
+  }
+  if (first) {  // what the whole run shares: the plan, the compute dtype, the baseline to beat
+    record["plan"] = work_text(first->work);  // b/m/r per rank, as in the settings
+    record["dtype"] = dtype_name(first->dtype);
+    record["unigram_loss"] = first->unigram_loss;
+  }
+  if (predicting) {
+    record["predicted_ms"] = predicting->predicted.step_s * 1e3;
+    record["predicted_busy_ms"] = ms_of(predicted_busy_s(*predicting));
+  }
+  return line;
+}
+
+void RunReport::add_validation(StepLine& line, const Validation& v) const {
+  line.record["val_loss"] = v.loss;
+  line.record["val_windows"] = v.windows;
+  line.record["val_windows_total"] = v.total;
+  line.text += str(" | val ", v.loss, " (", v.windows, v.windows == v.total ? " windows, all)" : " windows)");
+  if (v.full_loss) {
+    line.record["val_full_loss"] = *v.full_loss;
+    line.text += str(" | full val ", *v.full_loss, " (", v.total, " windows)");
+  }
+}
+
+void RunReport::add_replan(StepLine& line, int step, const json& record, const std::string& message,
+                           const Plan* adopted) const {
+  line.record["replan"] = record;
+  line.notes.push_back(str("step ", step, ": ", message));
+  if (adopted) line.notes.push_back(plan_table(*adopted));
+}
+
+void RunReport::write(const StepLine& line) {
+  log_line(line.record);
+  if (!lead_) return;
+  if (!o_.quiet && log_enabled(LogLevel::info)) log_info(line.text);
+  for (const std::string& note : line.notes) log_info(note);
+}
+
+void RunReport::finish(const RunSummary& s) {
+  const TrainResult& result = s.result;
+  json final_line = {{"final", true}, {"step", result.step}, {"val_loss", result.val_loss},
+                     {"val_windows", result.val_windows}, {"unigram_loss", result.unigram_loss},
+                     {"tokens_per_s", result.tokens_per_s}};
+  // Memory: every rank's allocator peak since the running plan started, next to its
+  // prediction.
+  final_line["peak_bytes"] = s.peak_bytes;
+  const Plan* plan = s.plan;
+  if (plan) final_line["predicted_bytes"] = predicted_bytes(*plan);
+  if (plan && !s.busy_history.empty()) {  // compute per step, per rank: as prediction_table prints it
+    std::vector<double> measured;
+    for (size_t r = 0; r < s.peak_bytes.size(); ++r) {
+      std::vector<double> b;
+      for (const std::vector<double>& step : s.busy_history) b.push_back(step[r]);
+      measured.push_back(median_after_warm_up(b) * 1e3);
+    }
+    final_line["busy_ms"] = {{"predicted", ms_of(predicted_busy_s(*plan))}, {"measured", measured}};
+  }
+  if (!s.collectives.is_null()) final_line["collectives"] = s.collectives;
+  // The step: the plan's prediction against the median measured since it started.
+  if (plan && s.step_s > 0)
+    final_line["step_ms"] = {{"predicted", plan->predicted.step_s * 1e3}, {"measured", s.step_s * 1e3},
+                             {"ratio", s.step_s / plan->predicted.step_s}};
+  // A stopped run was not validated at its end.
+  const bool validated = !result.stop_signal || result.step == s.last;
+  if (result.stop_signal) {
+    final_line["stopped"] = signal_name(result.stop_signal);
+    if (!validated) final_line.erase("val_loss");
+  }
+  log_line(final_line);
+  if (!lead_) return;
+  if (plan && !s.busy_history.empty()) log_info(prediction_table(*plan, s.busy_history, s.peak_bytes));
+  if (final_line.contains("step_ms")) {
+    char row[200];
+    std::snprintf(row, sizeof row, "predicted vs measured, the step: %.1f ms predicted, %.1f ms measured (median), "
+                  "ratio %.2f", final_line["step_ms"]["predicted"].get<double>(),
+                  final_line["step_ms"]["measured"].get<double>(), final_line["step_ms"]["ratio"].get<double>());
+    log_info(row);
+  }
+  if (!s.collectives.is_null()) log_info(collectives_text(s.collectives));
+  if (validated) {
+    char line[256];
+    std::snprintf(line, sizeof line, "validation loss %.4f nats/token (%lld windows) vs unigram baseline %.4f "
+                  "(%.2f below)", result.val_loss, (long long)result.val_windows, result.unigram_loss,
+                  result.unigram_loss - result.val_loss);
+    log_info(line);
+  }
+  if (!result.checkpoint.empty()) log_info("checkpoint: ", result.checkpoint);
+}
+
+}  // namespace gpumix::dist

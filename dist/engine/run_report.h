@@ -1,0 +1,124 @@
+// The run report: what a training run says, worded in one place. The step loop
+// (dist/engine/trainer.cpp) measures; this file shows what it measured, on rank 0's console
+// and in the run's log.jsonl (docs/design.md "What a person sees"): the settings table with
+// the plan, one line per step (and a re-plan's), the predicted-vs-measured tables and the
+// final summary. Every rank calls it alike; only rank 0 ("lead") prints and writes.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "dist/engine/profiler.h"
+#include "dist/plan/plan.h"
+#include "dist/plan/work.h"
+#include "nn/optim.h"
+#include "nn/train.h"
+
+namespace gpumix::dist {
+
+// What a step computed, on every rank: the global loss and gradient norm, the learning
+// rate, and why the optimizer step was skipped ("" when it was applied).
+struct StepOutcome {
+  double loss = 0, norm = 0;
+  float lr = 0;
+  std::string nonfinite;
+};
+
+// How long a step took: the slowest rank's time and each rank's compute time.
+struct StepTime {
+  double step_s = 0, ms = 0, tokens_per_s = 0;
+  std::vector<double> busy_s;  // per rank: the step without its waits for collectives
+};
+
+// A validation pass: the loss on the first `windows` of the `total` windows and, at the last
+// step when those are fewer than all, on all of them.
+struct Validation {
+  double loss = 0;
+  int64_t windows = 0, total = 0;
+  std::optional<double> full_loss;
+};
+
+// The run as the settings table shows it.
+struct RunSettings {
+  const RunData* data = nullptr;
+  int64_t train_tokens = 0, val_tokens = 0;
+  GPTConfig model;
+  std::string dtype;  // ComputeDtype::why
+  int64_t seq = 0;
+  int start = 0;      // the step the run starts after (the checkpoint's when resuming)
+  LRSchedule schedule;
+  int rank = 0, ranks = 1;
+  std::string backend;  // the communicator's
+  Work work;
+  const ProfilerOptions* profiled = nullptr;  // the planner's start-up profile; null: no planner
+  Device device;
+  int threads = 1;  // OpenMP's, per rank
+};
+
+// What the whole run shares, in the log line of its first step.
+struct RunStart {
+  Work work;
+  DType dtype = DType::f32;
+  double unigram_loss = 0;
+};
+
+// One step's report as the step assembles it: its log.jsonl record and its console text.
+struct StepLine {
+  nlohmann::json record;
+  std::string text;                // the step's line (not shown with --quiet)
+  std::vector<std::string> notes;  // shown even with --quiet: a re-plan and the new plan's table
+};
+
+// The end of the run as the step loop measured it.
+struct RunSummary {
+  TrainResult result;
+  int last = 0;                          // the last step this call was to train
+  std::vector<double> peak_bytes;        // per rank, since the running plan started
+  const Plan* plan = nullptr;            // the plan whose predictions the run is measured against
+  std::vector<std::vector<double>> busy_history;  // per step since the plan started: per rank
+  double step_s = 0;                     // the median measured step since the plan started
+  nlohmann::json collectives;            // the planned collectives against the timed (null: not measured)
+};
+
+// "5/1/0.73, 4/1/0.11": each rank's batch / micro-batch / state share (hybrid: and the groups).
+std::string work_text(const Work& work);
+
+class RunReport {
+ public:
+  RunReport(const TrainOptions& o, bool lead) : o_(o), lead_(lead) {}
+
+  // log.jsonl, appended to (a resumed run continues its log).
+  void open_log(const std::string& path);
+  // The settings table, then the predicting plan's table and its collectives (when measured).
+  void settings(const RunSettings& s, const Plan* predicting, const nlohmann::json& collectives) const;
+
+  // A step's line: its numbers (every rank's busy share when there are several), the first
+  // step's RunStart, the plan's predictions.
+  StepLine step(int step, const StepOutcome& s, const StepTime& t, const RunStart* first,
+                const Plan* predicting) const;
+  void add_validation(StepLine& line, const Validation& v) const;
+  // A confirmed drift: Replanner::Change's record and message, the new plan when adopted.
+  void add_replan(StepLine& line, int step, const nlohmann::json& record, const std::string& message,
+                  const Plan* adopted) const;
+  void write(const StepLine& line);
+
+  // The final log line and, on the console, predicted vs measured (per rank, the step, the
+  // collectives), the validation loss against the unigram baseline, the last checkpoint.
+  void finish(const RunSummary& s);
+
+ private:
+  void log_line(const nlohmann::json& j);
+
+  const TrainOptions& o_;
+  const bool lead_;
+  std::ofstream log_;
+};
+
+}  // namespace gpumix::dist
