@@ -10,8 +10,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "core/backend.h"
 #include "core/precision.h"
+#include "core/runtime.h"
 #include "dist/plan/plan.h"
 
 namespace gpumix::dist {
