@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "core/backend.h"
+#include "core/runtime.h"
 
 namespace gpumix {
 
@@ -93,7 +93,7 @@ void Allocator::empty_cache() {
 
 void Allocator::empty_cache_locked() {
   if (pool_.empty()) return;
-  device_backend(device_).synchronize(device_);  // queued work may still use cached blocks
+  device_runtime(device_).synchronize(device_);  // queued work may still use cached blocks
   for (auto& [size, blocks] : pool_)
     for (void* p : blocks) system_free(p);
   pool_.clear();
@@ -101,11 +101,11 @@ void Allocator::empty_cache_locked() {
 }
 
 void* Allocator::system_alloc(int64_t bytes) {
-  void* p = device_backend(device_).alloc(device_, bytes);
+  void* p = device_runtime(device_).alloc(device_, bytes);
   if (!p) throw OutOfMemory(device_, bytes, stats_.in_use, stats_.capacity);
   return p;
 }
 
-void Allocator::system_free(void* ptr) { device_backend(device_).free(device_, ptr); }
+void Allocator::system_free(void* ptr) { device_runtime(device_).free(device_, ptr); }
 
 }  // namespace gpumix

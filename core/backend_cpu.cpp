@@ -1,13 +1,11 @@
-// The CPU backend: every op in f32 and bf16 through kernels/cpu (the fp32 kernels or their
-// bf16 overloads, whose per-argument dtypes are core/backend.h's). Tensors arrive validated
-// by ops.cpp.
-#include <chrono>
-#include <cstdlib>
+// The CPU op table: every op in f32 and bf16 through kernels/cpu (the fp32 kernels or their
+// bf16 overloads, whose per-argument dtypes are core/op_table.h's). Tensors arrive
+// validated by ops.cpp.
 #include <cstring>
-#include <thread>
 
-#include "core/backend.h"
+#include "core/op_table.h"
 #include "core/precision.h"
+#include "core/runtime.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/philox.h"
 
@@ -46,34 +44,8 @@ void in_compute_dtype(const Tensor& anchor, F&& fn) {
     fn(Compute<float>{});
 }
 
-class CpuBackend final : public Backend {
+class CpuOps final : public OpTable {
  public:
-  DeviceProps default_props(Device) const override {
-    DeviceProps p;
-    p.name = "cpu";
-    p.capacity = host_memory_bytes();
-    return p;
-  }
-  bool computes(DType dtype) const override { return is_compute_dtype(dtype); }
-  void* alloc(Device, int64_t bytes) const override {
-    return std::aligned_alloc(64, (size_t)bytes);
-  }
-  void free(Device, void* ptr) const override { std::free(ptr); }
-
-  // No queues: every call has completed when it returns.
-  void* stream_handle(Device, Stream) const override { return nullptr; }
-  void synchronize(Device) const override {}
-  void* event_create(Device) const override { return nullptr; }
-  void event_destroy(void*) const override {}
-  void event_record(void*, Device, Stream) const override {}
-  void event_wait(void*, Device, Stream) const override {}
-  void event_synchronize(void*) const override {}
-  bool event_query(void*) const override { return true; }
-  double event_elapsed_ms(void*, void*) const override { return 0; }
-  void spin(Device, double ms) const override {
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
-  }
-
   void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                       const Tensor& bias) const override {
     const int OC = (int)weight.size(0), C = (int)weight.size(1);
@@ -193,7 +165,7 @@ class CpuBackend final : public Backend {
       k::adamw_step(f32(param), f32(grad), f32(m), f32(v), param.numel(), cfg.lr, cfg.beta1,
                     cfg.beta2, cfg.eps, cfg.weight_decay, step);
   }
-  void add(Tensor& out, const Tensor& a, const Tensor& b) const override {
+  void add(Tensor& out, const Tensor& a, const Tensor& b, Stream) const override {
     in_compute_dtype(a, [&](auto c) { k::add(c(out), c(a), c(b), a.numel()); });
   }
   void scale(Tensor& out, const Tensor& a, float s) const override {
@@ -277,32 +249,17 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-const Backend& cpu_backend() {
-  static const CpuBackend backend;
-  return backend;
+const OpTable& cpu_ops() {
+  static const CpuOps ops;
+  return ops;
 }
 
-const Backend* built_backend(Device device) {
-  if (device.is_cpu()) return &cpu_backend();
+const OpTable& device_ops(Device device) {
 #ifdef GPUMIX_CORE_CUDA
-  return &cuda_backend();
-#else
-  return nullptr;
+  if (device.is_cuda()) return cuda_ops();
 #endif
+  device_runtime(device);  // throws for a device kind this build lacks (one error, runtime.h's)
+  return cpu_ops();
 }
-
-const Backend& device_backend(Device device) {
-  const Backend* backend = built_backend(device);
-  GPUMIX_CHECK(backend, "device ", device.str(), " needs CUDA, but this build of GPUMix has no "
-               "CUDA backend; rebuild with nvcc available (meson setup -Dcuda=enabled)");
-  return *backend;
-}
-
-#ifndef GPUMIX_CORE_CUDA
-int cuda_device_count(std::string* why_not) {
-  if (why_not) *why_not = "this build has no CUDA backend in core/";
-  return 0;
-}
-#endif
 
 }  // namespace gpumix

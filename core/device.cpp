@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "core/allocator.h"
-#include "core/backend.h"
+#include "core/runtime.h"
 
 namespace gpumix {
 
@@ -26,14 +26,14 @@ std::map<std::pair<int, int>, DeviceState>& registry() {
   return *r;  // tensors in static storage may release memory during exit
 }
 
-// The device's entry, created with `initial` props, or the backend's defaults when null.
+// The device's entry, created with `initial` props, or the runtime's defaults when null.
 DeviceState& state(Device device, const DeviceProps* initial = nullptr) {
   std::lock_guard<std::mutex> lock(registry_mutex);
   auto key = std::make_pair((int)device.kind, device.index);
   auto it = registry().find(key);
   if (it == registry().end()) {
     DeviceState s;
-    s.props = initial ? *initial : device_backend(device).default_props(device);
+    s.props = initial ? *initial : device_runtime(device).default_props(device);
     s.alloc = std::make_unique<Allocator>(device, s.props.capacity);
     it = registry().emplace(key, std::move(s)).first;
   }
@@ -73,7 +73,7 @@ DeviceProps gpu_props(int ordinal) {
   GPUMIX_CHECK_INPUT(ordinal >= 0 && ordinal < count, "GPU ", ordinal, " does not exist: ", count,
                      " CUDA device(s) here", count ? "" : " (" + why + ")");
   const Device gpu = Device::cuda(ordinal);
-  return device_backend(gpu).default_props(gpu);
+  return device_runtime(gpu).default_props(gpu);
 }
 
 std::vector<Device> available_devices(std::string* why_no_cuda) {

@@ -1,11 +1,10 @@
 // Validation and the one dispatch point of every tensor op.
 #include "core/ops.h"
 
-
 #include <algorithm>
 #include <vector>
 
-#include "core/backend.h"
+#include "core/op_table.h"
 #include "core/precision.h"
 #include "core/slowdown.h"
 #include "core/stream.h"
@@ -14,11 +13,12 @@ namespace gpumix::ops {
 
 namespace {
 
-// The dispatch point: every op reaches its device's backend through here.
+// The dispatch point: every op reaches its device's op table through here (`stream`: the
+// one the op runs on, compute but for add).
 template <class F>
-auto dispatch(Device device, F&& run) {
-  SlowdownScope slowdown(device);  // an emulated slow device's wait (core/slowdown.h)
-  return run(device_backend(device));
+auto dispatch(Device device, F&& run, Stream stream = Stream::compute) {
+  SlowdownScope slowdown(device, stream);  // an emulated slow device's wait (core/slowdown.h)
+  return run(device_ops(device));
 }
 
 void check_defined(const char* op, const char* name, const Tensor& t) {
@@ -129,7 +129,7 @@ void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const 
   check_numel(op, "out", out, N * OC);
   GPUMIX_CHECK(out.size(-1) == OC, op, ": out ", out.shape().str(), " must have last dimension ", OC);
   args.maybe("bias", bias, Role::compute, Shape{OC});
-  dispatch(args.device(), [&](const Backend& b) { b.matmul_forward(out, inp, weight, bias); });
+  dispatch(args.device(), [&](const OpTable& b) { b.matmul_forward(out, inp, weight, bias); });
 }
 
 void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
@@ -147,7 +147,7 @@ void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor&
   if (dweight.defined()) check_numel(op, "dweight", dweight, OC * C);
   args.maybe("dbias", dbias, Role::fp32);
   if (dbias.defined()) check_numel(op, "dbias", dbias, OC);
-  dispatch(args.device(), [&](const Backend& b) {
+  dispatch(args.device(), [&](const OpTable& b) {
     b.matmul_backward(dinp, dweight, dbias, dout, inp, weight);
   });
 }
@@ -171,7 +171,7 @@ void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_
   GPUMIX_CHECK(a.numel() == batch * m * k && b.numel() == batch * k * n, op,
                ": batch sizes differ: a ", a.shape().str(), ", b ", b.shape().str(), ", c ",
                c.shape().str());
-  dispatch(args.device(), [&](const Backend& be) { be.gemm(c, a, b, trans_a, trans_b, alpha, beta); });
+  dispatch(args.device(), [&](const OpTable& be) { be.gemm(c, a, b, trans_a, trans_b, alpha, beta); });
 }
 
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
@@ -185,7 +185,7 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
   args.need("bias", bias, Role::compute, Shape{C});
   args.need("mean", mean, Role::fp32, Shape{N});
   args.need("rstd", rstd, Role::fp32, Shape{N});
-  dispatch(args.device(), [&](const Backend& b) {
+  dispatch(args.device(), [&](const OpTable& b) {
     b.layernorm_forward(out, mean, rstd, inp, weight, bias);
   });
 }
@@ -203,7 +203,7 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
   args.maybe("dbias", dbias, Role::fp32, Shape{C});
   args.need("mean", mean, Role::fp32, Shape{N});
   args.need("rstd", rstd, Role::fp32, Shape{N});
-  dispatch(args.device(), [&](const Backend& b) {
+  dispatch(args.device(), [&](const OpTable& b) {
     b.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
   });
 }
@@ -211,14 +211,14 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
 void gelu_forward(Tensor& out, const Tensor& inp) {
   const Args args("gelu_forward", "inp", inp);
   args.need("out", out, Role::compute, inp.shape());
-  dispatch(args.device(), [&](const Backend& b) { b.gelu_forward(out, inp); });
+  dispatch(args.device(), [&](const OpTable& b) { b.gelu_forward(out, inp); });
 }
 
 void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) {
   const Args args("gelu_backward", "inp", inp);
   args.need("dout", dout, Role::compute, inp.shape());
   args.need("dinp", dinp, Role::compute, inp.shape());
-  dispatch(args.device(), [&](const Backend& b) { b.gelu_backward(dinp, inp, dout); });
+  dispatch(args.device(), [&](const OpTable& b) { b.gelu_backward(dinp, inp, dout); });
 }
 
 namespace {
@@ -239,7 +239,7 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int NH) {
   const auto [B, T, C] = attention_dims(op, qkv, NH);
   args.need("out", out, Role::compute, Shape{B, T, C});
   args.need("lse", lse, Role::fp32, Shape{B, NH, T});
-  dispatch(args.device(), [&](const Backend& b) { b.attention_forward(out, lse, qkv, NH); });
+  dispatch(args.device(), [&](const OpTable& b) { b.attention_forward(out, lse, qkv, NH); });
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
@@ -251,7 +251,7 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   args.need("dout", dout, Role::compute, Shape{B, T, C});
   args.need("out", out, Role::compute, Shape{B, T, C});
   args.need("lse", lse, Role::fp32, Shape{B, NH, T});
-  dispatch(args.device(), [&](const Backend& b) { b.attention_backward(dqkv, dout, qkv, out, lse, NH); });
+  dispatch(args.device(), [&](const OpTable& b) { b.attention_backward(dqkv, dout, qkv, out, lse, NH); });
 }
 
 void attention_decode(Tensor& out, const Tensor& qkv, int64_t pos, int NH) {
@@ -261,7 +261,7 @@ void attention_decode(Tensor& out, const Tensor& qkv, int64_t pos, int NH) {
   GPUMIX_CHECK(pos >= 0 && pos < Tc, op, ": position ", pos, " is outside the cache's rows [0, ", Tc,
                "); qkv ", qkv.shape().str());
   args.need("out", out, Role::compute, Shape{B, 1, C});
-  dispatch(args.device(), [&](const Backend& b) { b.attention_decode(out, qkv, pos, NH); });
+  dispatch(args.device(), [&](const OpTable& b) { b.attention_decode(out, qkv, pos, NH); });
 }
 
 namespace {
@@ -286,7 +286,7 @@ void crossentropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits, con
   args.need("losses", losses, Role::fp32, Shape{N});
   args.need("lse", lse, Role::fp32, Shape{N});
   dispatch(args.device(),
-           [&](const Backend& b) { b.crossentropy_forward(losses, lse, logits, targets, ignore_index); });
+           [&](const OpTable& b) { b.crossentropy_forward(losses, lse, logits, targets, ignore_index); });
 }
 
 void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
@@ -298,7 +298,7 @@ void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& 
   args.need("dlogits", dlogits, Role::compute, logits.shape());
   args.need("lse", lse, Role::fp32, Shape{N});
   args.maybe("dloss", dloss, Role::fp32, Shape{1});
-  dispatch(args.device(), [&](const Backend& b) {
+  dispatch(args.device(), [&](const OpTable& b) {
     b.crossentropy_backward(dlogits, logits, lse, targets, dloss, scale, ignore_index);
   });
 }
@@ -322,7 +322,7 @@ void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, con
                wpe.size(0), " (wpe ", wpe.shape().str(), "); use --seq <= ", wpe.size(0));
   check_device(op, "tokens", tokens, args.device());
   args.need("out", out, Role::compute, Shape{B, T, C});
-  dispatch(args.device(), [&](const Backend& b) { b.embedding_forward(out, tokens, wte, wpe); });
+  dispatch(args.device(), [&](const OpTable& b) { b.embedding_forward(out, tokens, wte, wpe); });
 }
 
 void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
@@ -341,7 +341,7 @@ void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Te
   args.maybe("dwpe", dwpe, Role::fp32);
   GPUMIX_CHECK(!dwpe.defined() || (dwpe.dim() == 2 && dwpe.size(1) == C && dwpe.size(0) >= T), op,
                ": dwpe ", dwpe.shape().str(), " must be (Tmax >= ", T, ", ", C, ")");
-  dispatch(args.device(), [&](const Backend& b) { b.embedding_backward(dwte, dwpe, dout, tokens); });
+  dispatch(args.device(), [&](const OpTable& b) { b.embedding_backward(dwte, dwpe, dout, tokens); });
 }
 
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& cfg,
@@ -368,45 +368,45 @@ void adamw_step(Tensor& param, Tensor& param_copy, const Tensor& grad, Tensor& m
     check_device(op, "param_copy", param_copy, args.device());
   }
   GPUMIX_CHECK(step >= 1, op, ": step counts from 1, got ", step);
-  dispatch(args.device(), [&](const Backend& b) { b.adamw_step(param, param_copy, grad, m, v, cfg, step); });
+  dispatch(args.device(), [&](const OpTable& b) { b.adamw_step(param, param_copy, grad, m, v, cfg, step); });
 }
 
-void add(Tensor& out, const Tensor& a, const Tensor& b) {
+void add(Tensor& out, const Tensor& a, const Tensor& b, Stream stream) {
   const Args args("add", "a", a);
   args.need("b", b, Role::compute, a.shape());
   args.need("out", out, Role::compute);
   check_numel("add", "out", out, a.numel());
-  dispatch(args.device(), [&](const Backend& be) { be.add(out, a, b); });
+  dispatch(args.device(), [&](const OpTable& be) { be.add(out, a, b, stream); }, stream);
 }
 
 void scale(Tensor& out, const Tensor& a, float s) {
   const Args args("scale", "a", a);
   args.need("out", out, Role::compute);
   check_numel("scale", "out", out, a.numel());
-  dispatch(args.device(), [&](const Backend& b) { b.scale(out, a, s); });
+  dispatch(args.device(), [&](const OpTable& b) { b.scale(out, a, s); });
 }
 
 void axpy(Tensor& out, const Tensor& a, float s) {
   const Args args("axpy", "a", a);
   args.need("out", out, Role::compute_or_fp32);
   check_numel("axpy", "out", out, a.numel());
-  dispatch(args.device(), [&](const Backend& b) { b.axpy(out, a, s); });
+  dispatch(args.device(), [&](const OpTable& b) { b.axpy(out, a, s); });
 }
 
 double sum(const Tensor& a) {
   check_float("sum", "a", a);
-  return dispatch(a.device(), [&](const Backend& b) { return b.sum(a); });
+  return dispatch(a.device(), [&](const OpTable& b) { return b.sum(a); });
 }
 
 double sum_squares(const Tensor& a) {
   check_float("sum_squares", "a", a);
-  return dispatch(a.device(), [&](const Backend& b) { return b.sum_squares(a); });
+  return dispatch(a.device(), [&](const OpTable& b) { return b.sum_squares(a); });
 }
 
 void sum_to(Tensor& out, const Tensor& a, double scale) {
   const Args args("sum_to", "a", a);
   args.need("out", out, Role::fp32, Shape{1});
-  dispatch(args.device(), [&](const Backend& b) { b.sum_to(out, a, scale); });
+  dispatch(args.device(), [&](const OpTable& b) { b.sum_to(out, a, scale); });
 }
 
 namespace {
@@ -425,7 +425,7 @@ Device many_device(const char* op, const std::vector<Tensor>& ts) {
 std::vector<double> sum_squares_many(const std::vector<Tensor>& ts) {
   if (ts.empty()) return {};
   const Device device = many_device("sum_squares_many", ts);
-  return dispatch(device, [&](const Backend& b) { return b.sum_squares_many(ts); });
+  return dispatch(device, [&](const OpTable& b) { return b.sum_squares_many(ts); });
 }
 
 std::vector<float> read_scalars(const std::vector<Tensor>& ts) {
@@ -434,12 +434,12 @@ std::vector<float> read_scalars(const std::vector<Tensor>& ts) {
   for (size_t i = 0; i < ts.size(); ++i)
     GPUMIX_CHECK(ts[i].numel() == 1, "read_scalars: tensor ", i, " has ", ts[i].numel(),
                  " elements ", ts[i].shape().str(), ", expected 1");
-  return dispatch(device, [&](const Backend& b) { return b.read_scalars(ts); });
+  return dispatch(device, [&](const OpTable& b) { return b.read_scalars(ts); });
 }
 
 void fill(Tensor& t, float value) {
   check_defined("fill", "t", t);
-  dispatch(t.device(), [&](const Backend& b) { b.fill(t, value); });
+  dispatch(t.device(), [&](const OpTable& b) { b.fill(t, value); });
 }
 
 void copy(Tensor& dst, const Tensor& src) {
@@ -450,7 +450,7 @@ void copy(Tensor& dst, const Tensor& src) {
                dtype_name(src.dtype()), "; use convert");
   // The non-CPU side owns the transfer.
   const Device d = dst.device().is_cpu() ? src.device() : dst.device();
-  dispatch(d, [&](const Backend& b) { b.copy(dst, src); });
+  dispatch(d, [&](const OpTable& b) { b.copy(dst, src); });
 }
 
 void convert(Tensor& out, const Tensor& in) {
@@ -458,17 +458,17 @@ void convert(Tensor& out, const Tensor& in) {
   check_float("convert", "out", out);
   check_numel("convert", "out", out, in.numel());
   check_device("convert", "out", out, in.device());
-  dispatch(in.device(), [&](const Backend& b) { b.convert(out, in); });
+  dispatch(in.device(), [&](const OpTable& b) { b.convert(out, in); });
 }
 
 void uniform_(Tensor& t, uint64_t key, uint64_t offset, float low, float high) {
   check_float("uniform_", "t", t);
-  dispatch(t.device(), [&](const Backend& b) { b.uniform_(t, key, offset, low, high); });
+  dispatch(t.device(), [&](const OpTable& b) { b.uniform_(t, key, offset, low, high); });
 }
 
 void normal_(Tensor& t, uint64_t key, uint64_t offset, float mean, float std) {
   check_float("normal_", "t", t);
-  dispatch(t.device(), [&](const Backend& b) { b.normal_(t, key, offset, mean, std); });
+  dispatch(t.device(), [&](const OpTable& b) { b.normal_(t, key, offset, mean, std); });
 }
 
 }  // namespace gpumix::ops

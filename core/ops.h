@@ -1,9 +1,10 @@
 // The tensor op API. Every op checks its arguments here, once, for every device (shapes,
 // dtypes, devices: a mismatch names the op and the shapes), then dispatches on the device
-// in exactly one place (ops.cpp) to that device's Backend, which calls kernels/.
+// in exactly one place (ops.cpp) to that device's op table (core/op_table.h), which calls
+// kernels/ on the device's compute stream.
 //
 // Dtypes: each op computes in the dtype of its main input (f32 or bf16), and every other
-// argument's dtype follows from its role (core/precision.h; core/backend.h lists the roles
+// argument's dtype follows from its role (core/precision.h; core/op_table.h lists the roles
 // op by op): activations, weights as used in compute and activation gradients in the
 // compute dtype; parameter gradients, losses, lse, mean and rstd always fp32. A wrong
 // dtype is an error naming the op, the argument, its dtype and the expected one.
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/stream.h"
 #include "core/tensor.h"
 
 namespace gpumix {
@@ -83,8 +85,10 @@ void adamw_step(Tensor& param, Tensor& param_copy, const Tensor& grad, Tensor& m
                 const AdamWConfig& cfg, int step);
 
 // Elementwise (out may alias an input), all of a's dtype: out = a + b; out = s a; out += s a
-// (axpy's out may also be an fp32 accumulator of a bf16 a).
-void add(Tensor& out, const Tensor& a, const Tensor& b);
+// (axpy's out may also be an fp32 accumulator of a bf16 a). add may run on another stream
+// of a's device than compute (the local collectives' reductions, on comm): no emulated
+// slowdown is charged for it there (core/slowdown.h).
+void add(Tensor& out, const Tensor& a, const Tensor& b, Stream stream = Stream::compute);
 void scale(Tensor& out, const Tensor& a, float s);
 void axpy(Tensor& out, const Tensor& a, float s);
 
@@ -105,24 +109,13 @@ std::vector<float> read_scalars(const std::vector<Tensor>& ts);
 // Data movement.
 void fill(Tensor& t, float value);
 // Same numel and dtype, any devices; synchronous for the caller, through the cuda side's
-// backend and its compute stream: host -> cuda goes through pinned staging buffers, the
+// op table and its compute stream: host -> cuda goes through pinned staging buffers, the
 // host memory may be reused when copy returns and the data is in place for all later work
 // on the compute stream; cuda -> host has completed when copy returns (after the device's
 // earlier compute-stream work); cuda -> cuda is ordered on both devices' compute streams
 // (events, no host wait).
 void copy(Tensor& dst, const Tensor& src);
 void convert(Tensor& out, const Tensor& in);     // f32 <-> bf16, same device and numel
-
-// Waits until the device has finished all its work, its emulated slowdown for that work
-// included: on a cuda device with slowdown f > 1, the spin of f - 1 times the work enqueued
-// so far, which otherwise goes onto the stream with the next op (core/slowdown.h), is served
-// now and waited for. Returns that spin's milliseconds (0 on other devices: a CPU's
-// slowdown waits inside each op). For measurements: nothing before them is charged to them
-// (a cache flush before a timed kernel), and a timed kernel's own slowdown is known.
-double settle_slowdown(Device device);
-// The milliseconds of slowdown spin served so far on a cuda `device` by this thread (0
-// elsewhere): with settle_slowdown, what a test checks against the device's time.
-double slowdown_served_ms(Device device);
 
 // Random numbers: element i of `t` is element (offset + i) of the stream `key` (see
 // core/rng.h), whatever the device or how the tensor was split.

@@ -1,7 +1,7 @@
 #include "core/precision.h"
 
-#include "core/backend.h"
 #include "core/error.h"
+#include "core/runtime.h"
 #include "kernels/cpu/isa.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -43,14 +43,14 @@ bool cpu_has_native_bf16() {
 }
 
 bool backend_supports(Device device, DType dtype) {
-  const Backend* backend = built_backend(device);
-  return is_compute_dtype(dtype) && backend && backend->computes(dtype);
+  const DeviceRuntime* runtime = built_runtime(device);
+  return is_compute_dtype(dtype) && runtime && runtime->computes(dtype);
 }
 
 void check_backend_supports(Device device, DType dtype, const char* what) {
   if (backend_supports(device, dtype)) return;
   const char* kind = device.is_cpu() ? "CPU" : "CUDA";
-  GPUMIX_CHECK_INPUT(built_backend(device), what, " ", dtype_name(dtype), ": device ",
+  GPUMIX_CHECK_INPUT(built_runtime(device), what, " ", dtype_name(dtype), ": device ",
                      device.str(), " needs the CUDA backend, which this build of GPUMix lacks; "
                      "rebuild with nvcc available (meson setup -Dcuda=enabled)");
   std::string valid;

@@ -1,7 +1,7 @@
 // The mixed-precision contract (docs/design.md "Numbers and precision"), written once: a run
 // computes in ONE compute dtype, f32 or bf16, and the dtype of every tensor argument of
 // every op follows from it and the argument's role. core/ops.cpp checks each op's arguments
-// against this rule; every Backend (core/backend.h says each argument's role, op by op)
+// against this rule; every op table (core/op_table.h says each argument's role, op by op)
 // implements it; autograd and nn keep their tensors by it.
 //
 // In f32 every role is fp32: the same rule with compute = f32, at no extra cost.

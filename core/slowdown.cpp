@@ -11,8 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/ops.h"
+#include "core/runtime.h"
 #include "core/stream.h"
 
 namespace gpumix {
@@ -82,7 +81,7 @@ class GpuSlowdown {
     Event start, stop;
   };
   void serve() {
-    device_backend(device_).spin(device_, owed_ms_);
+    device_runtime(device_).spin(device_, owed_ms_);
     served_ms_ += owed_ms_;
     owed_ms_ = 0;
   }
@@ -101,7 +100,8 @@ GpuSlowdown& gpu_slowdown(Device device) {
 
 }  // namespace
 
-SlowdownScope::SlowdownScope(Device device) : factor_(device_props(device).slowdown) {
+SlowdownScope::SlowdownScope(Device device, Stream stream)
+    : factor_(stream == Stream::compute ? device_props(device).slowdown : 1) {
   if (factor_ <= 1) return;
   if (device.is_cuda()) {
     (gpu_ = &gpu_slowdown(device))->before();
@@ -126,8 +126,6 @@ SlowdownScope::~SlowdownScope() {
   t_owed_s -= now_s() - t0;
 }
 
-namespace ops {
-
 double settle_slowdown(Device device) {
   synchronize(device);
   const double factor = device_props(device).slowdown;
@@ -140,7 +138,5 @@ double settle_slowdown(Device device) {
 double slowdown_served_ms(Device device) {
   return device.is_cuda() && device_props(device).slowdown > 1 ? gpu_slowdown(device).served_ms() : 0;
 }
-
-}  // namespace ops
 
 }  // namespace gpumix

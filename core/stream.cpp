@@ -3,7 +3,8 @@
 #include <chrono>
 #include <utility>
 
-#include "core/backend.h"
+#include "core/error.h"
+#include "core/runtime.h"
 
 namespace gpumix {
 
@@ -42,33 +43,33 @@ Event& Event::operator=(Event&& other) noexcept {
 }
 
 void Event::release() {
-  if (handle_) device_backend(device_).event_destroy(handle_);
+  if (handle_) device_runtime(device_).event_destroy(handle_);
   handle_ = nullptr;
   recorded_ = false;
 }
 
 void Event::record(Device device, Stream stream) {
-  const Backend& backend = device_backend(device);
-  if (device != device_) release();  // a backend event belongs to the device it was made on
+  const DeviceRuntime& runtime = device_runtime(device);
+  if (device != device_) release();  // a runtime's event belongs to the device it was made on
   device_ = device;
-  if (!handle_) handle_ = backend.event_create(device);
+  if (!handle_) handle_ = runtime.event_create(device);
   host_ms_ = host_now_ms();
-  if (handle_) backend.event_record(handle_, device, stream);
+  if (handle_) runtime.event_record(handle_, device, stream);
   recorded_ = true;
 }
 
 void Event::wait(Device device, Stream stream) const {
   if (!recorded_ || !handle_) return;  // completed already
   if (device.is_cpu()) return synchronize();  // a CPU has no queue: the host waits
-  device_backend(device).event_wait(handle_, device, stream);
+  device_runtime(device).event_wait(handle_, device, stream);
 }
 
 void Event::synchronize() const {
-  if (recorded_ && handle_) device_backend(device_).event_synchronize(handle_);
+  if (recorded_ && handle_) device_runtime(device_).event_synchronize(handle_);
 }
 
 bool Event::query() const {
-  return !recorded_ || !handle_ || device_backend(device_).event_query(handle_);
+  return !recorded_ || !handle_ || device_runtime(device_).event_query(handle_);
 }
 
 double Event::elapsed_ms(const Event& later) const {
@@ -78,13 +79,13 @@ double Event::elapsed_ms(const Event& later) const {
   GPUMIX_CHECK((handle_ == nullptr) == (later.handle_ == nullptr), "Event::elapsed_ms: events "
                "recorded on ", device_.str(), " and ", later.device_.str(), " have no common clock");
   if (!handle_) return later.host_ms_ - host_ms_;
-  return device_backend(device_).event_elapsed_ms(handle_, later.handle_);
+  return device_runtime(device_).event_elapsed_ms(handle_, later.handle_);
 }
 
-void synchronize(Device device) { device_backend(device).synchronize(device); }
+void synchronize(Device device) { device_runtime(device).synchronize(device); }
 
 void* stream_handle(Device device, Stream stream) {
-  return device_backend(device).stream_handle(device, stream);
+  return device_runtime(device).stream_handle(device, stream);
 }
 
 }  // namespace gpumix

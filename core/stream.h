@@ -53,7 +53,7 @@ class Event {
   void release();
 
   Device device_;
-  void* handle_ = nullptr;  // the backend's event (a cudaEvent_t); null on a CPU device
+  void* handle_ = nullptr;  // the runtime's event (a cudaEvent_t); null on a CPU device
   double host_ms_ = 0;      // host clock at record()
   bool recorded_ = false;
 };
@@ -61,7 +61,7 @@ class Event {
 // The host waits for all of `device`'s streams (no-op on a CPU device).
 void synchronize(Device device);
 
-// The backend's stream as a void* (a cudaStream_t on a cuda device; nullptr on a CPU
+// The runtime's stream as a void* (a cudaStream_t on a cuda device; nullptr on a CPU
 // device), for code that calls CUDA libraries itself (NCCL). Set the device's ordinal
 // current (cudaSetDevice(device_props(d).ordinal)) before enqueueing on it.
 void* stream_handle(Device device, Stream stream);

@@ -18,6 +18,7 @@
 #include "core/ops.h"
 #include "core/precision.h"
 #include "core/rng.h"
+#include "core/slowdown.h"
 #include "core/stream.h"
 #include "dist/comm/comm.h"
 #include "dist/engine/launch.h"
@@ -50,7 +51,7 @@ double time_on(Device device, const std::function<void()>& fn) {
   fn();
   end.record(device, Stream::compute);
   end.synchronize();
-  return (start.elapsed_ms(end) + ops::settle_slowdown(device)) * 1e-3;
+  return (start.elapsed_ms(end) + settle_slowdown(device)) * 1e-3;
 }
 
 double median_of(std::vector<double> t) {
@@ -414,7 +415,7 @@ std::vector<KernelResult> time_cases(std::vector<Case>& cases, Device dev, const
       time_on(dev, run);  // warm-up
       for (int r = 0; r < repeat; ++r) {
         ops::fill(flush, (float)r);
-        ops::settle_slowdown(dev);  // the flush's emulated slowdown, if any, served before the timing
+        settle_slowdown(dev);  // the flush's emulated slowdown, if any, served before the timing
         k.times_s.push_back(time_on(dev, run));
       }
       k.median_s = median_of(k.times_s);

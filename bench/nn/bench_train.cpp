@@ -34,9 +34,9 @@
 
 #include "autograd/tape.h"
 #include "core/allocator.h"
-#include "core/backend.h"
 #include "core/ops.h"
 #include "core/precision.h"
+#include "core/runtime.h"
 #include "core/stream.h"
 #include "dist/plan/device_catalog.h"
 #include "nn/gpt.h"

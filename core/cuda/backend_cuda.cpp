@@ -1,26 +1,18 @@
-// The CUDA backend: every op through kernels/cuda on the logical device's compute stream,
-// with its GPU (DeviceProps::ordinal) current. The kernels compute in bf16 (fp32
-// accumulation) with the per-argument dtypes of core/backend.h, so a run computes in bf16
-// here; fp32 tensors appear where the contract makes them fp32 (master weights, parameter
-// gradients, moments, losses, lse, mean, rstd) and in the elementwise ops, reductions and
-// conversions that handle them. Tensors arrive validated by ops.cpp.
-//
-// Per logical device (Device::cuda(i), one rank's view of a GPU): three non-blocking
-// streams (compute, comm, offload), two pinned staging buffers for host copies, a pinned
-// buffer for the results that come back to the host, and a word of device memory where
-// the kernels report a token outside the vocabulary, copied back beside every result
-// that comes to the host (no synchronisation of its own).
+// The CUDA op table: every op through kernels/cuda on the logical device's compute stream
+// (core/cuda/logical.h), with its GPU (DeviceProps::ordinal) current. The kernels compute in
+// bf16 (fp32 accumulation) with the per-argument dtypes of core/op_table.h, so a run
+// computes in bf16 here; fp32 tensors appear where the contract makes them fp32 (master
+// weights, parameter gradients, moments, losses, lse, mean, rstd) and in the elementwise
+// ops, reductions and conversions that handle them. Tensors arrive validated by ops.cpp.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <map>
-#include <memory>
 #include <mutex>
-#include <thread>
 
-#include "core/backend.h"
+#include "core/cuda/logical.h"
+#include "core/op_table.h"
 #include "core/precision.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda.h"
@@ -30,111 +22,10 @@ namespace gpumix {
 namespace {
 
 namespace cu = kernels::cuda;
-
-constexpr int64_t kStagingBytes = 4 << 20;  // per buffer; two per logical device
-constexpr unsigned long long kNoBadToken = ULLONG_MAX;
-
-// Whether the work before `e`'s latest record has completed (never recorded: true). A
-// query, not a host synchronisation.
-bool event_done(cudaEvent_t e) {
-  const cudaError_t q = cudaEventQuery(e);
-  if (q == cudaErrorNotReady) {
-    (void)cudaGetLastError();  // "not ready" is an answer, not an error
-    return false;
-  }
-  CUDA_CHECK(q);
-  return true;
-}
-
-// The host waits for `e` only if it has not completed yet (cudaEventSynchronize is a host
-// synchronisation even then).
-void wait_unless_done(cudaEvent_t e) {
-  if (!event_done(e)) CUDA_CHECK(cudaEventSynchronize(e));
-}
-
-// The state of one logical device, created at its first use and kept for the process.
-struct Logical {
-  Device device;
-  int ordinal = 0;
-  cudaStream_t streams[3] = {};
-  unsigned long long* bad_token = nullptr;  // device memory (cu::check_tokens)
-  int bad_token_vocab = 0;                  // V of the latest check
-
-  std::mutex host_mutex;                    // guards the pinned buffers below
-  void* staging[2] = {};
-  cudaEvent_t staging_free[2] = {};         // the last copy through staging[i] is done
-  int next_upload = 0;                      // the staging buffer of the next upload's first chunk
-  void* results = nullptr;                  // pinned, results_bytes
-  int64_t results_bytes = 0;
-  unsigned long long* bad_token_host = nullptr;  // pinned: bad_token as last copied back
-
-  cudaStream_t stream(Stream s) const { return streams[(int)s]; }
-  cudaStream_t compute() const { return streams[(int)Stream::compute]; }
-  // Makes this device's GPU current for the calling thread; returns the compute stream.
-  cudaStream_t use() const {
-    CUDA_CHECK(cudaSetDevice(ordinal));
-    return compute();
-  }
-  void ensure_staging() {
-    if (staging[0]) return;
-    for (int i = 0; i < 2; ++i) {
-      CUDA_CHECK(cudaHostAlloc(&staging[i], kStagingBytes, cudaHostAllocPortable));
-      CUDA_CHECK(cudaEventCreateWithFlags(&staging_free[i], cudaEventDisableTiming));
-    }
-  }
-  // The pinned results buffer, at least `bytes` long (host_mutex held).
-  void* results_of(int64_t bytes) {
-    if (bytes > results_bytes) {
-      if (results) CUDA_CHECK(cudaFreeHost(results));
-      results_bytes = std::max<int64_t>(bytes, 4096);
-      CUDA_CHECK(cudaHostAlloc(&results, (size_t)results_bytes, cudaHostAllocPortable));
-    }
-    return results;
-  }
-  // Enqueued on the compute stream beside a result's copy to the host (host_mutex held);
-  // raise_bad_token reads it once the stream was synchronised: a token outside the
-  // vocabulary, reported by the embedding kernels since the last check, is the caller's
-  // error (reported once: the word is reset).
-  void fetch_bad_token() {
-    CUDA_CHECK(cudaMemcpyAsync(bad_token_host, bad_token, sizeof *bad_token, cudaMemcpyDeviceToHost,
-                               compute()));
-  }
-  void raise_bad_token() {
-    const unsigned long long word = *bad_token_host;
-    if (word == kNoBadToken) return;
-    *bad_token_host = kNoBadToken;
-    CUDA_CHECK(cudaMemsetAsync(bad_token, 0xff, sizeof *bad_token, compute()));  // kNoBadToken
-    GPUMIX_CHECK(false, "embedding on ", device.str(), ": token ", (int32_t)(uint32_t)word,
-                 " at position ", (int64_t)(word >> 32), " is outside the vocabulary of ",
-                 bad_token_vocab, "; the data does not match this model");
-  }
-};
-
-std::mutex logical_mutex;
-
-Logical& logical(Device device) {
-  static auto* devices = new std::map<int, std::unique_ptr<Logical>>();  // never destroyed
-  std::lock_guard<std::mutex> lock(logical_mutex);
-  auto it = devices->find(device.index);
-  if (it != devices->end()) return *it->second;
-  const DeviceProps props = device_props(device);
-  std::string why;
-  const int count = cu::cuda_device_count(&why);
-  GPUMIX_CHECK_INPUT(props.ordinal >= 0 && props.ordinal < count, device.str(), " is GPU ",
-                     props.ordinal, " but this machine has ", count, " CUDA device(s)",
-                     count ? "" : " (" + why + ")", "; name a GPU from 0 to ", count - 1,
-                     " or run without cuda devices");
-  auto d = std::make_unique<Logical>();
-  d->device = device;
-  d->ordinal = props.ordinal;
-  CUDA_CHECK(cudaSetDevice(d->ordinal));
-  for (cudaStream_t& s : d->streams) CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaMalloc((void**)&d->bad_token, sizeof(unsigned long long)));  // outside the
-  CUDA_CHECK(cudaMemsetAsync(d->bad_token, 0xff, sizeof(unsigned long long), d->compute()));  // allocator
-  CUDA_CHECK(cudaHostAlloc((void**)&d->bad_token_host, sizeof(unsigned long long), cudaHostAllocPortable));
-  *d->bad_token_host = kNoBadToken;
-  return *devices->emplace(device.index, std::move(d)).first->second;
-}
+using cuda_state::kStagingBytes;
+using cuda_state::Logical;
+using cuda_state::logical;
+using cuda_state::wait_unless_done;
 
 float* f32(const Tensor& t) { return t.data<float>(); }
 float* opt(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
@@ -149,85 +40,8 @@ void need_bf16(const char* op, const Tensor& anchor) {
                      "--dtype bf16");
 }
 
-class CudaBackend final : public Backend {
+class CudaOps final : public OpTable {
  public:
-  DeviceProps default_props(Device device) const override {
-    DeviceProps p;
-    p.ordinal = device.index;
-    std::string why;
-    const int count = cu::cuda_device_count(&why);
-    if (device.index >= count) {  // usable once configure_device names a GPU that exists
-      p.name = str("no GPU ", device.index, " (", count, " found", count ? "" : ": " + why, ")");
-      return p;
-    }
-    p.name = cu::cuda_device_info(device.index).name;
-    size_t free_bytes = 0, total = 0;
-    CUDA_CHECK(cudaSetDevice(device.index));
-    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-    p.capacity = (int64_t)free_bytes;
-    return p;
-  }
-  bool computes(DType dtype) const override { return dtype == DType::bf16; }
-  void* alloc(Device device, int64_t bytes) const override {
-    logical(device).use();
-    void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, (size_t)bytes);
-    if (e == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      return nullptr;  // the allocator throws OutOfMemory with the numbers
-    }
-    CUDA_CHECK(e);
-    return p;
-  }
-  void free(Device device, void* ptr) const override {
-    logical(device).use();
-    CUDA_CHECK(cudaFree(ptr));
-  }
-
-  void* stream_handle(Device device, Stream stream) const override {
-    return logical(device).stream(stream);
-  }
-  void synchronize(Device device) const override {
-    const Logical& d = logical(device);
-    d.use();
-    for (cudaStream_t s : d.streams) CUDA_CHECK(cudaStreamSynchronize(s));
-  }
-  void* event_create(Device device) const override {
-    logical(device).use();
-    cudaEvent_t e;
-    CUDA_CHECK(cudaEventCreate(&e));  // with timing: elapsed_ms
-    return e;
-  }
-  // Called from ~Event, also at exit after the runtime may have unloaded: never throws.
-  void event_destroy(void* event) const override {
-    if (cudaEventDestroy((cudaEvent_t)event) != cudaSuccess) (void)cudaGetLastError();
-  }
-  void event_record(void* event, Device device, Stream stream) const override {
-    const Logical& d = logical(device);
-    d.use();
-    CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, d.stream(stream)));
-  }
-  void event_wait(void* event, Device device, Stream stream) const override {
-    const Logical& d = logical(device);
-    d.use();
-    CUDA_CHECK(cudaStreamWaitEvent(d.stream(stream), (cudaEvent_t)event, 0));
-  }
-  void event_synchronize(void* event) const override {
-    CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)event));
-  }
-  bool event_query(void* event) const override { return event_done((cudaEvent_t)event); }
-  double event_elapsed_ms(void* start, void* end) const override {
-    // The emulated slowdown asks only once `end` has completed: no host wait then.
-    wait_unless_done((cudaEvent_t)start);
-    wait_unless_done((cudaEvent_t)end);
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)end));
-    return ms;
-  }
-  void spin(Device device, double ms) const override {
-    cu::spin_ns((int64_t)(ms * 1e6), logical(device).use());
-  }
-
   void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                       const Tensor& bias) const override {
     need_bf16("matmul_forward", inp);
@@ -341,11 +155,12 @@ class CudaBackend final : public Backend {
     cu::adamw_step(f32(param), opt_bf(param_copy), f32(grad), f32(m), f32(v), param.numel(), cfg.lr,
                    cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step, on(param));
   }
-  void add(Tensor& out, const Tensor& a, const Tensor& b) const override {
+  void add(Tensor& out, const Tensor& a, const Tensor& b, Stream stream) const override {
+    const cudaStream_t s = logical(a.device()).use(stream);
     if (a.dtype() == DType::f32)
-      cu::add(f32(out), f32(a), f32(b), a.numel(), on(a));
+      cu::add(f32(out), f32(a), f32(b), a.numel(), s);
     else
-      cu::add(bf(out), bf(a), bf(b), a.numel(), on(a));
+      cu::add(bf(out), bf(a), bf(b), a.numel(), s);
   }
   void scale(Tensor& out, const Tensor& a, float s) const override {
     if (a.dtype() == DType::f32)
@@ -548,11 +363,9 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-const Backend& cuda_backend() {
-  static const CudaBackend backend;
-  return backend;
+const OpTable& cuda_ops() {
+  static const CudaOps ops;
+  return ops;
 }
-
-int cuda_device_count(std::string* why_not) { return cu::cuda_device_count(why_not); }
 
 }  // namespace gpumix

@@ -20,14 +20,15 @@
 //
 // Device buffers (CUDA tensors; ranks on the same or on different GPUs): the rounds are the
 // same, and each rank moves what it needs itself, asynchronously on its device's comm
-// stream (core/stream.h) instead of with memcpy: cudaMemcpyAsync from the peers' buffers
-// (peer access where available, else the driver stages), and reductions as the fp32 adds
-// of the kernels, in rank order (the same bits as on the host). Events order it: every
-// rank posts an event of its compute stream recorded when it issued the collective (its
-// buffers are then written), which the others' comm streams wait for before reading them;
-// the "done" round posts an event after each rank's copies, and the issuing thread makes
-// its compute stream wait for every rank's (the readers of its buffers) before the
-// collective returns or its request's wait() does. The host never waits for the device.
+// stream (core/stream.h) instead of with memcpy: the runtime's copies from the peers'
+// buffers (core/runtime.h: peer access where available, else the driver stages), and
+// reductions as fp32 ops::add on the comm stream, in rank order (the same bits as on the
+// host). Events order it: every rank posts an event of its compute stream recorded when it
+// issued the collective (its buffers are then written), which the others' comm streams wait
+// for before reading them; the "done" round posts an event after each rank's copies, and
+// the issuing thread makes its compute stream wait for every rank's (the readers of its
+// buffers) before the collective returns or its request's wait() does. The host never waits
+// for the device.
 // All ranks of one collective pass host buffers, or all device buffers.
 //
 // Failure: fail() marks the group failed and wakes every waiter; waiting longer than
@@ -46,17 +47,10 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/ops.h"
+#include "core/runtime.h"
 #include "core/stream.h"
 #include "dist/comm/comm.h"
-
-#ifdef GPUMIX_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include <set>
-
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda.h"
-#endif
 
 namespace gpumix::dist {
 namespace detail {
@@ -273,40 +267,11 @@ std::string check_one_kind(const Round& r) {
              "); put every rank's tensors on its device");
 }
 
-#ifdef GPUMIX_HAVE_CUDA
-int ordinal(Device d) { return device_props(d).ordinal; }
-
-cudaStream_t comm_stream(Device d) { return static_cast<cudaStream_t>(stream_handle(d, Stream::comm)); }
-
-// Peer access from GPU `from` to `to` where the hardware has it (once per pair); without
-// it cudaMemcpyAsync stages through the host.
-void enable_peer_access(int from, int to) {
-  static std::mutex mu;
-  static std::set<std::pair<int, int>> tried;
-  std::lock_guard<std::mutex> lock(mu);
-  if (from == to || !tried.insert({from, to}).second) return;
-  int can = 0;
-  CUDA_CHECK(cudaDeviceCanAccessPeer(&can, from, to));
-  if (!can) return;
-  CUDA_CHECK(cudaSetDevice(from));
-  const cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
-  if (e == cudaErrorPeerAccessAlreadyEnabled)
-    (void)cudaGetLastError();
-  else
-    CUDA_CHECK(e);
-}
-#endif
-
 // The device work of one rank in a device collective, on its comm stream.
 class DeviceWork {
  public:
-  explicit DeviceWork(const DeviceSidePtr& side) : side_(*side) {
-#ifdef GPUMIX_HAVE_CUDA
-    CUDA_CHECK(cudaSetDevice(ordinal(side_.device)));  // kernels launch on the current device
-#else
-    GPUMIX_CHECK(false, "local comm: ", side_.device.str(), " tensors in a build without CUDA");
-#endif
-  }
+  explicit DeviceWork(const DeviceSidePtr& side)
+      : side_(*side), runtime_(device_runtime(side_.device)) {}
   // The comm stream waits for the given ranks' compute streams at their issue.
   void after_ready(const Round& r) {
     for (const Post& p : r.posts) p.ready->wait(side_.device, Stream::comm);
@@ -317,40 +282,32 @@ class DeviceWork {
       if (p.done) p.done->wait(side_.device, Stream::comm);
   }
   void copy(void* dst, const void* src, int64_t bytes) {
-#ifdef GPUMIX_HAVE_CUDA
-    if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDefault, comm_stream(side_.device)));
-#else
-    (void)dst, (void)src, (void)bytes;
-#endif
+    runtime_.copy_async(side_.device, Stream::comm, dst, src, bytes);
   }
   // ins[0] + ins[1] + ... (n each) in rank order, fp32, as detail::sum_in_rank_order, into
   // scratch on this rank's device (returned; it lives until the join). `devices[q]` holds
   // ins[q]: on another GPU it is staged here first.
   const float* sum_in_rank_order(const std::vector<const float*>& ins, const std::vector<Device>& devices,
                                  int64_t n) {
-    std::vector<const float*> here(ins);
-#ifdef GPUMIX_HAVE_CUDA
+    std::vector<Tensor> here(ins.size());
     for (size_t q = 0; q < ins.size(); ++q) {
-      if (ordinal(devices[q]) == ordinal(side_.device)) continue;
-      enable_peer_access(ordinal(side_.device), ordinal(devices[q]));
-      CUDA_CHECK(cudaSetDevice(ordinal(side_.device)));
-      Tensor staged = scratch({n});
-      copy(staged.raw_data(), ins[q], n * (int64_t)sizeof(float));
-      here[q] = staged.data<float>();
+      if (device_props(devices[q]).ordinal == device_props(side_.device).ordinal) {
+        // A buffer on this GPU (this rank's or a peer's), read in place: viewed as this
+        // device's, which the add runs on (never written, never freed through the view).
+        here[q] = Tensor::borrow(const_cast<float*>(ins[q]), {n}, DType::f32, side_.device);
+        continue;
+      }
+      runtime_.enable_peer_access(side_.device, devices[q]);
+      here[q] = scratch({n});
+      copy(here[q].raw_data(), ins[q], n * (int64_t)sizeof(float));
     }
     Tensor acc = scratch({n});
-    float* a = acc.data<float>();
-    const cudaStream_t s = comm_stream(side_.device);
     if (here.size() == 1)
-      copy(a, here[0], n * (int64_t)sizeof(float));
+      copy(acc.raw_data(), here[0].raw_data(), n * (int64_t)sizeof(float));
     else
-      kernels::cuda::add(a, here[0], here[1], n, s);
-    for (size_t q = 2; q < here.size(); ++q) kernels::cuda::add(a, a, here[q], n, s);
-    return a;
-#else
-    (void)devices, (void)n;
-    return nullptr;
-#endif
+      ops::add(acc, here[0], here[1], Stream::comm);
+    for (size_t q = 2; q < here.size(); ++q) ops::add(acc, acc, here[q], Stream::comm);
+    return acc.data<float>();
   }
   // An event after this rank's device work so far, for the next round's post.
   std::shared_ptr<Event> done() {
@@ -376,6 +333,7 @@ class DeviceWork {
     return side_.scratch.back();
   }
   DeviceSide& side_;
+  const DeviceRuntime& runtime_;
 };
 
 // A collective queued on a rank's worker thread.

@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "core/backend.h"
 #include "core/precision.h"
+#include "core/runtime.h"
 #include "dist/plan/plan.h"
 
 namespace gpumix::dist {

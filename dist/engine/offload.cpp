@@ -1,77 +1,45 @@
 #include "dist/engine/offload.h"
 
-#include <cstring>
-#include <vector>
-
 #include "core/error.h"
-
-#ifdef GPUMIX_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "kernels/cuda/check.h"
-#endif
+#include "core/runtime.h"
 
 namespace gpumix::dist {
 
-// Host memory of one slot: pinned (cudaMallocHost) for a GPU, so that its copies run
-// asynchronously on the offload stream; plain for a CPU. Grows, never shrinks.
+// Host memory of one slot from the device's runtime (core/runtime.h): pinned for a GPU, so
+// that its copies run asynchronously on the offload stream; plain for a CPU. Grows, never
+// shrinks.
 struct InputOffload::HostBuffer {
-  explicit HostBuffer(bool pinned_) : pinned(pinned_) {}
+  explicit HostBuffer(Device device) : runtime(device_runtime(device)) {}
   ~HostBuffer() { release(); }
   void* reserve(int64_t n) {
     if (n <= bytes) return data;
     release();
-#ifdef GPUMIX_HAVE_CUDA
-    if (pinned) {
-      CUDA_CHECK(cudaMallocHost(&data, (size_t)n));
-      bytes = n;
-      return data;
-    }
-#endif
-    plain.resize((size_t)n);
-    data = plain.data();
+    data = runtime.host_alloc(n);
     bytes = n;
     return data;
   }
   void release() {
-#ifdef GPUMIX_HAVE_CUDA
-    if (pinned && data) cudaFreeHost(data);
-#endif
-    plain.clear();
-    plain.shrink_to_fit();
+    if (data) runtime.host_free(data);
     data = nullptr;
     bytes = 0;
   }
-  const bool pinned;
+  const DeviceRuntime& runtime;
   void* data = nullptr;
   int64_t bytes = 0;
-  std::vector<char> plain;
 };
 
 namespace {
 
-// n bytes between host and device memory of `device`: on a GPU asynchronously on its
-// offload stream, after the compute stream's work so far (an event), recording `done`;
-// on a CPU a memcpy.
-void copy_on_offload_stream(Device device, void* dst, const void* src, int64_t n, bool to_host, Event& done) {
+// n bytes between host and device memory of `device` on its offload stream, after the
+// compute stream's work so far (an event), recording `done` (on a CPU, without queues: a
+// copy done on return).
+void copy_on_offload_stream(Device device, void* dst, const void* src, int64_t n, Event& done) {
   if (n == 0) return;
-  if (device.is_cpu()) {
-    std::memcpy(dst, src, (size_t)n);
-    return;
-  }
-#ifdef GPUMIX_HAVE_CUDA
-  CUDA_CHECK(cudaSetDevice(device_props(device).ordinal));  // before enqueueing on its streams
   Event ready;
   ready.record(device, Stream::compute);
   ready.wait(device, Stream::offload);
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)n, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
-                             static_cast<cudaStream_t>(stream_handle(device, Stream::offload))));
+  device_runtime(device).copy_async(device, Stream::offload, dst, src, n);
   done.record(device, Stream::offload);
-#else
-  (void)to_host;
-  (void)done;
-  GPUMIX_CHECK(false, "offload on ", device.str(), " in a build without CUDA");
-#endif
 }
 
 }  // namespace
@@ -87,12 +55,12 @@ void InputOffload::put(int l, int j, const Tensor& x) {
   Slot& slot = slots_[{l, j}];
   GPUMIX_CHECK(!slot.offloaded && !slot.on_device.defined(), "internal: block ", l, " input ", j,
                " offloaded twice in one step");
-  if (!slot.host) slot.host = std::make_unique<HostBuffer>(device_.is_cuda());
+  if (!slot.host) slot.host = std::make_unique<HostBuffer>(device_);
   if (x.nbytes() > slot.host->bytes) slot.done.synchronize();  // a larger buffer: the old one's copies end first
   void* host = slot.host->reserve(x.nbytes());
   slot.shape = x.shape();
   slot.dtype = x.dtype();
-  copy_on_offload_stream(device_, host, x.raw_data(), x.nbytes(), true, slot.done);
+  copy_on_offload_stream(device_, host, x.raw_data(), x.nbytes(), slot.done);
   slot.offloaded = true;
   if (device_.is_cpu()) return;  // copied already: the device tensor goes now
   slot.on_device = x;
@@ -119,7 +87,7 @@ void InputOffload::prefetch(int l, int j) {
   if (it == slots_.end() || !it->second.offloaded || it->second.on_device.defined()) return;
   Slot& slot = it->second;
   slot.on_device = Tensor::empty(slot.shape, slot.dtype, device_);
-  copy_on_offload_stream(device_, slot.on_device.raw_data(), slot.host->data, slot.on_device.nbytes(), false,
+  copy_on_offload_stream(device_, slot.on_device.raw_data(), slot.host->data, slot.on_device.nbytes(),
                          slot.done);
   slot.coming_back = true;
 }

@@ -20,9 +20,10 @@
 #include <thread>
 
 #include "core/allocator.h"
-#include "core/backend.h"
 #include "core/ops.h"
 #include "core/precision.h"
+#include "core/runtime.h"
+#include "core/slowdown.h"
 #include "core/stream.h"
 #include "kernels/cuda/cuda.h"
 #include "tests/core/test_util.h"
@@ -454,7 +455,7 @@ TEST_F(CudaBackend, EventsOrderComputeAndCommStreams) {
   // comm (through the handle, as NCCL would be) sees the op's result.
   const int64_t n = 1 << 22;
   Tensor x = Tensor::zeros({n}, DType::f32, kGpu), y = Tensor::zeros({n}, DType::f32, kGpu);
-  device_backend(kGpu).spin(kGpu, 20.0);  // 20 ms on compute before the fill
+  device_runtime(kGpu).spin(kGpu, 20.0);  // 20 ms on compute before the fill
   ops::fill(x, 5.0f);
   Event done;
   done.record(kGpu, Stream::compute);
@@ -497,9 +498,9 @@ TEST_F(CudaBackend, SlowdownSpinsOnTheStreamWithoutHostWaits) {
     Tensor a = Tensor::full({n, n}, 0.01f, DType::bf16, d), c = Tensor::empty({n, n}, DType::bf16, d);
     ops::gemm(c, a, a, false, true);  // warm-up: cuBLASLt's algorithm choice
     synchronize(d);
-    ops::settle_slowdown(d);  // the warm-up's spin, before the window
+    settle_slowdown(d);  // the warm-up's spin, before the window
     synchronize(d);
-    const double served0 = ops::slowdown_served_ms(d);
+    const double served0 = slowdown_served_ms(d);
     Event start, stop;
     start.record(d);
     for (int step = 0; step < kSteps; ++step) {
@@ -508,7 +509,7 @@ TEST_F(CudaBackend, SlowdownSpinsOnTheStreamWithoutHostWaits) {
     }
     stop.record(d);
     stop.synchronize();
-    *served_ms = ops::slowdown_served_ms(d) - served0;
+    *served_ms = slowdown_served_ms(d) - served0;
     return start.elapsed_ms(stop);
   };
   // Counted, not timed against the fast device (their ratio, 2.75x expected, moves with the
@@ -540,10 +541,10 @@ TEST_F(CudaBackend, SlowdownNeverChargesItsOwnSpins) {
   configure_device(slow, p);
   Tensor t = Tensor::empty({1 << 14}, DType::f32, slow);
   ops::fill(t, 0.0f);
-  EXPECT_EQ(ops::settle_slowdown(Device::cpu()), 0.0);  // nothing to serve on a CPU
-  EXPECT_EQ(ops::slowdown_served_ms(Device::cpu()), 0.0);
-  ops::settle_slowdown(slow);
-  const double served0 = ops::slowdown_served_ms(slow);
+  EXPECT_EQ(settle_slowdown(Device::cpu()), 0.0);  // nothing to serve on a CPU
+  EXPECT_EQ(slowdown_served_ms(Device::cpu()), 0.0);
+  settle_slowdown(slow);
+  const double served0 = slowdown_served_ms(slow);
   Event start, end;
   start.record(slow);
   // 1,500 ops at once fill the queue; then the host keeps it full while the GPU completes
@@ -552,10 +553,10 @@ TEST_F(CudaBackend, SlowdownNeverChargesItsOwnSpins) {
     ops::fill(t, (float)i);
     if (i >= 1500) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
-  ops::settle_slowdown(slow);
+  settle_slowdown(slow);
   end.record(slow);
   end.synchronize();
-  const double window = start.elapsed_ms(end), served = ops::slowdown_served_ms(slow) - served0;
+  const double window = start.elapsed_ms(end), served = slowdown_served_ms(slow) - served0;
   EXPECT_GT(served, 0.0);
   EXPECT_LE(2 * served, 1.01 * window + 0.05) << "spin served " << served << " ms in a window of " << window << " ms";
 }

@@ -6,9 +6,9 @@
 // saying why.
 #include <mutex>
 
-#include "core/backend.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/runtime.h"
 #include "tests/dist_comm/comm_test_util.h"
 
 namespace gpumix::dist {

@@ -22,8 +22,8 @@
 
 #include <mutex>
 
-#include "core/backend.h"
 #include "core/device.h"
+#include "core/runtime.h"
 #include "dist/comm/comm.h"
 #include "dist/engine/trainer.h"
 #include "engine_test_util.h"

@@ -11,9 +11,9 @@
 
 #include <cstdio>
 
-#include "core/backend.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/runtime.h"
 #include "dist/comm/comm.h"
 #include "dist/engine/trainer.h"
 #include "engine_test_util.h"

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "core/backend.h"
+#include "core/runtime.h"
 #include "dist/comm/comm.h"
 #include "dist/engine/profiler.h"
 #include "tools/bench.h"

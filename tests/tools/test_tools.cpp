@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/backend.h"
+#include "core/runtime.h"
 #include "nn/checkpoint.h"
 #include "run_gpumix.h"
 

@@ -1,8 +1,11 @@
-// The small explicit contract between core/ops (which validates) and a device's kernels.
-// One Backend per device kind; ops.cpp picks it in one place. A backend receives tensors
-// already checked for shape, dtype and device, reads the sizes it needs and calls kernels/.
+// The op table: the small explicit contract between core/ops (which validates) and a device
+// kind's kernels. One OpTable per device kind (core/backend_cpu.cpp,
+// core/cuda/backend_cuda.cpp); core/ops.cpp, the one dispatch point, is its only caller. An
+// entry receives tensors already checked for shape, dtype and device, reads the sizes it
+// needs and calls kernels/ on the device's compute stream. What a device kind offers below
+// the ops (memory, streams, events, raw copies, properties) is its runtime, core/runtime.h.
 //
-// Every backend implements every op in both compute dtypes, f32 and bf16, with the
+// Every op table implements every op in both compute dtypes, f32 and bf16, with the
 // per-argument dtypes of core/precision.h (the same as kernels/cuda/cuda.h and the bf16
 // declarations of kernels/cpu/kernels.inc). Below, [c] marks an argument in the op's compute
 // dtype (that of its first input: activations, weights as used in compute, activation
@@ -13,41 +16,16 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
-#include "core/device.h"
 #include "core/ops.h"
 #include "core/stream.h"
 
 namespace gpumix {
 
-class Backend {
+class OpTable {
  public:
-  virtual ~Backend() = default;
-
-  virtual DeviceProps default_props(Device device) const = 0;
-  // Whether the backend computes in `dtype` (a compute dtype: f32 or bf16).
-  virtual bool computes(DType dtype) const = 0;
-  // Memory of `device` (its allocator calls these; nullptr when the system has no memory).
-  virtual void* alloc(Device device, int64_t bytes) const = 0;
-  virtual void free(Device device, void* ptr) const = 0;
-
-  // Streams and events (core/stream.h). A backend without queues (the CPU) has completed
-  // everything when a call returns: its event_create gives nullptr, and Event then keeps
-  // only the host clock, never calling the event_* below.
-  virtual void* stream_handle(Device device, Stream stream) const = 0;
-  virtual void synchronize(Device device) const = 0;
-  virtual void* event_create(Device device) const = 0;
-  virtual void event_destroy(void* event) const = 0;  // never throws (~Event, exit)
-  virtual void event_record(void* event, Device device, Stream stream) const = 0;
-  virtual void event_wait(void* event, Device device, Stream stream) const = 0;  // no host wait
-  virtual void event_synchronize(void* event) const = 0;                         // host waits
-  virtual bool event_query(void* event) const = 0;                               // never waits
-  virtual double event_elapsed_ms(void* start, void* end) const = 0;
-  // Emulated slowdown's wait of `ms` milliseconds on the compute stream (a queue: the host
-  // goes on; without queues, the host sleeps).
-  virtual void spin(Device device, double ms) const = 0;
+  virtual ~OpTable() = default;
 
   // out [c], inp [c], weight [c], bias [c].
   virtual void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
@@ -94,8 +72,9 @@ class Backend {
   // in the same pass (undefined: none, as in an f32 run, whose master is its compute copy).
   virtual void adamw_step(Tensor& param, Tensor& param_copy, const Tensor& grad, Tensor& m,
                           Tensor& v, const AdamWConfig& cfg, int step) const = 0;
-  // All [c], except axpy's out, which may also be [f32] (fp32 accumulation of bf16 a).
-  virtual void add(Tensor& out, const Tensor& a, const Tensor& b) const = 0;
+  // All [c], except axpy's out, which may also be [f32] (fp32 accumulation of bf16 a). add
+  // runs on `stream` (the local collectives' reductions run on the comm stream).
+  virtual void add(Tensor& out, const Tensor& a, const Tensor& b, Stream stream) const = 0;
   virtual void scale(Tensor& out, const Tensor& a, float s) const = 0;
   virtual void axpy(Tensor& out, const Tensor& a, float s) const = 0;
   // a f32 or bf16; accumulated in double.
@@ -104,14 +83,15 @@ class Backend {
   virtual void sum_to(Tensor& out, const Tensor& a, double scale) const = 0;
   virtual double sum(const Tensor& a) const = 0;
   virtual double sum_squares(const Tensor& a) const = 0;
-  // Each tensor's sum_squares (f32 or bf16, all on one device of this backend) / value (one
+  // Each tensor's sum_squares (f32 or bf16, all on one device of this kind) / value (one
   // element each, f32 or bf16), with one host synchronisation for all of them.
   virtual std::vector<double> sum_squares_many(const std::vector<Tensor>& ts) const = 0;
   virtual std::vector<float> read_scalars(const std::vector<Tensor>& ts) const = 0;
   // Any dtype.
   virtual void fill(Tensor& t, float value) const = 0;
-  // Copies bytes where at least one side is on this backend's device, synchronously for
-  // the caller where one side is host memory (ops::copy says how).
+  // Copies a tensor where at least one side is on a device of this kind, synchronously for
+  // the caller where one side is host memory (ops::copy says how; the runtime's
+  // copy_async is the raw copy on a chosen stream).
   virtual void copy(Tensor& dst, const Tensor& src) const = 0;
   // f32 <-> bf16 (round to nearest even), or a copy when the dtypes agree.
   virtual void convert(Tensor& out, const Tensor& in) const = 0;
@@ -119,18 +99,12 @@ class Backend {
   virtual void normal_(Tensor& t, uint64_t key, uint64_t offset, float mean, float std) const = 0;
 };
 
-const Backend& cpu_backend();
+const OpTable& cpu_ops();
 #ifdef GPUMIX_CORE_CUDA
-const Backend& cuda_backend();
+const OpTable& cuda_ops();
 #endif
 
-// The backend of a device: throws Error when the device kind is not built in.
-const Backend& device_backend(Device device);
-// The same, or nullptr when the device kind is not built in.
-const Backend* built_backend(Device device);
-
-// CUDA GPUs visible to this process (0 without CUDA in the build or without a driver;
-// `why_not` then says why).
-int cuda_device_count(std::string* why_not = nullptr);
+// The op table of a device: throws Error when the device kind is not built in.
+const OpTable& device_ops(Device device);
 
 }  // namespace gpumix
