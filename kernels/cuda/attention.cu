@@ -325,15 +325,15 @@ __device__ __forceinline__ void tc_load_a(uint32_t (&a)[4], typename Tc<D>::Tile
   detail::ldmatrix<4>(a, &a_rows[lane % 16][ks * 16 + (lane / 16) * 8]);
 }
 
-// acc[j] += A[:, ks*16 .. ks*16+31] B[j*8 .. j*8+7, same columns]^T for the 8 column tiles j of a
-// 16 x 64 product A B^T, B stored as 64 rows of D (N x K: K in Q K^T); a0, a1: A's fragments for
+// acc[j] += A[:, ks*16 .. ks*16+31] B[j*8 .. j*8+7, same columns]^T for the N column tiles j of a
+// 16 x 8N product A B^T, B stored as 8N rows of D (N x K: K in Q K^T); a0, a1: A's fragments for
 // ks and ks + 1.
-template <int D>
-__device__ __forceinline__ void tc_abt_step(float (&acc)[8][4], const uint32_t (&a0)[4],
+template <int D, int N>
+__device__ __forceinline__ void tc_abt_step(float (&acc)[N][4], const uint32_t (&a0)[4],
                                             const uint32_t (&a1)[4], typename Tc<D>::Tile b,
                                             int ks, int lane) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < N; ++j) {
     uint32_t kb[4];
     detail::ldmatrix<4>(kb, &b[j * 8 + lane % 8][ks * 16 + (lane / 8) * 8]);
     const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
@@ -342,12 +342,12 @@ __device__ __forceinline__ void tc_abt_step(float (&acc)[8][4], const uint32_t (
   }
 }
 
-// acc (16 x 64) = A B^T, A the warp's 16 rows of a shared tile, B 64 rows of one.
-template <int D>
-__device__ __forceinline__ void tc_abt(float (&acc)[8][4], typename Tc<D>::Tile a_rows,
+// acc (16 x 8N) = A B^T, A the warp's 16 rows of a shared tile, B 8N rows of one.
+template <int D, int N>
+__device__ __forceinline__ void tc_abt(float (&acc)[N][4], typename Tc<D>::Tile a_rows,
                                        typename Tc<D>::Tile b, int lane) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < N; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
 #pragma unroll
@@ -355,16 +355,17 @@ __device__ __forceinline__ void tc_abt(float (&acc)[8][4], typename Tc<D>::Tile 
     uint32_t a0[4], a1[4];
     tc_load_a<D>(a0, a_rows, ks, lane);
     tc_load_a<D>(a1, a_rows, ks + 1, lane);
-    tc_abt_step<D>(acc, a0, a1, b, ks, lane);
+    tc_abt_step<D, N>(acc, a0, a1, b, ks, lane);
   }
 }
 
-// A 16 x 64 accumulator (8 tiles of 16 x 8) rounded to bf16 as the A operand of a product over
-// its 64 columns: for columns kk*16 .. kk*16+15, tiles 2kk and 2kk + 1 (the layouts match).
-__device__ __forceinline__ void tc_pack_a(uint32_t (&a)[4][4], const float (&s)[8][4]) {
+// A 16 x 8N accumulator (N tiles of 16 x 8) rounded to bf16 as the A operand of a product over
+// its 8N columns: for columns kk*16 .. kk*16+15, tiles 2kk and 2kk + 1 (the layouts match).
+template <int N>
+__device__ __forceinline__ void tc_pack_a(uint32_t (&a)[N / 2][4], const float (&s)[N][4]) {
   using detail::pack_bf16x2;
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
+  for (int kk = 0; kk < N / 2; ++kk) {
     a[kk][0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
     a[kk][1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
     a[kk][2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
@@ -372,12 +373,12 @@ __device__ __forceinline__ void tc_pack_a(uint32_t (&a)[4][4], const float (&s)[
   }
 }
 
-// acc (16 x D) += A (16 x 64, packed) B, B 64 rows of D stored K x N (V in P V): ldmatrix.trans.
-template <int D>
-__device__ __forceinline__ void tc_ab(float (&acc)[D / 8][4], const uint32_t (&a)[4][4],
+// acc (16 x D) += A (16 x 16K, packed) B, B 16K rows of D stored K x N (V in P V): ldmatrix.trans.
+template <int D, int K>
+__device__ __forceinline__ void tc_ab(float (&acc)[D / 8][4], const uint32_t (&a)[K][4],
                                       typename Tc<D>::Tile b, int lane) {
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
+  for (int kk = 0; kk < K; ++kk)
 #pragma unroll
     for (int dj = 0; dj < D / 8; dj += 2) {  // columns dj*8 .. dj*8 + 15
       uint32_t vb[4];
@@ -414,8 +415,9 @@ __global__ void __launch_bounds__(128) flash_forward_tc_kernel(
   using namespace detail;
   using S = Tc<D>;
   GPUMIX_SHARED_DYNAMIC(float4, smem);  // Q, K[2], V[2]
-  const typename S::Tile Qs = S::tile(smem, 0), Ks[2] = {S::tile(smem, 1), S::tile(smem, 2)},
-                         Vs[2] = {S::tile(smem, 3), S::tile(smem, 4)};
+  const typename S::Tile Qs = S::tile(smem, 0);
+  auto Ks = [&](int buf) { return S::tile(smem, 1 + buf); };
+  auto Vs = [&](int buf) { return S::tile(smem, 3 + buf); };
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kTcRows;  // longest tiles first
@@ -426,8 +428,8 @@ __global__ void __launch_bounds__(128) flash_forward_tc_kernel(
   const int kv_end = min(T, q0 + kTcRows);
   const int tiles = (kv_end + kTcRows - 1) / kTcRows;
   tc_load_tile<D>(Qs, head, ld, q0, T);
-  tc_load_tile<D>(Ks[0], head + C, ld, 0, T);
-  tc_load_tile<D>(Vs[0], head + 2 * C, ld, 0, T);
+  tc_load_tile<D>(Ks(0), head + C, ld, 0, T);
+  tc_load_tile<D>(Vs(0), head + 2 * C, ld, 0, T);
   cp_async_commit();
 
   const int row0 = q0 + warp * 16 + g;  // this lane's rows: row0 and row0 + 8
@@ -441,8 +443,8 @@ __global__ void __launch_bounds__(128) flash_forward_tc_kernel(
   for (int it = 0; it < tiles; ++it) {
     const int buf = it % 2, k0 = it * kTcRows;
     if (it + 1 < tiles) {
-      tc_load_tile<D>(Ks[buf ^ 1], head + C, ld, k0 + kTcRows, T);
-      tc_load_tile<D>(Vs[buf ^ 1], head + 2 * C, ld, k0 + kTcRows, T);
+      tc_load_tile<D>(Ks(buf ^ 1), head + C, ld, k0 + kTcRows, T);
+      tc_load_tile<D>(Vs(buf ^ 1), head + 2 * C, ld, k0 + kTcRows, T);
       cp_async_commit();
       cp_async_wait<1>();  // this tile (and Q) landed; the next may be in flight
     } else {
@@ -459,7 +461,7 @@ __global__ void __launch_bounds__(128) flash_forward_tc_kernel(
 #pragma unroll
       for (int i = 0; i < 4; ++i) s[j][i] = 0.0f;
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ks += 2) tc_abt_step<D>(s, qa[ks], qa[ks + 1], Ks[buf], ks, lane);
+    for (int ks = 0; ks < D / 16; ks += 2) tc_abt_step<D, 8>(s, qa[ks], qa[ks + 1], Ks(buf), ks, lane);
     // Keys past the warp's first row or past T exist only in the last tiles.
     const bool masked = k0 + kTcRows - 1 > q0 + warp * 16 || k0 + kTcRows > T;
     float mx[2] = {m[0], m[1]};
@@ -497,8 +499,8 @@ __global__ void __launch_bounds__(128) flash_forward_tc_kernel(
         l[i >> 1] += p;
       }
     uint32_t pa[4][4];
-    tc_pack_a(pa, s);
-    tc_ab<D>(o, pa, Vs[buf], lane);
+    tc_pack_a<8>(pa, s);
+    tc_ab<D, 4>(o, pa, Vs(buf), lane);
     __syncthreads();  // the next iteration's copies overwrite this buffer
   }
 #pragma unroll
@@ -524,9 +526,9 @@ __global__ void __launch_bounds__(128) flash_backward_dq_tc_kernel(
   using namespace detail;
   using S = Tc<D>;
   GPUMIX_SHARED_DYNAMIC(float4, smem);  // Q, dO, K[2], V[2]
-  const typename S::Tile Qs = S::tile(smem, 0), Gs = S::tile(smem, 1),
-                         Ks[2] = {S::tile(smem, 2), S::tile(smem, 3)},
-                         Vs[2] = {S::tile(smem, 4), S::tile(smem, 5)};
+  const typename S::Tile Qs = S::tile(smem, 0), Gs = S::tile(smem, 1);
+  auto Ks = [&](int buf) { return S::tile(smem, 2 + buf); };
+  auto Vs = [&](int buf) { return S::tile(smem, 4 + buf); };
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kTcRows;  // longest tiles first
@@ -539,8 +541,8 @@ __global__ void __launch_bounds__(128) flash_backward_dq_tc_kernel(
   const int tiles = (kv_end + kTcRows - 1) / kTcRows;
   tc_load_tile<D>(Qs, head, ld, q0, T);
   tc_load_tile<D>(Gs, ghead, C, q0, T);
-  tc_load_tile<D>(Ks[0], head + C, ld, 0, T);
-  tc_load_tile<D>(Vs[0], head + 2 * C, ld, 0, T);
+  tc_load_tile<D>(Ks(0), head + C, ld, 0, T);
+  tc_load_tile<D>(Vs(0), head + 2 * C, ld, 0, T);
   cp_async_commit();
 
   // This lane's rows row0 and row0 + 8: lse (log2 domain) and Delta, the latter summed over
@@ -571,8 +573,8 @@ __global__ void __launch_bounds__(128) flash_backward_dq_tc_kernel(
   for (int it = 0; it < tiles; ++it) {
     const int buf = it % 2, k0 = it * kTcRows;
     if (it + 1 < tiles) {
-      tc_load_tile<D>(Ks[buf ^ 1], head + C, ld, k0 + kTcRows, T);
-      tc_load_tile<D>(Vs[buf ^ 1], head + 2 * C, ld, k0 + kTcRows, T);
+      tc_load_tile<D>(Ks(buf ^ 1), head + C, ld, k0 + kTcRows, T);
+      tc_load_tile<D>(Vs(buf ^ 1), head + 2 * C, ld, k0 + kTcRows, T);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -580,8 +582,8 @@ __global__ void __launch_bounds__(128) flash_backward_dq_tc_kernel(
     }
     __syncthreads();
     float s[8][4], dp[8][4];
-    tc_abt<D>(s, Qs + warp * 16, Ks[buf], lane);
-    tc_abt<D>(dp, Gs + warp * 16, Vs[buf], lane);
+    tc_abt<D, 8>(s, Qs + warp * 16, Ks(buf), lane);
+    tc_abt<D, 8>(dp, Gs + warp * 16, Vs(buf), lane);
     const bool masked = k0 + kTcRows - 1 > q0 + warp * 16 || k0 + kTcRows > T;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
@@ -593,8 +595,8 @@ __global__ void __launch_bounds__(128) flash_backward_dq_tc_kernel(
         s[j][i] = p * (dp[j][i] - dl[i >> 1]);  // dS
       }
     uint32_t dsa[4][4];
-    tc_pack_a(dsa, s);
-    tc_ab<D>(dq, dsa, Ks[buf], lane);
+    tc_pack_a<8>(dsa, s);
+    tc_ab<D, 4>(dq, dsa, Ks(buf), lane);
     __syncthreads();
   }
   tc_add_rows<D>(dqkv + (int64_t)b * T * ld + h * D, ld, dq, scale, row0, T, t);
@@ -608,10 +610,13 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_tc_kernel(
     float scale, float scale_log2) {
   using namespace detail;
   using S = Tc<D>;
+  // Queries per pass over a tile: at head size 128, dK and dV hold 128 fp32 accumulators per lane,
+  // and two 16 x 64 fp32 score tiles (S^T, dP^T: 64 more) spilled (ptxas: 255 registers, 64 B).
+  constexpr int kCols = D > 64 ? 32 : 64;
   GPUMIX_SHARED_DYNAMIC(float4, smem);  // K, V, Q[2], dO[2], then lse (log2) [2][64], Delta [2][64]
-  const typename S::Tile Ks = S::tile(smem, 0), Vs = S::tile(smem, 1),
-                         Qs[2] = {S::tile(smem, 2), S::tile(smem, 3)},
-                         Gs[2] = {S::tile(smem, 4), S::tile(smem, 5)};
+  const typename S::Tile Ks = S::tile(smem, 0), Vs = S::tile(smem, 1);
+  auto Qs = [&](int buf) { return S::tile(smem, 2 + buf); };
+  auto Gs = [&](int buf) { return S::tile(smem, 4 + buf); };
   float(*Ls)[kTcRows] = reinterpret_cast<float(*)[kTcRows]>(S::tile(smem, 6));
   float(*Ds)[kTcRows] = Ls + 2;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -634,8 +639,8 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_tc_kernel(
   const int tiles = (T - k0 + kTcRows - 1) / kTcRows;  // query tiles k0, k0 + 64, ...
   tc_load_tile<D>(Ks, head + C, ld, k0, T);
   tc_load_tile<D>(Vs, head + 2 * C, ld, k0, T);
-  tc_load_tile<D>(Qs[0], head, ld, k0, T);
-  tc_load_tile<D>(Gs[0], ghead, C, k0, T);
+  tc_load_tile<D>(Qs(0), head, ld, k0, T);
+  tc_load_tile<D>(Gs(0), ghead, C, k0, T);
   load_rows(0, k0);
   cp_async_commit();
 
@@ -648,8 +653,8 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_tc_kernel(
   for (int it = 0; it < tiles; ++it) {
     const int buf = it % 2, q0 = k0 + it * kTcRows;
     if (it + 1 < tiles) {
-      tc_load_tile<D>(Qs[buf ^ 1], head, ld, q0 + kTcRows, T);
-      tc_load_tile<D>(Gs[buf ^ 1], ghead, C, q0 + kTcRows, T);
+      tc_load_tile<D>(Qs(buf ^ 1), head, ld, q0 + kTcRows, T);
+      tc_load_tile<D>(Gs(buf ^ 1), ghead, C, q0 + kTcRows, T);
       load_rows(buf ^ 1, q0 + kTcRows);
       cp_async_commit();
       cp_async_wait<1>();
@@ -657,26 +662,29 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_tc_kernel(
       cp_async_wait<0>();
     }
     __syncthreads();
-    float s[8][4], dp[8][4];  // S^T and dP^T: 16 keys x 64 queries
-    tc_abt<D>(s, Ks + warp * 16, Qs[buf], lane);
-    tc_abt<D>(dp, Vs + warp * 16, Gs[buf], lane);
     // Queries before the warp's last key or past T exist only in the first and last tiles.
     const bool masked = q0 < k0 + warp * 16 + 15 || q0 + kTcRows > T;
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int c0 = 0; c0 < kTcRows; c0 += kCols) {  // the tile's queries, kCols at a time
+      float s[kCols / 8][4], dp[kCols / 8][4];       // S^T and dP^T: 16 keys x kCols queries
+      tc_abt<D, kCols / 8>(s, Ks + warp * 16, Qs(buf) + c0, lane);
+      tc_abt<D, kCols / 8>(dp, Vs + warp * 16, Gs(buf) + c0, lane);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int c = j * 8 + 2 * t + (i & 1), query = q0 + c, key = key0 + (i >> 1) * 8;
-        const float p = masked && (query < key || query >= T)
-                            ? 0.0f : exp2f(s[j][i] * scale_log2 - Ls[buf][c]);
-        dp[j][i] = p * (dp[j][i] - Ds[buf][c]);  // dS^T
-        s[j][i] = p;
-      }
-    uint32_t pa[4][4], dsa[4][4];
-    tc_pack_a(pa, s);
-    tc_pack_a(dsa, dp);
-    tc_ab<D>(dv, pa, Gs[buf], lane);
-    tc_ab<D>(dk, dsa, Qs[buf], lane);
+      for (int j = 0; j < kCols / 8; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int c = c0 + j * 8 + 2 * t + (i & 1), query = q0 + c, key = key0 + (i >> 1) * 8;
+          const float p = masked && (query < key || query >= T)
+                              ? 0.0f : exp2f(s[j][i] * scale_log2 - Ls[buf][c]);
+          dp[j][i] = p * (dp[j][i] - Ds[buf][c]);  // dS^T
+          s[j][i] = p;
+        }
+      uint32_t pa[kCols / 16][4], dsa[kCols / 16][4];
+      tc_pack_a<kCols / 8>(pa, s);
+      tc_pack_a<kCols / 8>(dsa, dp);
+      tc_ab<D, kCols / 16>(dv, pa, Gs(buf) + c0, lane);
+      tc_ab<D, kCols / 16>(dk, dsa, Qs(buf) + c0, lane);
+    }
     __syncthreads();
   }
   bf16* dhead = dqkv + (int64_t)b * T * ld + h * D;
