@@ -611,7 +611,8 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_tc_kernel(
   using namespace detail;
   using S = Tc<D>;
   // Queries per pass over a tile: at head size 128, dK and dV hold 128 fp32 accumulators per lane,
-  // and two 16 x 64 fp32 score tiles (S^T, dP^T: 64 more) spilled (ptxas: 255 registers, 64 B).
+  // and two 16 x 64 fp32 score tiles (S^T, dP^T: 64 more) spilled (ptxas: 255 registers, 64 B);
+  // 32 at a time, in a loop kept rolled: 254 registers, no spill (bench/results/gpu-static.md).
   constexpr int kCols = D > 64 ? 32 : 64;
   GPUMIX_SHARED_DYNAMIC(float4, smem);  // K, V, Q[2], dO[2], then lse (log2) [2][64], Delta [2][64]
   const typename S::Tile Ks = S::tile(smem, 0), Vs = S::tile(smem, 1);
@@ -664,7 +665,7 @@ __global__ void __launch_bounds__(128) flash_backward_dkv_tc_kernel(
     __syncthreads();
     // Queries before the warp's last key or past T exist only in the first and last tiles.
     const bool masked = q0 < k0 + warp * 16 + 15 || q0 + kTcRows > T;
-#pragma unroll
+#pragma unroll 1  // unrolled, ptxas interleaves the two passes at head size 128 and spills
     for (int c0 = 0; c0 < kTcRows; c0 += kCols) {  // the tile's queries, kCols at a time
       float s[kCols / 8][4], dp[kCols / 8][4];       // S^T and dP^T: 16 keys x kCols queries
       tc_abt<D, kCols / 8>(s, Ks + warp * 16, Qs(buf) + c0, lane);
