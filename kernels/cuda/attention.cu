@@ -1,9 +1,11 @@
 // Causal multi-head self-attention, bf16 qkv/out, fp32 arithmetic and lse.
 //
-// Forward on tensor cores (v2, head size 64; FlashAttention-2's schedule): mma.sync bf16 with
-// fp32 accumulation, ldmatrix, cp.async double buffering (flash_forward_tc_kernel below); P is
-// rounded to bf16 before P V, as FlashAttention-2 does. The SIMT version takes every other
-// head size, unaligned buffers, and the backward.
+// Tensor-core version (v2, head sizes 64 and 128; FlashAttention-2's schedule, forward and
+// backward): mma.sync bf16 with fp32 accumulation, ldmatrix, cp.async double buffering
+// (flash_*_tc_kernel below); P and dS are rounded to bf16 before the products that take them,
+// as FlashAttention-2 does; the backward recomputes S and dP in its dQ kernel (7 products, not
+// FlashAttention-2's 5) so that no atomics are needed. The SIMT version takes every other head
+// size (16, 32) and buffers the tensor-core kernels cannot load (not 16-byte aligned).
 //
 // Flash version (v1: SIMT, no tensor cores), templated on the head size D:
 // - G = max(1, D/32) threads own one row (query or key) and P = D/G of its channels;

@@ -556,6 +556,19 @@ TEST_F(CudaTest, FlashOnTensorCoresAtT1024AndRaggedT) {
   cu::attention_forward(dout.p, dlse.p, dqkv.p + 1, B, T, C, NH);
   EXPECT_TRUE(close("attention_forward out (unaligned qkv: SIMT)", download(dout), rout, tol_bf16(rout)));
   EXPECT_TRUE(close("attention_forward lse (unaligned qkv: SIMT)", download(dlse), rlse, tol_lse()));
+  // The backward from the same unaligned qkv: the SIMT kernels (P and dS never rounded), within
+  // bf16's tolerance alone.
+  const std::vector<float> g = randn(nout, 83);
+  std::vector<float> rdqkv(nqkv, 0.0f);
+  ref::attention_backward(rdqkv.data(), g.data(), qkv.data(), rout.data(), rlse.data(), B, T, C, NH);
+  const std::vector<float> want = flash_backward_reference(rdqkv, qkv, g, rout, rlse, B, T, C, NH);
+  DevBuf<uint16_t> dg(nout), ddq(nqkv);
+  upload(dg, g);
+  upload(dout, rounded(rout));
+  upload(dlse, rlse);
+  CUDA_CHECK(cudaMemset(ddq.p, 0, 2 * nqkv));
+  cu::attention_backward(ddq.p, dg.p, dqkv.p + 1, dout.p, dlse.p, B, T, C, NH);
+  EXPECT_TRUE(close("attention_backward dqkv (unaligned qkv: SIMT)", download(ddq), want, tol_bf16(want)));
 }
 
 TEST_F(CudaTest, FlashAttentionIsDeterministicAndRejectsOddHeads) {
