@@ -78,7 +78,10 @@ def flash_threads(D):  # attention.cu Shape<D>::THREADS = kRows * G, kRows 64, G
 LAUNCHES = [
     ("adamw.cu", "adamw_vec_kernel", "256", "adamw_vec_kernel", 256),
     ("adamw.cu", "adamw_kernel", "256", "adamw_kernel", 256),
-    ("attention.cu", "flash_forward_tc_kernel", "128", "flash_forward_tc_kernel", 128),  # 4 warps, 64 query rows
+    # the tensor-core kernels: 4 warps of 16 rows, 64 query (forward, dQ) or key (dK/dV) rows per block
+    ("attention.cu", "flash_forward_tc_kernel<D>", "128", "flash_forward_tc_kernel", 128),
+    ("attention.cu", "flash_backward_dq_tc_kernel<D>", "128", "flash_backward_dq_tc_kernel", 128),
+    ("attention.cu", "flash_backward_dkv_tc_kernel<D>", "128", "flash_backward_dkv_tc_kernel", 128),
     ("attention.cu", "flash_forward_kernel<D>", "Shape<D>::THREADS", "flash_forward_kernel", flash_threads),
     ("attention.cu", "flash_backward_dq_kernel<D>", "Shape<D>::THREADS", "flash_backward_dq_kernel", flash_threads),
     ("attention.cu", "flash_backward_dkv_kernel<D>", "Shape<D>::THREADS", "flash_backward_dkv_kernel", flash_threads),
@@ -118,7 +121,16 @@ LAUNCHES = [
 ]
 # The launch-time dynamic shared memory, at the shape stated (decode_kernel: HS + pos + 1 +
 # groups * HS floats, groups = kThreads / HS; gpt2 HS 64 at the last of 1,024 positions).
-DYNAMIC_SMEM = {"decode_kernel": (4 * (64 + 1024 + 2 * 64), "gpt2 decode, HS 64, pos 1023")}
+# Dynamic shared memory per block: (bytes, what it holds), or a function of the first template
+# argument returning that.
+def tc_tiles(n, extra=0, note=""):  # attention.cu Tc<D>: n tiles of 64 rows x (D + 8) bf16
+    return lambda D: (n * 64 * (D + 8) * 2 + extra, f"{n} tiles of 64 x {D + 8} bf16" + note)
+
+
+DYNAMIC_SMEM = {"decode_kernel": (4 * (64 + 1024 + 2 * 64), "gpt2 decode, HS 64, pos 1023"),
+                "flash_forward_tc_kernel": tc_tiles(5),
+                "flash_backward_dq_tc_kernel": tc_tiles(6),
+                "flash_backward_dkv_tc_kernel": tc_tiles(6, 4 * 64 * 4, " + lse and Delta of 2 x 64 rows")}
 
 
 def fail(msg):
@@ -379,7 +391,8 @@ def collect(nvcc, ptxas, jobs):
             p = ptx.get(mangled, {})
             short = short_name(names[mangled])
             threads, origin = threads_for(short, p)
-            dyn, dyn_note = DYNAMIC_SMEM.get(base_name(short), (0, ""))
+            dyn = DYNAMIC_SMEM.get(base_name(short), (0, ""))
+            dyn, dyn_note = dyn(int(re.search(r"<(\d+)", short).group(1))) if callable(dyn) else dyn
             blocks, occ, limiter = occupancy(r["regs"], r["smem"] + dyn, threads)
             kernels.append(dict(r, name=short, ptx=p, threads=threads, origin=origin, dyn=dyn, dyn_note=dyn_note,
                                 blocks=blocks, occ=occ, limiter=limiter))
@@ -431,7 +444,8 @@ def report(files, nvcc_version):
     L.append("- block sizes: from the launch sites (`LAUNCHES` in the script, each checked against its "
              "`GPUMIX_LAUNCH` line); CUB's kernels (embedding backward's sort) from their `.maxntid` "
              "(`__launch_bounds__`, which their tuning policy launches with). decode_kernel's dynamic shared memory "
-             "is taken at " + DYNAMIC_SMEM["decode_kernel"][1] + ".")
+             "is taken at " + DYNAMIC_SMEM["decode_kernel"][1] + "; the tensor-core attention kernels' is what "
+             "attention.cu launches them with (`DYNAMIC_SMEM` in the script).")
     L.append("- PTX counts are **static** (instructions in the kernel's text after inlining, loops unrolled as "
              "written), not executed counts. Loads by width in bits per thread: `1234x32` = 1,234 loads of 32 bits; "
              "`lds` = `ld.shared`, `ldg` = `ld.global` (incl. `.nc`). `fma` = `fma.*.f32`.")

@@ -112,7 +112,10 @@ def kernels(m, after, mix):
     attn_mm = 2.0 * B * T * T * C  # QK^T and PV, causal: half of the square
     if after:
         add("attn.fwd", 1, 0, attn_mm, e * 4 * N * C + f4 * B * NH * T, "fa2_fwd")
-        add("attn.bwd", 1, 0, 2.5 * attn_mm, e * 11 * N * C + f4 * 2 * B * NH * T, "fa2_bwd")
+        # attention.cu's tensor-core backward: 7 products in two kernels (dQ: S, dP, dQ; dK/dV: S, dP,
+        # dV, dK), no atomics; bytes as the SIMT pair below (q, dO, out, K, V read and dq updated;
+        # k, v, q, dO read and dk, dv updated; lse read twice, Delta written and read).
+        add("attn.bwd", 1, 0, 3.5 * attn_mm, e * 15 * N * C + f4 * 4 * B * NH * T, "fa2_bwd")
     else:
         simt = simt_attention_seconds(m, mix)
         add("attn.fwd", 1, 0, simt["flash_forward_kernel"]["flops"], e * 4 * N * C + f4 * B * NH * T,
@@ -250,7 +253,9 @@ def report_lines(mix):
              f"{FRACTION['fa2_bwd']:.0%} backward**: FA2 (mma.sync, not Hopper's wgmma) is reported at about 35 % "
              "of H100's peak in forward at large head sizes (the FlashAttention-3 paper's motivation); at head size "
              "64 and T = 1,024 the softmax and the causal tiles weigh more, hence less; its backward runs below its "
-             "forward. FLOPs counted as executed causal products (2 T^2 C B forward, 2.5x that backward).")
+             "forward. FLOPs counted as executed causal products (2 T^2 C B forward, 3.5x that backward: "
+             "attention.cu recomputes S and dP in a separate dQ kernel, 7 products instead of FlashAttention-2's 5, "
+             "so that dQ needs no fp32 atomics and the gradient is bitwise reproducible).")
     L.append("- **After: the other planned changes** (issue 28 items 3-4), each modelled as removed or added bytes: "
              f"the vocabulary padded to {m['Vpad']} (the LM head at the aligned GEMMs' {FRACTION['gemm']:.0%}); the "
              "fused classifier (logits read once, dlogits written in place: 2 N Vp bf16, replacing the cross-entropy "
