@@ -117,6 +117,19 @@ class Backend {
   virtual void convert(Tensor& out, const Tensor& in) const = 0;
   virtual void uniform_(Tensor& t, uint64_t key, uint64_t offset, float low, float high) const = 0;
   virtual void normal_(Tensor& t, uint64_t key, uint64_t offset, float mean, float std) const = 0;
+
+  // ---- fused GEMM epilogues and first writes (issue 28 item 4; core/ops.h says what each
+  // computes) ----
+  // out [c], pre [c], inp [c], weight [c], bias [c].
+  virtual void matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp,
+                                   const Tensor& weight, const Tensor& bias) const = 0;
+  // dpre [c] (written), dout [c], weight [c], pre [c].
+  virtual void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                                     const Tensor& pre) const = 0;
+  // As matmul_backward; the flagged gradients are written, not accumulated.
+  virtual void matmul_backward_write(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                     const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                     bool overwrite_dinp, bool overwrite_params) const = 0;
 };
 
 const Backend& cpu_backend();
