@@ -27,18 +27,42 @@ Var finish(Tensor value, std::initializer_list<const Var*> inputs, F&& backward_
   return out;
 }
 
+// The buffer of a gradient the caller will write whole on request (*fresh: it may, beta 0),
+// or an undefined tensor (then *fresh = true: nothing to accumulate into either).
+Tensor grad_to_write(const std::shared_ptr<VarImpl>& v, bool* fresh) {
+  *fresh = true;
+  return v && v->requires_grad ? grad_buffer_to_write(*v, fresh) : Tensor();
+}
+
+// A linear's backward: dx, dw, db from dout, each written when it is that gradient's first
+// contribution, else accumulated.
+void linear_backward(const Tensor& dout, const Tensor& x, const std::shared_ptr<VarImpl>& xi,
+                     const std::shared_ptr<VarImpl>& wi, const std::shared_ptr<VarImpl>& bi) {
+  bool fx, fw, fb;
+  Tensor dx = grad_to_write(xi, &fx), dw = grad_to_write(wi, &fw), db = grad_to_write(bi, &fb);
+  // dweight and dbias share one flag: a fresh one beside an accumulating one starts at zero.
+  const bool params_fresh = fw && fb;
+  if (!params_fresh && fw && dw.defined()) dw.zero_();
+  if (!params_fresh && fb && db.defined()) db.zero_();
+  ops::matmul_backward_write(dx, dw, db, dout, x, wi->value, fx, params_fresh);
+}
+
+// (..., C) -> the same leading dimensions with a last dimension of `last`.
+Shape with_last(const Tensor& t, int64_t last) {
+  std::vector<int64_t> dims(t.shape().dims.begin(), t.shape().dims.begin() + t.dim());
+  dims.back() = last;
+  return Shape(dims);
+}
+
 }  // namespace
 
 Var linear(const Var& x, const Var& w, const Var& b) {
   const Tensor& xv = x.value();
-  std::vector<int64_t> dims(xv.shape().dims.begin(), xv.shape().dims.begin() + xv.dim());
-  dims.back() = w.value().size(0);
-  Tensor out = Tensor::empty(Shape(dims), xv.dtype(), xv.device());
+  Tensor out = Tensor::empty(with_last(xv, w.value().size(0)), xv.dtype(), xv.device());
   ops::matmul_forward(out, xv, w.value(), b.defined() ? b.value() : Tensor());
   auto xi = x.impl(), wi = w.impl(), bi = b.impl();
   return finish(out, {&x, &w, &b}, [xi, wi, bi](const Tensor& dout) {
-    Tensor dx = grad_if(xi), dw = grad_if(wi), db = grad_if(bi);
-    ops::matmul_backward(dx, dw, db, dout, xi->value, wi->value);
+    linear_backward(dout, xi->value, xi, wi, bi);
   });
 }
 
@@ -64,6 +88,31 @@ Var gelu(const Var& x) {
     Tensor dx = grad_if(xi);
     if (dx.defined()) ops::gelu_backward(dx, xi->value, dout);
   });
+}
+
+Var mlp(const Var& x, const Var& w_fc, const Var& b_fc, const Var& w_proj, const Var& b_proj) {
+  const int64_t H = w_fc.value().size(0);
+  if (H % ops::fused_gelu_multiple != 0 || !b_fc.defined())
+    return linear(gelu(linear(x, w_fc, b_fc)), w_proj, b_proj);
+  const Tensor& xv = x.value();
+  Tensor pre = Tensor::empty(with_last(xv, H), xv.dtype(), xv.device());  // the GELU input
+  Tensor h = Tensor::empty(pre.shape(), xv.dtype(), xv.device());
+  ops::matmul_gelu_forward(h, pre, xv, w_fc.value(), b_fc.value());
+  Tensor out = Tensor::empty(with_last(xv, w_proj.value().size(0)), xv.dtype(), xv.device());
+  ops::matmul_forward(out, h, w_proj.value(), b_proj.defined() ? b_proj.value() : Tensor());
+  auto xi = x.impl(), wfi = w_fc.impl(), bfi = b_fc.impl(), wpi = w_proj.impl(),
+       bpi = b_proj.impl();
+  return finish(out, {&x, &w_fc, &b_fc, &w_proj, &b_proj},
+                [xi, wfi, bfi, wpi, bpi, pre, h](const Tensor& dout) {
+                  // proj: its parameters only; its input gradient goes through the GELU
+                  linear_backward(dout, h, nullptr, wpi, bpi);
+                  const bool fc_grads = (xi && xi->requires_grad) || wfi->requires_grad ||
+                                        bfi->requires_grad;
+                  if (!fc_grads) return;
+                  Tensor dpre = Tensor::empty(pre.shape(), pre.dtype(), pre.device());
+                  ops::matmul_backward_dgelu(dpre, dout, wpi->value, pre);
+                  linear_backward(dpre, xi->value, xi, wfi, bfi);
+                });
 }
 
 Var attention(const Var& qkv, int NH) {

@@ -14,6 +14,11 @@ Var linear(const Var& x, const Var& w, const Var& b);
 // LayerNorm over the last dimension with weight and bias (C).
 Var layernorm(const Var& x, const Var& w, const Var& b);
 Var gelu(const Var& x);
+// The MLP of a block, linear(gelu(linear(x, w_fc, b_fc)), w_proj, b_proj), with the GELU in
+// the products' epilogues (ops::matmul_gelu_forward, ops::matmul_backward_dgelu) when the
+// hidden width (w_fc's rows) is a multiple of ops::fused_gelu_multiple and b_fc is defined;
+// otherwise as those three functions. b_proj may be undefined.
+Var mlp(const Var& x, const Var& w_fc, const Var& b_fc, const Var& w_proj, const Var& b_proj);
 // Causal self-attention: qkv (B, T, 3C) -> (B, T, C).
 Var attention(const Var& qkv, int NH);
 // a + b, same shape (the residual connection).

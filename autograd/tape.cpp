@@ -69,14 +69,25 @@ Tensor& grad_buffer(VarImpl& v) {
   return v.grad;
 }
 
+Tensor& grad_buffer_to_write(VarImpl& v, bool* fresh) {
+  *fresh = !v.grad.defined();
+  if (*fresh) v.grad = Tensor::empty(v.value.shape(), grad_dtype(v), v.value.device());
+  return grad_buffer(v);
+}
+
 void add_grad(VarImpl& v, const Tensor& g) {
   GPUMIX_CHECK(g.shape() == v.value.shape(), "add_grad: gradient ", g.shape().str(),
                " does not match ", name_of(v), " ", v.value.shape().str());
-  Tensor& buffer = grad_buffer(v);
-  GPUMIX_CHECK(g.dtype() == buffer.dtype() || buffer.dtype() == DType::f32, "add_grad: a ",
+  const DType dtype = grad_dtype(v);
+  GPUMIX_CHECK(g.dtype() == dtype || dtype == DType::f32, "add_grad: a ",
                dtype_name(g.dtype()), " gradient for ", name_of(v), ", whose gradient is ",
-               dtype_name(buffer.dtype()), " (an activation's gradient has its value's dtype)");
-  ops::axpy(buffer, g, 1.0f);
+               dtype_name(dtype), " (an activation's gradient has its value's dtype)");
+  bool fresh;
+  Tensor& buffer = grad_buffer_to_write(v, &fresh);
+  if (fresh)  // the first contribution is written (exactly 0 + g), not added to zeros
+    ops::convert(buffer, g);
+  else
+    ops::axpy(buffer, g, 1.0f);
 }
 
 bool grad_enabled() { return tape.grad_enabled; }

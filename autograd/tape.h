@@ -57,6 +57,11 @@ DType grad_dtype(const VarImpl& v);
 // of the value's shape, grad_dtype(v), same device, created on first use. A bound buffer
 // of another shape, dtype or device is an error naming the variable.
 Tensor& grad_buffer(VarImpl& v);
+// The gradient buffer of `v` for a backward op that WRITES every element on request: when
+// `v` has none yet, a new one left uninitialised and *fresh = true, and the caller must
+// overwrite it whole (its first write with beta 0: no zero-fill, no read); else
+// grad_buffer(v) and *fresh = false (accumulate: micro-batches, tied weights, bound buffers).
+Tensor& grad_buffer_to_write(VarImpl& v, bool* fresh);
 // v.grad += g (g of grad_dtype(v), or bf16 into an fp32 gradient), checking shapes.
 void add_grad(VarImpl& v, const Tensor& g);
 

@@ -231,6 +231,31 @@ class CpuOps final : public OpTable {
     generate(t, [&](int64_t i) { return mean + std * philox_normal_at(key, offset + i); });
   }
 
+  // ---- fused GEMM epilogues and first writes ----
+  // The CPU runs the passes the GPU fuses, so its results are bitwise those of the separate
+  // ops (each with its reference twin in kernels/cpu/ref.cpp).
+  void matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp, const Tensor& weight,
+                           const Tensor& bias) const override {
+    matmul_forward(pre, inp, weight, bias);
+    gelu_forward(out, pre);
+  }
+  void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                             const Tensor& pre) const override {
+    Tensor dgelu = Tensor::zeros(pre.shape(), pre.dtype(), pre.device());  // d(gelu(pre))
+    Tensor none;
+    matmul_backward(dgelu, none, none, dout, pre, weight);
+    fill(dpre, 0.0f);
+    gelu_backward(dpre, pre, dgelu);
+  }
+  void matmul_backward_write(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                             const Tensor& inp, const Tensor& weight, bool overwrite_dinp,
+                             bool overwrite_params) const override {
+    if (overwrite_dinp && dinp.defined()) fill(dinp, 0.0f);
+    if (overwrite_params && dweight.defined()) fill(dweight, 0.0f);
+    if (overwrite_params && dbias.defined()) fill(dbias, 0.0f);
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight);
+  }
+
  private:
   template <class F>
   static void generate(Tensor& t, F&& value_at) {

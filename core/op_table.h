@@ -36,6 +36,18 @@ class OpTable {
   // a [c], b [c]; c [c] or [f32] (an fp32 result of bf16 operands).
   virtual void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                     float alpha, float beta) const = 0;
+  // The fused GEMM epilogues and first writes (core/ops.h says what each computes).
+  // out [c], pre [c], inp [c], weight [c], bias [c].
+  virtual void matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp,
+                                   const Tensor& weight, const Tensor& bias) const = 0;
+  // dpre [c] (written), dout [c], weight [c], pre [c].
+  virtual void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                                     const Tensor& pre) const = 0;
+  // As matmul_backward; the flagged gradients are written, not accumulated.
+  virtual void matmul_backward_write(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                     const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                     bool overwrite_dinp, bool overwrite_params) const = 0;
+
   // out [c], mean [f32], rstd [f32], inp [c], weight [c], bias [c].
   virtual void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                                  const Tensor& weight, const Tensor& bias) const = 0;

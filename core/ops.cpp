@@ -132,9 +132,11 @@ void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const 
   dispatch(args.device(), [&](const OpTable& b) { b.matmul_forward(out, inp, weight, bias); });
 }
 
-void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
-                     const Tensor& inp, const Tensor& weight) {
-  const char* op = "matmul_backward";
+namespace {
+// The checks of matmul_backward and matmul_backward_write; the device of the call.
+Device check_matmul_backward(const char* op, const Tensor& dinp, const Tensor& dweight,
+                             const Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                             const Tensor& weight) {
   const Args args(op, "inp", inp);
   args.need("weight", weight, Role::compute);
   GPUMIX_CHECK(weight.dim() == 2, op, ": weight must be 2-D (OC, C), got ", weight.shape().str());
@@ -147,9 +149,14 @@ void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor&
   if (dweight.defined()) check_numel(op, "dweight", dweight, OC * C);
   args.maybe("dbias", dbias, Role::fp32);
   if (dbias.defined()) check_numel(op, "dbias", dbias, OC);
-  dispatch(args.device(), [&](const OpTable& b) {
-    b.matmul_backward(dinp, dweight, dbias, dout, inp, weight);
-  });
+  return args.device();
+}
+}  // namespace
+
+void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight) {
+  const Device d = check_matmul_backward("matmul_backward", dinp, dweight, dbias, dout, inp, weight);
+  dispatch(d, [&](const OpTable& b) { b.matmul_backward(dinp, dweight, dbias, dout, inp, weight); });
 }
 
 void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha,
@@ -469,6 +476,55 @@ void uniform_(Tensor& t, uint64_t key, uint64_t offset, float low, float high) {
 void normal_(Tensor& t, uint64_t key, uint64_t offset, float mean, float std) {
   check_float("normal_", "t", t);
   dispatch(t.device(), [&](const OpTable& b) { b.normal_(t, key, offset, mean, std); });
+}
+
+// ---- fused GEMM epilogues and first writes ----
+
+void matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp, const Tensor& weight,
+                         const Tensor& bias) {
+  const char* op = "matmul_gelu_forward";
+  const Args args(op, "inp", inp);
+  args.need("weight", weight, Role::compute);
+  GPUMIX_CHECK(weight.dim() == 2, op, ": weight must be 2-D (OC, C), got ", weight.shape().str());
+  const int64_t OC = weight.size(0), C = weight.size(1);
+  const int64_t N = rows_of(op, "inp", inp, C);
+  args.need("bias", bias, Role::compute, Shape{OC});
+  for (const Tensor* t : {&out, &pre}) {
+    const char* name = t == &out ? "out" : "pre";
+    args.need(name, *t, Role::compute);
+    check_numel(op, name, *t, N * OC);
+    GPUMIX_CHECK(t->size(-1) == OC, op, ": ", name, " ", t->shape().str(),
+                 " must have last dimension ", OC);
+  }
+  dispatch(args.device(), [&](const OpTable& b) { b.matmul_gelu_forward(out, pre, inp, weight, bias); });
+}
+
+void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                           const Tensor& pre) {
+  const char* op = "matmul_backward_dgelu";
+  const Args args(op, "pre", pre);
+  args.need("weight", weight, Role::compute);
+  GPUMIX_CHECK(weight.dim() == 2, op, ": weight must be 2-D (OC, C), got ", weight.shape().str());
+  const int64_t OC = weight.size(0), C = weight.size(1);
+  GPUMIX_CHECK(C % fused_gelu_multiple == 0, op, ": C = ", C, " is not a multiple of ",
+               fused_gelu_multiple, " (cuBLASLt's DGELU epilogue needs it); hint: use "
+               "matmul_backward and gelu_backward");
+  const int64_t N = rows_of(op, "pre", pre, C);
+  args.need("dout", dout, Role::compute);
+  check_numel(op, "dout", dout, N * OC);
+  args.need("dpre", dpre, Role::compute, pre.shape());
+  dispatch(args.device(), [&](const OpTable& b) { b.matmul_backward_dgelu(dpre, dout, weight, pre); });
+}
+
+void matmul_backward_write(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                           const Tensor& inp, const Tensor& weight, bool overwrite_dinp,
+                           bool overwrite_params) {
+  const Device d =
+      check_matmul_backward("matmul_backward_write", dinp, dweight, dbias, dout, inp, weight);
+  dispatch(d, [&](const OpTable& b) {
+    b.matmul_backward_write(dinp, dweight, dbias, dout, inp, weight, overwrite_dinp,
+                            overwrite_params);
+  });
 }
 
 }  // namespace gpumix::ops

@@ -122,5 +122,24 @@ void convert(Tensor& out, const Tensor& in);     // f32 <-> bf16, same device an
 void uniform_(Tensor& t, uint64_t key, uint64_t offset, float low, float high);
 void normal_(Tensor& t, uint64_t key, uint64_t offset, float mean, float std);
 
+// ---- fused GEMM epilogues and first writes ----
+// Linear + GELU in one product: pre (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC), the
+// GELU input kept for the backward, and out (N,OC) = gelu(pre). As matmul_forward followed
+// by gelu_forward (on a GPU, one cuBLASLt GELU_AUX_BIAS product rounding once).
+void matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp, const Tensor& weight,
+                         const Tensor& bias);
+// The input gradient of a linear whose input was gelu(pre), through the GELU:
+// dpre (N,C) = (dout (N,OC) @ weight (OC,C)) * gelu'(pre (N,C)), WRITTEN, not accumulated
+// (on a GPU, one cuBLASLt DGELU product). C must be a multiple of fused_gelu_multiple.
+void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                           const Tensor& pre);
+constexpr int64_t fused_gelu_multiple = 8;  // cuBLASLt's EPILOGUE_AUX_LD: divisible by 8
+// matmul_backward whose first writes overwrite: dinp when overwrite_dinp, dweight and dbias
+// when overwrite_params; what they held is never read (no zero-fill needed). Without
+// the flags, exactly matmul_backward (which accumulates).
+void matmul_backward_write(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                           const Tensor& inp, const Tensor& weight, bool overwrite_dinp,
+                           bool overwrite_params);
+
 }  // namespace ops
 }  // namespace gpumix

@@ -153,8 +153,9 @@ Var GPT::block(int l, const Var& x) const {
   h = linear(h, p(u, "attn.c_proj.weight"), p(u, "attn.c_proj.bias"));
   Var x1 = add(x, h);
   h = layernorm(x1, p(u, "ln_2.weight"), p(u, "ln_2.bias"));
-  h = gelu(linear(h, p(u, "mlp.c_fc.weight"), p(u, "mlp.c_fc.bias")));  // (B, T, 4C)
-  h = linear(h, p(u, "mlp.c_proj.weight"), p(u, "mlp.c_proj.bias"));
+  // (B, T, 4C) in the middle, GELU in the products' epilogues
+  h = mlp(h, p(u, "mlp.c_fc.weight"), p(u, "mlp.c_fc.bias"), p(u, "mlp.c_proj.weight"),
+          p(u, "mlp.c_proj.bias"));
   return add(x1, h);
 }
 

@@ -70,10 +70,12 @@ struct Case {
 };
 
 // The kernels of one step, in step order. Counts (per_block, per_step) follow
-// autograd/functions.cpp and nn/gpt.cpp: a Linear's backward is one matmul_backward call that
-// computes both products (timed here apart: the activation gradient and the weight
-// gradient), every activation gradient is a zeroed buffer that add_grad accumulates into
-// with axpy, and the step runs each block once forward and once backward (no recompute).
+// autograd/functions.cpp and nn/gpt.cpp: a Linear's backward is one matmul_backward_write call
+// that computes both products (timed here apart: the activation gradient, written with beta
+// 0 as its first contribution, and the weight gradient, with the bias gradient in its BGRADB
+// epilogue); the MLP's GELU rides in mlp_up's forward (GELU_AUX_BIAS) and mlp_down's
+// activation gradient (DGELU); add_grad copies a first contribution; only attention's dqkv
+// is still a zeroed buffer; the step runs each block once forward and once backward.
 std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt, Device dev, int devices) {
   const int64_t C = m.C, V = m.V, N = B * T, L = m.L, NH = m.NH;
   const double e = (double)dtype_size(dt), f4 = 4;  // bytes of a compute element, of an fp32 one
@@ -95,28 +97,40 @@ std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt,
 
   // A Linear of K inputs and OC outputs: forward, the activation gradient, the weight (and
   // bias) gradient. The LM head has no bias and its weight is wte (tied).
+  // gelu_out: its output goes through a GELU (mlp_up); dgelu_in: its input came out of one
+  // (mlp_down), so its activation gradient goes back through it.
   auto linear = [&](const std::string& name, const std::string& group, int64_t K, int64_t OC, bool bias,
-                    int per_block, int outside) {
+                    int per_block, int outside, bool gelu_out = false, bool dgelu_in = false) {
     const double mm = 2.0 * N * K * OC;
     const std::string shape = str(shape3(K), "x(", OC, ",", K, ")");
-    add(name + ".fwd", group, "matmul_forward " + shape, per_block, outside, mm + (bias ? N * OC : 0),
-        e * (N * K + OC * K + (bias ? OC : 0) + N * OC), [=] {
+    add(name + ".fwd", group, (gelu_out ? "matmul_gelu_forward " : "matmul_forward ") + shape, per_block, outside,
+        mm + (bias ? N * OC : 0) + (gelu_out ? 12.0 * N * OC : 0),
+        e * (N * K + OC * K + (bias ? OC : 0) + (gelu_out ? 2 : 1) * N * OC), [=] {
           Tensor x = random_tensor({B, T, K}, dev, "bench.x", dt), w = random_tensor({OC, K}, dev, "bench.w", dt);
           Tensor b = bias ? random_tensor({OC}, dev, "bench.b", dt) : Tensor();
-          Tensor out = Tensor::empty({B, T, OC}, dt, dev);
-          return Run([=]() mutable { ops::matmul_forward(out, x, w, b); });
-        });
-    add(name + ".bwd_in", group, "matmul_backward dinp " + shape, per_block, outside, mm,
-        e * (N * OC + OC * K + 2 * N * K), [=] {
-          Tensor x = random_tensor({B, T, K}, dev, "bench.x", dt), w = random_tensor({OC, K}, dev, "bench.w", dt);
-          Tensor dout = random_tensor({B, T, OC}, dev, "bench.dy", dt), dx = Tensor::zeros({B, T, K}, dt, dev);
+          Tensor out = Tensor::empty({B, T, OC}, dt, dev), pre = Tensor::empty({B, T, OC}, dt, dev);
           return Run([=]() mutable {
-            Tensor none_w, none_b;
-            ops::matmul_backward(dx, none_w, none_b, dout, x, w);
+            if (gelu_out)
+              ops::matmul_gelu_forward(out, pre, x, w, b);
+            else
+              ops::matmul_forward(out, x, w, b);
           });
         });
+    add(name + ".bwd_in", group, (dgelu_in ? "matmul_backward_dgelu " : "matmul_backward dinp (written) ") + shape,
+        per_block, outside, mm + (dgelu_in ? 20.0 * N * K : 0), e * (N * OC + OC * K + (dgelu_in ? 2 : 1) * N * K), [=] {
+          Tensor x = random_tensor({B, T, K}, dev, "bench.x", dt), w = random_tensor({OC, K}, dev, "bench.w", dt);
+          Tensor dout = random_tensor({B, T, OC}, dev, "bench.dy", dt), dx = Tensor::empty({B, T, K}, dt, dev);
+          return Run([=]() mutable {
+            Tensor none_w, none_b;
+            if (dgelu_in)  // x stands for the GELU's input
+              ops::matmul_backward_dgelu(dx, dout, w, x);
+            else
+              ops::matmul_backward_write(dx, none_w, none_b, dout, x, w, true, false);
+          });
+        });
+    // The bias gradient: BGRADB into an OC scratch, added (micro-batches accumulate).
     add(name + ".bwd_w", group, "matmul_backward dweight " + shape, per_block, outside, mm + (bias ? N * OC : 0),
-        e * (N * OC + N * K) + f4 * 2 * (OC * K + (bias ? OC : 0)), [=] {
+        e * (N * OC + N * K) + f4 * 2 * (OC * K + (bias ? 2 * OC : 0)), [=] {
           Tensor x = random_tensor({B, T, K}, dev, "bench.x", dt), w = random_tensor({OC, K}, dev, "bench.w", dt);
           Tensor dout = random_tensor({B, T, OC}, dev, "bench.dy", dt), dw = Tensor::zeros({OC, K}, f32, dev);
           Tensor db = bias ? Tensor::zeros({OC}, f32, dev) : Tensor();
@@ -174,38 +188,25 @@ std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt,
         return Run([=]() mutable { ops::attention_backward(dqkv, dout, qkv, out, lse, (int)NH); });
       });
   linear("attn_proj", "block", C, C, true, 1, 0);
-  linear("mlp_up", "block", C, 4 * C, true, 1, 0);
-  add("gelu.fwd", "block", "gelu_forward " + shape3(4 * C), 1, 0, 12.0 * N * 4 * C, e * 2 * N * 4 * C, [=] {
-    Tensor x = random_tensor({B, T, 4 * C}, dev, "bench.x", dt), out = Tensor::empty({B, T, 4 * C}, dt, dev);
-    return Run([=]() mutable { ops::gelu_forward(out, x); });
-  });
-  add("gelu.bwd", "block", "gelu_backward " + shape3(4 * C), 1, 0, 20.0 * N * 4 * C, e * 4 * N * 4 * C, [=] {
-    Tensor x = random_tensor({B, T, 4 * C}, dev, "bench.x", dt), dy = random_tensor({B, T, 4 * C}, dev, "bench.dy", dt),
-           dx = Tensor::zeros({B, T, 4 * C}, dt, dev);
-    return Run([=]() mutable { ops::gelu_backward(dx, x, dy); });
-  });
-  linear("mlp_down", "block", 4 * C, C, true, 1, 0);
+  linear("mlp_up", "block", C, 4 * C, true, 1, 0, /*gelu_out=*/true);  // GELU_AUX_BIAS
+  linear("mlp_down", "block", 4 * C, C, true, 1, 0, false, /*dgelu_in=*/true);  // DGELU
   add("residual.fwd", "block", "add " + shape3(C), 2, 0, 1.0 * N * C, e * 3 * N * C, [=] {
     Tensor a = random_tensor({B, T, C}, dev, "bench.a", dt), b = random_tensor({B, T, C}, dev, "bench.b", dt),
            out = Tensor::empty({B, T, C}, dt, dev);
     return Run([=]() mutable { ops::add(out, a, b); });
   });
-  // add_grad (autograd/tape.cpp): each residual add's backward accumulates dout into both
-  // inputs' gradients.
-  add("residual.bwd", "block", "axpy (add_grad) " + shape3(C), 4, 0, 2.0 * N * C, e * 3 * N * C, [=] {
-    Tensor g = random_tensor({B, T, C}, dev, "bench.dy", dt), acc = Tensor::zeros({B, T, C}, dt, dev);
-    return Run([=]() mutable { ops::axpy(acc, g, 1.0f); });
+  // add_grad (autograd/tape.cpp): each residual add's backward gives dout to both inputs'
+  // gradients, in the block each one's first contribution: a copy.
+  add("residual.bwd", "block", "copy (add_grad, first contribution) " + shape3(C), 4, 0, 0.0, e * 2 * N * C, [=] {
+    Tensor g = random_tensor({B, T, C}, dev, "bench.dy", dt), acc = Tensor::empty({B, T, C}, dt, dev);
+    return Run([=]() mutable { ops::convert(acc, g); });
   });
-  // The activation gradients a block's backward zeroes (grad_buffer): seven of (B,T,C), the
-  // qkv's (B,T,3C), GELU's input and output (B,T,4C).
-  add("grad_zero.act", "block", str("fill 7x", shape3(C), " 1x", shape3(3 * C), " 2x", shape3(4 * C)), 1, 0, 0,
-      e * 18.0 * N * C, [=] {
-        std::vector<Tensor> ts;
-        for (int64_t k : {C, C, C, C, C, C, C, 3 * C, 4 * C, 4 * C}) ts.push_back(Tensor::empty({B, T, k}, dt, dev));
-        return Run([=]() mutable {
-          for (Tensor& t : ts) ops::fill(t, 0.0f);
-        });
-      });
+  // The activation gradient a block's backward still zeroes (grad_buffer): attention's dqkv,
+  // which attention_backward accumulates into.
+  add("grad_zero.act", "block", str("fill 1x", shape3(3 * C)), 1, 0, 0, e * 3.0 * N * C, [=] {
+    Tensor t = Tensor::empty({B, T, 3 * C}, dt, dev);
+    return Run([=]() mutable { ops::fill(t, 0.0f); });
+  });
   // Head (unit L+1): ln_f (counted with ln above), the tied LM head, the loss.
   linear("lm_head", "head", C, V, false, 0, 1);
   add("xent.fwd", "head", str("crossentropy_forward + sum_to logits (", N, ",", V, ")"), 0, 1, 4.0 * N * V,

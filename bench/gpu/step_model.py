@@ -79,8 +79,11 @@ def simt_attention_seconds(m, mix):
     return out
 
 
-def kernels(m, after, mix):
-    """[(role, per_step, flops, bytes, class)] per call; class picks the roof and fraction."""
+def kernels(m, after, mix, epilogues=None):
+    """[(role, per_step, flops, bytes, class)] per call; class picks the roof and fraction.
+    epilogues: item 4's changes (fused epilogues, first writes with beta 0), as `after` unless
+    given; mix None: the SIMT attention rows without FLOPs (for byte counts only)."""
+    epi = after if epilogues is None else epilogues
     L, C, NH, B, T = m["L"], m["C"], m["NH"], m["B"], m["T"]
     V = m["Vpad"] if after else m["V"]
     N, e, f4 = B * T, 2.0, 4.0
@@ -96,12 +99,15 @@ def kernels(m, after, mix):
         if gelu_out:  # GELU_AUX_BIAS: the pre-activation (aux) written beside the output
             fwd += e * N * OC
         add(name + ".fwd", per_block, outside, mm + (N * OC if bias else 0), fwd, cls)
-        bwd_in = e * (N * OC + OC * K + (1 if after else 2) * N * K)  # after: beta 0, no read of dx
-        if dgelu_in:  # DGELU_BGRAD: reads the aux of the GELU before it
+        bwd_in = e * (N * OC + OC * K + (1 if epi else 2) * N * K)  # epi: beta 0, no read of dx
+        if dgelu_in:  # DGELU: reads the aux of the GELU before it
             bwd_in += e * N * K
         add(name + ".bwd_in", per_block, outside, mm, bwd_in, cls)
-        add(name + ".bwd_w", per_block, outside, mm, e * (N * OC + N * K) + f4 * 2 * OC * K, cls)
-        if bias and not after:  # colreduce: dout read again; the partials (N/64 x OC fp32) twice
+        bwd_w = e * (N * OC + N * K) + f4 * 2 * OC * K
+        if bias and epi:  # BGRADB: the bias gradient into an OC scratch, added to dbias (micro-batches accumulate)
+            bwd_w += f4 * 4 * OC
+        add(name + ".bwd_w", per_block, outside, mm, bwd_w, cls)
+        if bias and not epi:  # colreduce: dout read again; the partials (N/64 x OC fp32) twice
             add(name + ".bias_grad", per_block, outside, 1.0 * N * OC, e * N * OC + f4 * 2 * (N / 64) * OC, "mem")
 
     add("embed.fwd", 0, 1, 1.0 * N * C, e * 3 * N * C + f4 * N, "mem")
@@ -116,6 +122,10 @@ def kernels(m, after, mix):
         # dV, dK), no atomics; bytes as the SIMT pair below (q, dO, out, K, V read and dq updated;
         # k, v, q, dO read and dk, dv updated; lse read twice, Delta written and read).
         add("attn.bwd", 1, 0, 3.5 * attn_mm, e * 15 * N * C + f4 * 4 * B * NH * T, "fa2_bwd")
+    elif mix is None:  # bytes only
+        for role, nbytes in (("attn.fwd", e * 4 * N * C + f4 * B * NH * T), ("attn.bwd_dq", e * 7 * N * C + f4 * 2 * B * NH * T),
+                             ("attn.bwd_dkv", e * 8 * N * C + f4 * 2 * B * NH * T)):
+            add(role, 1, 0, 0.0, nbytes, ("simt", 0.0))
     else:
         simt = simt_attention_seconds(m, mix)
         add("attn.fwd", 1, 0, simt["flash_forward_kernel"]["flops"], e * 4 * N * C + f4 * B * NH * T,
@@ -125,22 +135,28 @@ def kernels(m, after, mix):
         add("attn.bwd_dkv", 1, 0, simt["flash_backward_dkv_kernel"]["flops"], e * 8 * N * C + f4 * 2 * B * NH * T,
             ("simt", simt["flash_backward_dkv_kernel"]["seconds"]))
     linear("attn_proj", C, C, True, 1, 0)
-    linear("mlp_up", C, 4 * C, True, 1, 0, gelu_out=after)
-    if not after:  # after: fused into mlp_up.fwd (GELU_AUX_BIAS) and mlp_down.bwd_in (DGELU_BGRAD)
+    linear("mlp_up", C, 4 * C, True, 1, 0, gelu_out=epi)
+    if not epi:  # epi: fused into mlp_up.fwd (GELU_AUX_BIAS) and mlp_down.bwd_in (DGELU)
         add("gelu.fwd", 1, 0, 12.0 * N * 4 * C, e * 2 * N * 4 * C, "mem")
         add("gelu.bwd", 1, 0, 20.0 * N * 4 * C, e * 4 * N * 4 * C, "mem")
-    linear("mlp_down", 4 * C, C, True, 1, 0, dgelu_in=after)
+    linear("mlp_down", 4 * C, C, True, 1, 0, dgelu_in=epi)
     add("residual.fwd", 2, 0, 1.0 * N * C, e * 3 * N * C, "mem")
-    add("residual.bwd", 4, 0, 2.0 * N * C, e * 3 * N * C, "mem")  # add_grad's axpy: kept after too
-    if not after:  # after: first gradient writes with beta 0, no zero-fill
-        add("grad_zero.act", 1, 0, 0, e * 18.0 * N * C, "mem")
+    # add_grad: each of the 4 per block is its gradient's first contribution; epi: a copy
+    # (read g, write), else zero-fill (counted below) and axpy (read g, read and write)
+    add("residual.bwd", 4, 0, (0.0 if epi else 2.0) * N * C, e * (2 if epi else 3) * N * C, "mem")
+    # Zero-fills of activation gradients per block: ln1 out, dqkv (3), attn out, proj out, x1,
+    # ln2 out, mlp_up out (4), gelu out (4), mlp out, x = 18 N C. epi: first writes with beta 0
+    # (linear, mlp) and copies (add_grad); attention_backward still accumulates into a zeroed
+    # dqkv (3 N C).
+    add("grad_zero.act", 1, 0, 0, e * (3.0 if epi else 18.0) * N * C, "mem")
     linear("lm_head", C, V, False, 0, 1, cls="gemm" if after else "gemm_odd")
     if after:  # fused classifier: logits read once, dlogits written in their place, in chunks
         add("classifier", 0, 1, 8.0 * N * V, e * 2 * N * V + f4 * 4 * N, "mem")
     else:
         add("xent.fwd", 0, 1, 4.0 * N * V, e * N * V + f4 * 4 * N, "mem")
         add("xent.bwd", 0, 1, 4.0 * N * V, e * 3 * N * V + f4 * 2 * N, "mem")
-        add("grad_zero.head", 0, 1, 0, e * (N * V + 2.0 * N * C), "mem")
+        # dlogits, ln_f's output (epi: the head's first write, beta 0) and the last block's output
+        add("grad_zero.head", 0, 1, 0, e * (N * V + (1.0 if epi else 2.0) * N * C), "mem")
     add("embed.bwd", 0, 1, 2.0 * N * C, e * N * C + f4 * (2 * N * C + 2 * T * C + N), "mem")
     add("grad_zero.params", 0, 1, 0, f4 * P, "mem")
     add("grad_norm", 0, 1, 2.0 * P, f4 * P, "mem")
@@ -260,10 +276,13 @@ def report_lines(mix):
              f"the vocabulary padded to {m['Vpad']} (the LM head at the aligned GEMMs' {FRACTION['gemm']:.0%}); the "
              "fused classifier (logits read once, dlogits written in place: 2 N Vp bf16, replacing the cross-entropy "
              "forward, backward and the (N, V) zero-fill); GELU in mlp_up's epilogue (GELU_AUX_BIAS: the "
-             "pre-activation written as aux) and its backward in mlp_down's activation-gradient GEMM (DGELU_BGRAD: "
-             "the aux read); the bias gradients in epilogues (BGRADB / DGELU_BGRAD: no column reduction); first "
-             "gradient writes with beta 0 (no zero-fill of activation gradients, no read of dx in the GEMMs). The "
-             "residual-stream accumulation (add_grad's axpy) and the LayerNorm passes are kept as they are.")
+             "pre-activation written as aux) and its backward in mlp_down's activation-gradient GEMM (DGELU: "
+             "the aux read); the bias gradients in the weight-gradient GEMMs' epilogue (BGRADB, fp32, into an OC "
+             "scratch then added: no column reduction; DGELU_BGRAD is not used, its bias gradient would be bf16); "
+             "first gradient writes with beta 0 (no read of dx in the GEMMs) and first residual contributions "
+             "copied, not added to zeros (only attention's dqkv is still zero-filled). The LayerNorm passes are "
+             "kept as they are. Item 4's bytes alone: `python3 bench/gpu/step_model.py` "
+             "(bench/results/epilogue-bytes.md).")
     L.append("")
     L.append("### Per kernel (ms per step = ms per call x calls)")
     L.append("")
@@ -301,3 +320,36 @@ def report_lines(mix):
              "done yet (issue 28 items 2-4), under the assumptions above.")
     return L
 
+
+def bytes_per_step(m, epilogues):
+    """{role: bytes per step} with the code as before issue 28, item 4's changes on or off."""
+    out = {}
+    for role, n, _flops, nbytes, _cls in kernels(m, False, None, epilogues=epilogues):
+        out[role] = out.get(role, 0.0) + n * nbytes
+    return out
+
+
+def epilogue_bytes_lines(m=GPT2):
+    """Markdown: the bytes a gpt2 step moves with and without item 4 (fused GEMM epilogues and
+    first writes with beta 0), per kernel role, from this model's per-call byte counts."""
+    before, after = bytes_per_step(m, False), bytes_per_step(m, True)
+    L = [f"## Bytes per gpt2 step, issue 28 item 4 off and on (a byte model, not a measurement)", "",
+         f"Shape L{m['L']} C{m['C']} V{m['V']} B{m['B']} T{m['T']}, bf16; everything else as before issue 28. "
+         "Per call bytes as bench/gpu/step_model.py `kernels` counts them (each operand read once, each "
+         "result written once), times the calls per step.", "",
+         "| kernel | before GB | after GB | saved GB |", "|---|---|---|---|"]
+    for role in before:
+        b, a = before[role], after.get(role, 0.0)
+        if abs(b - a) > 0.5e6:
+            L.append(f"| {role} | {b / 1e9:.2f} | {a / 1e9:.2f}{'' if role in after else ' (fused away)'} | {(b - a) / 1e9:.2f} |")
+    tb, ta = sum(before.values()), sum(after.values())
+    L.append(f"| **step** | **{tb / 1e9:.2f}** | **{ta / 1e9:.2f}** | **{(tb - ta) / 1e9:.2f}** |")
+    L.append("")
+    L.append("Rows whose bytes do not change are left out (the step total counts them). At the H200's "
+             f"{H200['hbm'] / 1e12:.1f} TB/s and {FRACTION['mem']:.0%} of it, the saving is about "
+             f"{(tb - ta) / (FRACTION['mem'] * H200['hbm']) * 1e3:.1f} ms per step (predicted).")
+    return L
+
+
+if __name__ == "__main__":
+    print("\n".join(epilogue_bytes_lines()))

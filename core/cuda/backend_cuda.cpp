@@ -51,10 +51,7 @@ class CudaOps final : public OpTable {
   }
   void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& weight) const override {
-    need_bf16("matmul_backward", inp);
-    const int OC = (int)weight.size(0), C = (int)weight.size(1);
-    cu::matmul_backward(opt_bf(dinp), opt(dweight), opt(dbias), bf(dout), bf(inp), bf(weight),
-                        (int)(inp.numel() / C), C, OC, on(inp));
+    matmul_backward_write(dinp, dweight, dbias, dout, inp, weight, false, false);
   }
   void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha,
             float beta) const override {
@@ -250,6 +247,36 @@ class CudaOps final : public OpTable {
       cu::normal(f32(t), t.numel(), key, offset, mean, std, on(t));
     else
       cu::normal(bf(t), t.numel(), key, offset, mean, std, on(t));
+  }
+
+  // ---- fused GEMM epilogues and first writes ----
+  void matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp, const Tensor& weight,
+                           const Tensor& bias) const override {
+    need_bf16("matmul_gelu_forward", inp);
+    const int OC = (int)weight.size(0), C = (int)weight.size(1);
+    cu::matmul_gelu_forward(bf(out), bf(pre), bf(inp), bf(weight), bf(bias),
+                            (int)(inp.numel() / C), C, OC, on(inp));
+  }
+  void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                             const Tensor& pre) const override {
+    need_bf16("matmul_backward_dgelu", pre);
+    const int OC = (int)weight.size(0), C = (int)weight.size(1);
+    cu::matmul_backward_dgelu(bf(dpre), bf(dout), bf(weight), bf(pre), (int)(pre.numel() / C), C,
+                              OC, on(pre));
+  }
+  void matmul_backward_write(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                             const Tensor& inp, const Tensor& weight, bool overwrite_dinp,
+                             bool overwrite_params) const override {
+    need_bf16("matmul_backward", inp);
+    const int OC = (int)weight.size(0), C = (int)weight.size(1);
+    // An accumulated dbias comes from the dweight product's BGRADB epilogue, which writes:
+    // into this scratch, then added (OC floats, against a second read of dout).
+    Tensor scratch;
+    if (dbias.defined() && dweight.defined() && !overwrite_params)
+      scratch = Tensor::empty({OC}, DType::f32, inp.device());
+    cu::matmul_backward(opt_bf(dinp), opt(dweight), opt(dbias), bf(dout), bf(inp), bf(weight),
+                        (int)(inp.numel() / C), C, OC, on(inp), overwrite_dinp, overwrite_params,
+                        opt(scratch));
   }
 
  private:

@@ -47,10 +47,26 @@ void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* 
                     int N, int C, int OC, cudaStream_t stream = nullptr);
 // dinp (N,C) += dout (N,OC) @ weight (OC,C)           bf16, fp32 accumulate, beta = 1
 // dweight (OC,C) += dout^T @ inp                       fp32 buffer, beta = 1
-// dbias (OC) += column sums of dout                    fp32, own deterministic kernel
+// dbias (OC) += column sums of dout                    fp32
+// overwrite_dinp / overwrite_params: the first write of those gradients, beta = 0 (no
+// zero-fill, no read). dbias comes from the dweight product's BGRADB epilogue, which
+// writes: into dbias itself when overwrite_params, else into dbias_scratch (OC fp32,
+// device), then added; without a scratch (or dweight, or an algorithm for it), from the
+// column-reduction kernel.
 void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
                      const bf16* inp, const bf16* weight, int N, int C, int OC,
-                     cudaStream_t stream = nullptr);
+                     cudaStream_t stream = nullptr, bool overwrite_dinp = false,
+                     bool overwrite_params = false, float* dbias_scratch = nullptr);
+// Linear + GELU in one product (cuBLASLt GELU_AUX_BIAS): pre (N,OC) = inp @ weight^T + bias
+// (the GELU input, kept for the backward), out (N,OC) = gelu(pre) from its fp32 value.
+// OC not a multiple of 8 (or no algorithm): matmul_forward and gelu_forward.
+void matmul_gelu_forward(bf16* out, bf16* pre, const bf16* inp, const bf16* weight,
+                         const bf16* bias, int N, int C, int OC, cudaStream_t stream = nullptr);
+// The input gradient of a linear whose input was gelu(pre), through the GELU (cuBLASLt
+// DGELU): dpre (N,C) = (dout (N,OC) @ weight (OC,C)) * gelu'(pre (N,C)), written (beta 0)
+// from the fp32 product. C must be a multiple of 8.
+void matmul_backward_dgelu(bf16* dpre, const bf16* dout, const bf16* weight, const bf16* pre,
+                           int N, int C, int OC, cudaStream_t stream = nullptr);
 // General batched GEMM, row-major, as cpu::gemm: C = alpha * op(A) @ op(B) + beta * C
 // with op(A) (m,k), op(B) (k,n), C (m,n); batch matrices at strides stride_* (elements).
 // C in bf16 or (second overload) fp32.

@@ -1,15 +1,21 @@
-// Matmuls through cuBLASLt: bf16 A and B, fp32 compute and scale, bf16 or fp32 C/D, the
-// BIAS epilogue for the forward. Row-major operands are handed to column-major cuBLASLt
+// Matmuls through cuBLASLt: bf16 A and B, fp32 compute and scale, bf16 or fp32 C/D, and
+// the epilogues that save passes over memory: BIAS for the forward, GELU_AUX_BIAS (linear
+// + GELU, the GELU input kept as aux), DGELU (the next linear's input gradient through the
+// GELU) and BGRADB (a bias gradient from the weight-gradient product), and beta 0 for a
+// gradient's first write. Row-major operands are handed to column-major cuBLASLt
 // as their transposes (D^T = op(B)^T op(A)^T; see research/TECH.md section 3), so no
 // ORDER_ROW layouts are needed and the bias epilogues stay available.
 //
 // Per device: one cuBLASLt handle; per (device, stream): one workspace of 32 MiB on
 // Hopper and newer (cc >= 9.0), 4 MiB otherwise; per shape (and alignment, epilogue,
-// output type): the algorithm picked by cublasLtMatmulAlgoGetHeuristic, cached.
+// output type): the descriptors, layouts and the algorithm picked by
+// cublasLtMatmulAlgoGetHeuristic, built once and cached (a call sets only its pointers).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -45,7 +51,6 @@ std::mutex g_mutex;
 // process's end (a destructor at exit would drop the handle unreleased, LeakSanitizer's
 // report under the emulated device, and could run after the CUDA runtime unloaded).
 std::unordered_map<int, DeviceState>& g_devices = *new std::unordered_map<int, DeviceState>;
-std::unordered_map<AlgoKey, cublasLtMatmulAlgo_t, AlgoKeyHash> g_algos;
 
 // Handle and workspace for the current device and this stream.
 void handle_and_workspace(int dev, cudaStream_t stream, cublasLtHandle_t* handle, void** ws,
@@ -76,20 +81,6 @@ int alignment_of(const void* p, int64_t stride_bytes, int batch) {
   return (int)(a & (~a + 1));
 }
 
-// RAII for the descriptors of one call.
-struct Descs {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~Descs() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
-
 void set_batch(cublasLtMatrixLayout_t l, int batch, int64_t stride) {
   if (batch <= 1) return;
   const int32_t count = batch;
@@ -99,12 +90,42 @@ void set_batch(cublasLtMatrixLayout_t l, int batch, int64_t stride) {
       l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
 }
 
-// Row-major C (m,n) = alpha op(A) (m,k) op(B) (k,n) + beta C [+ bias (n) per row].
-void lt_matmul(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a, int64_t lda,
+// The descriptors, layouts and algorithm of one (shape, alignment, epilogue, output type),
+// built once: a call only sets its bias and aux pointers (under `mutex`: thread ranks may
+// share a shape) and runs. Never moved (held by pointer), destroyed by matmul_release_all.
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo;
+  bool found = false;  // false: the heuristic has no algorithm (the caller decides)
+  std::mutex mutex;
+  ~Plan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+std::unordered_map<AlgoKey, std::unique_ptr<Plan>, AlgoKeyHash> g_plans;
+
+// What one product computes beyond D = alpha op(A) op(B) + beta C (cublasLtEpilogue_t):
+// `bias` is read (BIAS, GELU_AUX_BIAS) or written (BGRADB: fp32, length n of the row-major
+// result); `aux` (GELU_AUX_BIAS: written; DGELU: read) is laid out as C, row-major (m, n)
+// with leading dimension ldc.
+struct Epilogue {
+  uint32_t kind = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  void* aux = nullptr;
+};
+
+// Row-major C (m,n) = alpha op(A) (m,k) op(B) (k,n) + beta C, then the epilogue. Returns
+// false, having done nothing, when `may_decline` and cuBLASLt has no algorithm for the
+// fused epilogue (the caller then runs the unfused passes); otherwise such a gap throws.
+bool lt_matmul(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a, int64_t lda,
                const bf16* b, int64_t ldb, float beta, void* c, cudaDataType_t ctype,
-               int64_t ldc, int batch, int64_t sa, int64_t sb, int64_t sc, const bf16* bias,
-               cudaStream_t stream) {
-  if (m <= 0 || n <= 0 || batch <= 0) return;
+               int64_t ldc, int batch, int64_t sa, int64_t sb, int64_t sc, const Epilogue& epi,
+               cudaStream_t stream, bool may_decline = false) {
+  if (m <= 0 || n <= 0 || batch <= 0) return true;
   if (k <= 0) {  // C = beta C (+ bias): nothing to multiply; keep BLAS semantics simple
     throw Error("gemm: k must be positive (got " + std::to_string(k) + ")");
   }
@@ -116,32 +137,6 @@ void lt_matmul(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a
   handle_and_workspace(dev, stream, &handle, &ws, &ws_bytes);
 
   const size_t csize = ctype == CUDA_R_32F ? 4 : 2;
-  // Column-major view: D' (n x m, ld ldc) = op(A') (n x k) op(B') (k x m), A' = b, B' = a.
-  Descs d;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const int32_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int32_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
-                                              sizeof op_a));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
-                                              sizeof op_b));
-  const uint32_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                              sizeof epilogue));
-  if (bias) {
-    const int32_t bias_type = CUDA_R_16BF;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                &bias_type, sizeof bias_type));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                sizeof bias));
-  }
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, tb ? k : n, tb ? n : k, ldb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16BF, ta ? m : k, ta ? k : m, lda));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, ctype, n, m, ldc));
-  set_batch(d.a, batch, sb);
-  set_batch(d.b, batch, sa);
-  set_batch(d.c, batch, sc);
-
   AlgoKey key;
   memset(&key, 0, sizeof key);  // padding bytes take part in the hash
   key.dev = dev;
@@ -152,12 +147,13 @@ void lt_matmul(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a
   key.k = k;
   key.batch = batch;
   key.ctype = (int)ctype;
-  key.epilogue = (int)epilogue;
+  key.epilogue = (int)epi.kind;
   key.align_a = alignment_of(b, sb * 2, batch);  // cuBLASLt's A is our B
   key.align_b = alignment_of(a, sa * 2, batch);
   key.align_c = alignment_of(c, sc * (int64_t)csize, batch);
-  if (bias) key.align_c = key.align_c < alignment_of(bias, 0, 1) ? key.align_c
-                                                                 : alignment_of(bias, 0, 1);
+  // The heuristic reads the bias and aux pointers' alignment too: fold them into C's.
+  for (const void* p : {epi.bias, (const void*)epi.aux})
+    if (p) key.align_c = std::min(key.align_c, alignment_of(p, 0, 1));
   key.lda = lda;
   key.ldb = ldb;
   key.ldc = ldc;
@@ -165,51 +161,105 @@ void lt_matmul(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a
   key.sb = sb;
   key.sc = sc;
 
-  cublasLtMatmulAlgo_t algo;
-  bool cached = false;
+  Plan* plan = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = g_algos.find(key);
-    if (it != g_algos.end()) {
-      algo = it->second;
-      cached = true;
-    }
+    auto it = g_plans.find(key);
+    if (it != g_plans.end()) plan = it->second.get();
   }
-  if (!cached) {
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  if (plan == nullptr) {
+    auto built = std::make_unique<Plan>();
+    Plan& d = *built;
+    // Column-major view: D' (n x m, ld ldc) = op(A') (n x k) op(B') (k x m), A' = b, B' = a.
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const int32_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int32_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+                                                sizeof op_a));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+                                                sizeof op_b));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi.kind,
+                                                sizeof epi.kind));
+    if (epi.bias) {  // a bias is bf16 (the weights' dtype), a bias gradient of C's type
+      const int32_t bias_type = epi.kind == CUBLASLT_EPILOGUE_BGRADB ? (int32_t)ctype
+                                                                     : (int32_t)CUDA_R_16BF;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                  &bias_type, sizeof bias_type));
+    }
+    if (epi.aux) {
+      const int64_t aux_ld = ldc;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                  &aux_ld, sizeof aux_ld));
+    }
+    // The heuristic reads the pointers' values (their alignment): set them before it.
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &epi.bias, sizeof epi.bias));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                &epi.aux, sizeof epi.aux));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, tb ? k : n, tb ? n : k, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16BF, ta ? m : k, ta ? k : m, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, ctype, n, m, ldc));
+    set_batch(d.a, batch, sb);
+    set_batch(d.b, batch, sa);
+    set_batch(d.c, batch, sc);
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t max_ws = ws_bytes;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws));
     const uint32_t al_a = key.align_a, al_b = key.align_b, al_c = key.align_c;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, d.pref, 1,
-                                                &result, &found));
-    if (found == 0) {
-      throw Error("cuBLASLt has no algorithm for gemm(trans_a=" + std::to_string(ta) +
-                  ", trans_b=" + std::to_string(tb) + ", m=" + std::to_string(m) +
-                  ", n=" + std::to_string(n) + ", k=" + std::to_string(k) +
-                  ", lda=" + std::to_string(lda) + ", ldb=" + std::to_string(ldb) +
-                  ", ldc=" + std::to_string(ldc) + ", batch=" + std::to_string(batch) +
-                  ", C " + (csize == 4 ? "fp32" : "bf16") + (bias ? ", bias" : "") +
-                  ", alignments " + std::to_string(key.align_a) + "/" +
-                  std::to_string(key.align_b) + "/" + std::to_string(key.align_c) +
-                  " bytes); hint: bf16 leading dimensions should be multiples of 8");
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                &al_a, sizeof al_a);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                &al_b, sizeof al_b);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                &al_c, sizeof al_c);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                &al_c, sizeof al_c);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, pref, 1, &result,
+                                          &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) {  // how the real heuristic says "none for this"
+      st = CUBLAS_STATUS_SUCCESS;
+      found = 0;
     }
-    algo = result.algo;
+    CUBLAS_CHECK(st);
+    d.found = found > 0;
+    if (d.found) d.algo = result.algo;
     std::lock_guard<std::mutex> lock(g_mutex);
-    g_algos.emplace(key, algo);
+    auto ins = g_plans.emplace(key, std::move(built));  // another thread's, if it was first
+    plan = ins.first->second.get();
   }
-  CUBLAS_CHECK(cublasLtMatmul(handle, d.op, &alpha, b, d.a, a, d.b, &beta, c, d.c, c, d.c,
-                              &algo, ws, ws_bytes, stream));
+  if (!plan->found) {
+    if (may_decline) return false;
+    throw Error("cuBLASLt has no algorithm for gemm(trans_a=" + std::to_string(ta) +
+                ", trans_b=" + std::to_string(tb) + ", m=" + std::to_string(m) +
+                ", n=" + std::to_string(n) + ", k=" + std::to_string(k) +
+                ", lda=" + std::to_string(lda) + ", ldb=" + std::to_string(ldb) +
+                ", ldc=" + std::to_string(ldc) + ", batch=" + std::to_string(batch) +
+                ", C " + (csize == 4 ? "fp32" : "bf16") + ", epilogue " +
+                std::to_string(epi.kind) + ", alignments " + std::to_string(key.align_a) + "/" +
+                std::to_string(key.align_b) + "/" + std::to_string(key.align_c) +
+                " bytes); hint: bf16 leading dimensions should be multiples of 8");
+  }
+  std::lock_guard<std::mutex> lock(plan->mutex);
+  if (epi.bias || epi.aux) {  // this call's pointers (same alignment: it is in the key)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &epi.bias, sizeof epi.bias));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epi.aux, sizeof epi.aux));
+  }
+  CUBLAS_CHECK(cublasLtMatmul(handle, plan->op, &alpha, b, plan->a, a, plan->b, &beta, c,
+                              plan->c, c, plan->c, &plan->algo, ws, ws_bytes, stream));
+  return true;
 }
 
 __global__ void bias_add_kernel(bf16* out, const bf16* inp, const bf16* bias, int64_t n, int C) {
@@ -241,7 +291,7 @@ void matmul_release_all() {
   }
   CUDA_CHECK(cudaSetDevice(cur));
   g_devices.clear();
-  g_algos.clear();
+  g_plans.clear();
 }
 }  // namespace detail
 
@@ -249,32 +299,72 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf
           int lda, const bf16* b, int ldb, float beta, bf16* c, int ldc, int batch,
           int64_t stride_a, int64_t stride_b, int64_t stride_c, cudaStream_t stream) {
   lt_matmul(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, CUDA_R_16BF, ldc, batch,
-            stride_a, stride_b, stride_c, nullptr, stream);
+            stride_a, stride_b, stride_c, Epilogue{}, stream);
 }
 
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* a,
           int lda, const bf16* b, int ldb, float beta, float* c, int ldc, int batch,
           int64_t stride_a, int64_t stride_b, int64_t stride_c, cudaStream_t stream) {
   lt_matmul(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, CUDA_R_32F, ldc, batch,
-            stride_a, stride_b, stride_c, nullptr, stream);
+            stride_a, stride_b, stride_c, Epilogue{}, stream);
 }
 
 void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int N,
                     int C, int OC, cudaStream_t stream) {
+  Epilogue epi;
+  if (bias) epi = Epilogue{CUBLASLT_EPILOGUE_BIAS, bias, nullptr};
   lt_matmul(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, CUDA_R_16BF, OC, 1, 0, 0,
-            0, bias, stream);
+            0, epi, stream);
+}
+
+void matmul_gelu_forward(bf16* out, bf16* pre, const bf16* inp, const bf16* weight,
+                         const bf16* bias, int N, int C, int OC, cudaStream_t stream) {
+  const Epilogue epi{CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre};
+  if (OC % 8 == 0 &&  // EPILOGUE_AUX_LD (= OC) must be a multiple of 8
+      lt_matmul(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, CUDA_R_16BF, OC, 1, 0,
+                0, 0, epi, stream, /*may_decline=*/true))
+    return;
+  matmul_forward(pre, inp, weight, bias, N, C, OC, stream);  // the two passes it replaces
+  gelu_forward(out, pre, (int64_t)N * OC, stream);
+}
+
+void matmul_backward_dgelu(bf16* dpre, const bf16* dout, const bf16* weight, const bf16* pre,
+                           int N, int C, int OC, cudaStream_t stream) {
+  if (C % 8 != 0)
+    throw Error("matmul_backward_dgelu: C = " + std::to_string(C) +
+                " is not a multiple of 8, which cuBLASLt's DGELU epilogue needs "
+                "(EPILOGUE_AUX_LD); hint: use matmul_backward and gelu_backward");
+  // dpre (N,C) = (dout (N,OC) @ weight (OC,C)) * gelu'(pre), written (beta 0)
+  lt_matmul(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dpre, CUDA_R_16BF, C, 1, 0,
+            0, 0, Epilogue{CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<bf16*>(pre)}, stream);
 }
 
 void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
                      const bf16* inp, const bf16* weight, int N, int C, int OC,
-                     cudaStream_t stream) {
-  if (dinp)  // dinp (N,C) += dout (N,OC) @ weight (OC,C)
-    lt_matmul(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, CUDA_R_16BF, C, 1,
-              0, 0, 0, nullptr, stream);
-  if (dweight)  // dweight (OC,C) += dout^T (OC,N) @ inp (N,C)
-    lt_matmul(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, CUDA_R_32F, C, 1, 0,
-              0, 0, nullptr, stream);
-  if (dbias) bias_backward(dbias, dout, N, OC, stream);
+                     cudaStream_t stream, bool overwrite_dinp, bool overwrite_params,
+                     float* dbias_scratch) {
+  if (dinp)  // dinp (N,C) (+)= dout (N,OC) @ weight (OC,C)
+    lt_matmul(false, false, N, C, OC, 1.0f, dout, OC, weight, C, overwrite_dinp ? 0.0f : 1.0f,
+              dinp, CUDA_R_16BF, C, 1, 0, 0, 0, Epilogue{}, stream);
+  const float beta = overwrite_params ? 0.0f : 1.0f;
+  // dbias by BGRADB on the dweight product (the column sums of dout, its B operand, in fp32),
+  // which writes: straight into dbias on a first write, else into the scratch, then added.
+  float* bgrad = overwrite_params ? dbias : dbias_scratch;
+  if (dweight && dbias && bgrad) {
+    const Epilogue epi{CUBLASLT_EPILOGUE_BGRADB, bgrad, nullptr};
+    if (lt_matmul(true, false, OC, C, N, 1.0f, dout, OC, inp, C, beta, dweight, CUDA_R_32F, C, 1,
+                  0, 0, 0, epi, stream, /*may_decline=*/true)) {
+      if (bgrad != dbias) axpy(dbias, bgrad, 1.0f, OC, stream);
+      return;
+    }
+  }
+  if (dweight)  // dweight (OC,C) (+)= dout^T (OC,N) @ inp (N,C)
+    lt_matmul(true, false, OC, C, N, 1.0f, dout, OC, inp, C, beta, dweight, CUDA_R_32F, C, 1, 0,
+              0, 0, Epilogue{}, stream);
+  if (dbias) {
+    if (overwrite_params) CUDA_CHECK(cudaMemsetAsync(dbias, 0, (size_t)OC * 4, stream));
+    bias_backward(dbias, dout, N, OC, stream);
+  }
 }
 
 void bias_add(bf16* out, const bf16* inp, const bf16* bias, int N, int C, cudaStream_t stream) {
@@ -291,7 +381,7 @@ void bias_backward(float* dbias, const bf16* dout, int N, int C, cudaStream_t st
 
 int matmul_cached_algos() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  return (int)g_algos.size();
+  return (int)g_plans.size();
 }
 
 }  // namespace gpumix::kernels::cuda

@@ -4,6 +4,24 @@
 //
 //   D = alpha * op(A) * op(B) + beta * C            [+ bias, CUBLASLT_EPILOGUE_BIAS]
 //
+// and the training epilogues of cublasLtEpilogue_t (cuBLAS documentation, "cublasLtEpilogue_t"
+// and CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_* of cublasLtMatmulDescAttributes_t), with X = alpha
+// op(A) op(B) + beta C in fp32:
+//   GELU_AUX_BIAS  aux = X + bias (the GELU input, "useful for training"), D = GELU(X + bias);
+//   DGELU          D = X * GELU'(aux) (aux: the forward's GELU input, read);
+//   DGELU_BGRAD    the same, and bias[i] = sum over the columns j of D(i, j) before rounding
+//                  ("Apply independently GELU and Bias gradient to matmul output": the bias
+//                  gradient of the GELU input, length rows(D));
+//   BGRADB         D = X, and bias[j] = sum over k of op(B)(k, j) (length cols(D), "the
+//                  reduction happens over the GEMM's k dimension").
+// GELU is the tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as the
+// library's. aux is stored like D (column-major, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, which
+// must be divisible by 8 and >= rows(D), else INVALID_VALUE) in D's type; a bias or bias
+// gradient has D's type ("Bias gradient vector elements are the same type as the output
+// elements (Ctype)"); bias gradients are written, never accumulated. Every other epilogue
+// (RELU*, GELU, GELU_BIAS, GELU_AUX, BGRADA, ...) is refused by name, and so is an
+// auxiliary epilogue with strided batches.
+//
 // op(A) m x k, op(B) k x n, C and D m x n, all column-major (CUBLASLT_ORDER_COL, the
 // default of cublasLtMatrixLayoutAttribute_t): element (i, j) of a layout with leading
 // dimension ld at i + j * ld; a layout describes the stored matrix, before op (so TRANSA =
@@ -26,6 +44,7 @@
 // Not modelled: cuBLASLt's own algorithms and rounding (it may split or reorder the
 // k-sum, use tensor cores with their own intermediate precision): only a real GPU tells.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -47,6 +66,9 @@ struct cublasLtMatmulDescOpaque_t {
   uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;
   int32_t bias_type = -1;  // -1: the type of D (the documented default)
+  void* aux = nullptr;     // EPILOGUE_AUX_POINTER
+  int64_t aux_ld = 0;      // EPILOGUE_AUX_LD ("default: 0")
+  int32_t aux_type = -1;   // EPILOGUE_AUX_DATA_TYPE; -1: the type of D
 };
 
 struct cublasLtMatrixLayoutOpaque_t {
@@ -80,6 +102,63 @@ const char* type_name(int t) {
 }
 
 size_t elem_size(int t) { return t == CUDA_R_32F ? 4 : 2; }
+
+// The epilogues the emulator models, and what each reads or writes besides D.
+bool epilogue_emulated(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_DEFAULT || e == CUBLASLT_EPILOGUE_BIAS ||
+         e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU ||
+         e == CUBLASLT_EPILOGUE_DGELU_BGRAD || e == CUBLASLT_EPILOGUE_BGRADB;
+}
+bool reads_bias(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool writes_bias(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_DGELU_BGRAD || e == CUBLASLT_EPILOGUE_BGRADB;
+}
+bool uses_aux(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU ||
+         e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+
+const char* epilogue_name(uint32_t e) {
+  switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT: return "CUBLASLT_EPILOGUE_DEFAULT";
+    case CUBLASLT_EPILOGUE_RELU: return "CUBLASLT_EPILOGUE_RELU";
+    case CUBLASLT_EPILOGUE_BIAS: return "CUBLASLT_EPILOGUE_BIAS";
+    case CUBLASLT_EPILOGUE_RELU_BIAS: return "CUBLASLT_EPILOGUE_RELU_BIAS";
+    case CUBLASLT_EPILOGUE_RELU_AUX: return "CUBLASLT_EPILOGUE_RELU_AUX";
+    case CUBLASLT_EPILOGUE_RELU_AUX_BIAS: return "CUBLASLT_EPILOGUE_RELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DRELU: return "CUBLASLT_EPILOGUE_DRELU";
+    case CUBLASLT_EPILOGUE_DRELU_BGRAD: return "CUBLASLT_EPILOGUE_DRELU_BGRAD";
+    case CUBLASLT_EPILOGUE_GELU: return "CUBLASLT_EPILOGUE_GELU";
+    case CUBLASLT_EPILOGUE_GELU_AUX: return "CUBLASLT_EPILOGUE_GELU_AUX";
+    case CUBLASLT_EPILOGUE_GELU_BIAS: return "CUBLASLT_EPILOGUE_GELU_BIAS";
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "CUBLASLT_EPILOGUE_GELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DGELU: return "CUBLASLT_EPILOGUE_DGELU";
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD: return "CUBLASLT_EPILOGUE_DGELU_BGRAD";
+    case CUBLASLT_EPILOGUE_BGRADA: return "CUBLASLT_EPILOGUE_BGRADA";
+    case CUBLASLT_EPILOGUE_BGRADB: return "CUBLASLT_EPILOGUE_BGRADB";
+  }
+  return "an unknown epilogue";
+}
+
+// GELU, tanh approximation, and its derivative, in fp32.
+float gelu(float x) {
+  const float s = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + std::tanh(s * (x + 0.044715f * x * x * x)));
+}
+float gelu_grad(float x) {
+  const float s = 0.7978845608028654f;
+  const float t = std::tanh(s * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * s * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+void store(void* p, int type, size_t i, float v) {
+  if (type == CUDA_R_32F)
+    ((float*)p)[i] = v;
+  else
+    ((uint16_t*)p)[i] = gpumix::f32_to_bf16_bits(v);
+}
 
 template <class T>
 T read_attr(const void* buf, size_t size, const char* call, const char* attr) {
@@ -117,11 +196,28 @@ cublasStatus_t check_problem(const char* call, const cublasLtMatmulDescOpaque_t&
   if (c.type != d.type || (d.type != CUDA_R_16BF && d.type != CUDA_R_32F))
     refuse(cs + ": C " + type_name(c.type) + ", D " + type_name(d.type) +
            " (C and D of the same type, CUDA_R_16BF or CUDA_R_32F, are emulated)");
-  if (op.epilogue == CUBLASLT_EPILOGUE_BIAS) {
+  if (reads_bias(op.epilogue) || writes_bias(op.epilogue)) {
     const int bt = op.bias_type == -1 ? (int)d.type : op.bias_type;
     if (bt != (int)d.type)
       refuse(cs + ": CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = " + type_name(bt) + " with D " +
              type_name(d.type) + " (only a bias of D's type is emulated)");
+  }
+  if (op.epilogue != CUBLASLT_EPILOGUE_DEFAULT && op.epilogue != CUBLASLT_EPILOGUE_BIAS &&
+      d.batch > 1)
+    refuse(cs + ": " + epilogue_name(op.epilogue) + " with BATCH_COUNT " +
+           std::to_string(d.batch) + " (the bias-gradient and auxiliary epilogues are emulated "
+           "for one matrix only)");
+  if (uses_aux(op.epilogue)) {
+    const int at = op.aux_type == -1 ? (int)d.type : op.aux_type;
+    if (at != (int)d.type)
+      refuse(cs + ": CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = " + type_name(at) +
+             " with D " + type_name(d.type) + " (only an aux of D's type is emulated)");
+    if (op.aux_ld % 8 != 0 || op.aux_ld < (int64_t)d.rows) {
+      *why = std::string(epilogue_name(op.epilogue)) + ": CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD " +
+             std::to_string(op.aux_ld) + " must be divisible by 8 and >= rows(D) " +
+             std::to_string(d.rows);
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
   }
   const uint64_t m = op.trans_a == CUBLAS_OP_N ? a.rows : a.cols;
   const uint64_t k = op.trans_a == CUBLAS_OP_N ? a.cols : a.rows;
@@ -154,7 +250,7 @@ cublasStatus_t check_problem(const char* call, const cublasLtMatmulDescOpaque_t&
 void reference(const cublasLtMatmulDescOpaque_t& op, const cublasLtMatrixLayoutOpaque_t& la,
                const cublasLtMatrixLayoutOpaque_t& lb, const cublasLtMatrixLayoutOpaque_t& lc,
                const cublasLtMatrixLayoutOpaque_t& ld, float alpha, float beta,
-               const uint16_t* A, const uint16_t* B, const void* C, void* D, const void* bias,
+               const uint16_t* A, const uint16_t* B, const void* C, void* D,
                std::vector<float>& af, std::vector<float>& bf) {
   const bool ta = op.trans_a == CUBLAS_OP_T, tb = op.trans_b == CUBLAS_OP_T;
   const int64_t m = (int64_t)ld.rows, n = (int64_t)ld.cols;
@@ -170,10 +266,12 @@ void reference(const cublasLtMatmulDescOpaque_t& op, const cublasLtMatrixLayoutO
     for (int64_t p = 0; p < k; ++p)
       bf[(size_t)(p + j * k)] =
           gpumix::bf16_bits_to_f32(B[tb ? j + p * lb.ld : p + j * lb.ld]);
-  const bool has_bias = op.epilogue == CUBLASLT_EPILOGUE_BIAS;
+  const uint32_t epi = op.epilogue;
   const int dt = ld.type;
   const float* afp = af.data();
   const float* bfp = bf.data();
+  // DGELU_BGRAD: the fp32 gradients, summed per row after the parallel loop.
+  std::vector<float> dv(epi == CUBLASLT_EPILOGUE_DGELU_BGRAD ? (size_t)(m * n) : 0);
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; ++j) {
     std::vector<float> acc((size_t)m, 0.0f);
@@ -186,12 +284,29 @@ void reference(const cublasLtMatmulDescOpaque_t& op, const cublasLtMatrixLayoutO
     for (int64_t i = 0; i < m; ++i) {
       float v = alpha * accp[i];
       if (beta != 0.0f) v += beta * load(C, lc.type, (size_t)(i + j * lc.ld));
-      if (has_bias) v += load(bias, dt, (size_t)i);
-      const size_t at = (size_t)(i + j * ld.ld);
-      if (dt == CUDA_R_32F)
-        ((float*)D)[at] = v;
-      else
-        ((uint16_t*)D)[at] = gpumix::f32_to_bf16_bits(v);
+      if (reads_bias(epi)) v += load(op.bias, dt, (size_t)i);
+      const size_t aux_at = (size_t)(i + j * op.aux_ld);
+      if (epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+        store(op.aux, dt, aux_at, v);
+        v = gelu(v);
+      } else if (epi == CUBLASLT_EPILOGUE_DGELU || epi == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+        v *= gelu_grad(load(op.aux, dt, aux_at));
+        if (!dv.empty()) dv[(size_t)(i + j * m)] = v;
+      }
+      store(D, dt, (size_t)(i + j * ld.ld), v);
+    }
+  }
+  if (epi == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+    for (int64_t i = 0; i < m; ++i) {
+      float s = 0.0f;
+      for (int64_t j = 0; j < n; ++j) s += dv[(size_t)(i + j * m)];
+      store((void*)op.bias, dt, (size_t)i, s);
+    }
+  } else if (epi == CUBLASLT_EPILOGUE_BGRADB) {
+    for (int64_t j = 0; j < n; ++j) {
+      float s = 0.0f;
+      for (int64_t p = 0; p < k; ++p) s += bfp[p + j * k];
+      store((void*)op.bias, dt, (size_t)j, s);
     }
   }
 }
@@ -289,21 +404,31 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
     }
     case CUBLASLT_MATMUL_DESC_EPILOGUE: {
       const uint32_t v = read_attr<uint32_t>(buf, size, call, "CUBLASLT_MATMUL_DESC_EPILOGUE");
-      if (v != CUBLASLT_EPILOGUE_DEFAULT && v != CUBLASLT_EPILOGUE_BIAS) {
-        const char* n = v == CUBLASLT_EPILOGUE_RELU        ? " (CUBLASLT_EPILOGUE_RELU)"
-                        : v == CUBLASLT_EPILOGUE_RELU_BIAS ? " (CUBLASLT_EPILOGUE_RELU_BIAS)"
-                        : v == CUBLASLT_EPILOGUE_GELU      ? " (CUBLASLT_EPILOGUE_GELU)"
-                        : v == CUBLASLT_EPILOGUE_GELU_BIAS ? " (CUBLASLT_EPILOGUE_GELU_BIAS)"
-                                                           : "";
-        refuse(std::string(call) + ": CUBLASLT_MATMUL_DESC_EPILOGUE = " + std::to_string(v) + n +
-               " is not emulated (only CUBLASLT_EPILOGUE_DEFAULT and CUBLASLT_EPILOGUE_BIAS)");
-      }
+      if (!epilogue_emulated(v))
+        refuse(std::string(call) + ": CUBLASLT_MATMUL_DESC_EPILOGUE = " + std::to_string(v) +
+               " (" + epilogue_name(v) + ") is not emulated (only DEFAULT, BIAS, GELU_AUX_BIAS, "
+               "DGELU, DGELU_BGRAD and BGRADB)");
       desc->epilogue = v;
       return CUBLAS_STATUS_SUCCESS;
     }
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
       desc->bias = read_attr<const void*>(buf, size, call, "CUBLASLT_MATMUL_DESC_BIAS_POINTER");
       return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      desc->aux = read_attr<void*>(buf, size, call, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER");
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      desc->aux_ld = read_attr<int64_t>(buf, size, call, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD");
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: {
+      const int32_t v =
+          read_attr<int32_t>(buf, size, call, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE");
+      if (v != CUDA_R_16BF && v != CUDA_R_32F && v != -1)
+        refuse(std::string(call) + ": CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = " +
+               type_name(v) + " (only CUDA_R_16BF and CUDA_R_32F are emulated)");
+      desc->aux_type = v;
+      return CUBLAS_STATUS_SUCCESS;
+    }
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: {
       const int32_t v = read_attr<int32_t>(buf, size, call, "CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE");
       if (v != CUDA_R_16BF && v != CUDA_R_32F && v != -1)
@@ -320,6 +445,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
                   : attr == CUBLASLT_MATMUL_DESC_TRANSC      ? "CUBLASLT_MATMUL_DESC_TRANSC"
                   : attr == CUBLASLT_MATMUL_DESC_FILL_MODE   ? "CUBLASLT_MATMUL_DESC_FILL_MODE"
                   : attr == CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE ? "CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE"
+                  : attr == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE ? "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE"
                                                                    : "attribute";
   refuse(std::string(call) + ": " + n + " (" + std::to_string((int)attr) + ") is not emulated");
 }
@@ -491,10 +617,23 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
              " bytes, as CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_" + "ABCD"[i] +
              "_BYTES promised when the algorithm was chosen");
   }
-  if (desc.epilogue == CUBLASLT_EPILOGUE_BIAS) {
+  const uint32_t epi = desc.epilogue;
+  if (reads_bias(epi) || writes_bias(epi)) {
     if (!desc.bias)
-      refuse("cublasLtMatmul: CUBLASLT_EPILOGUE_BIAS without CUBLASLT_MATMUL_DESC_BIAS_POINTER");
-    cuda_emulator::require_device(desc.bias, ldd.rows * elem_size(ldd.type), "cublasLtMatmul bias");
+      refuse(std::string("cublasLtMatmul: ") + epilogue_name(epi) +
+             " without CUBLASLT_MATMUL_DESC_BIAS_POINTER");
+    // BGRADB's vector runs along the columns of D, every other along its rows.
+    const uint64_t len = epi == CUBLASLT_EPILOGUE_BGRADB ? ldd.cols : ldd.rows;
+    cuda_emulator::require_device(desc.bias, len * elem_size(ldd.type),
+                                  writes_bias(epi) ? "cublasLtMatmul bias gradient"
+                                                   : "cublasLtMatmul bias");
+  }
+  if (uses_aux(epi)) {
+    if (!desc.aux)
+      refuse(std::string("cublasLtMatmul: ") + epilogue_name(epi) +
+             " without CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER");
+    const size_t aux_elems = (size_t)((ldd.cols - 1) * (uint64_t)desc.aux_ld + ldd.rows);
+    cuda_emulator::require_device(desc.aux, aux_elems * elem_size(ldd.type), "cublasLtMatmul aux");
   }
   const size_t ws = algo->data[5];
   if (ws > 0) cuda_emulator::require_device(workspace, ws, "cublasLtMatmul workspace");
@@ -509,7 +648,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
                 (const uint16_t*)((const char*)A + (size_t)i * la.stride * ea),
                 (const uint16_t*)((const char*)B + (size_t)i * lb.stride * eb),
                 (const char*)C + (size_t)i * lc.stride * ec, (char*)D + (size_t)i * ldd.stride * ed,
-                desc.bias, af, bf);
+                af, bf);
     }
   });
   return CUBLAS_STATUS_SUCCESS;

@@ -106,7 +106,7 @@ inline std::vector<Var> tiny_params(const TinyConfig& c, uint32_t seed) {
 inline Var tiny_block(const Var& x, const Var* p, int NH) {
   Var h = attention(linear(layernorm(x, p[0], p[1]), p[2], p[3]), NH);
   Var x1 = add(x, linear(h, p[4], p[5]));
-  Var m = linear(gelu(linear(layernorm(x1, p[6], p[7]), p[8], p[9])), p[10], p[11]);
+  Var m = mlp(layernorm(x1, p[6], p[7]), p[8], p[9], p[10], p[11]);  // as nn::GPT::block
   return add(x1, m);
 }
 

@@ -50,6 +50,52 @@ TEST(GradCheck, LinearParametersOnly) {
   EXPECT_FALSE(in[0].grad().defined());
 }
 
+TEST(GradCheck, MlpFusedAndUnfused) {
+  // Hidden width 8 takes the fused ops (matmul_gelu_forward, matmul_backward_dgelu), 6 the
+  // three separate functions; the input's and every parameter's gradient is checked.
+  for (int64_t H : {8, 6}) {
+    std::vector<Var> in = {random_var({2, 3, 5}, 40, "x", -2, 2), random_var({H, 5}, 41, "w_fc"),
+                           random_var({H}, 42, "b_fc"), random_var({4, H}, 43, "w_proj"),
+                           random_var({4}, 44, "b_proj")};
+    EXPECT_TRUE(passes(check_gradients(
+        [](const std::vector<Var>& v) { return mlp(v[0], v[1], v[2], v[3], v[4]); }, in,
+        check_all())))
+        << "H " << H;
+  }
+}
+
+// On the CPU the fused MLP runs the passes it replaces: bitwise the unfused values and
+// gradients, in f32 and bf16; and first gradient writes (beta 0, no zero-fill) give
+// bitwise what zero-fill + accumulate gave, while later contributions still accumulate (x
+// feeds two MLPs here).
+TEST(Mlp, BitwiseTheUnfusedFunctionsOnTheCpu) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    auto make = [dt](const Shape& s, uint32_t seed, const char* name, bool param) {
+      Tensor v = random_var(s, seed, name, -1, 1).value().to(dt);
+      return param ? Var::parameter(v, name) : Var(v, true, name);
+    };
+    std::vector<Var> fused = {make({3, 6}, 50, "x", false), make({16, 6}, 51, "w_fc", true),
+                              make({16}, 52, "b_fc", true), make({6, 16}, 53, "w_proj", true),
+                              make({6}, 54, "b_proj", true)};
+    std::vector<Var> plain;
+    for (const Var& v : fused) plain.push_back(v.fresh(v.value().clone()));
+    auto run = [](const std::vector<Var>& v, bool use_fused) {
+      auto f = [&](const Var& x) {
+        return use_fused ? mlp(x, v[1], v[2], v[3], v[4])
+                         : linear(gelu(linear(x, v[1], v[2])), v[3], v[4]);
+      };
+      Var y = add(f(v[0]), f(v[0]));
+      backward(y, Tensor::full(y.value().shape(), 0.5f, y.value().dtype()));
+      return y;
+    };
+    const Var yf = run(fused, true), yp = run(plain, false);
+    EXPECT_EQ(yf.value().to(DType::f32).to_vector(), yp.value().to(DType::f32).to_vector());
+    for (size_t i = 0; i < fused.size(); ++i)
+      EXPECT_EQ(fused[i].grad().to(DType::f32).to_vector(), plain[i].grad().to(DType::f32).to_vector())
+          << fused[i].name() << " " << dtype_name(dt);
+  }
+}
+
 TEST(GradCheck, Layernorm) {
   std::vector<Var> in = {random_var({2, 3, 8}, 9, "x", -2, 2), random_var({8}, 10, "w", 0.5f, 1.5f),
                          random_var({8}, 11, "b")};

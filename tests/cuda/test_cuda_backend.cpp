@@ -85,6 +85,37 @@ TEST_F(CudaBackend, Matmul) {
   }
 }
 
+// The fused epilogues and first writes against the CPU bf16 backend (which runs the separate
+// passes): the GPU rounds the GELU input and output once each from fp32, the CPU the product,
+// then the GELU of the rounded value: 3 roundings; the DGELU product likewise.
+TEST_F(CudaBackend, FusedEpiloguesAndFirstWrites) {
+  for (const auto& [N, C, OC] : {std::array<int, 3>{7, 16, 24}, {64, 96, 40}}) {
+    SCOPED_TRACE("N " + std::to_string(N) + " C " + std::to_string(C) + " OC " + std::to_string(OC));
+    const Pair inp = pair({N, C}, 40), w = pair({OC, C}, 41), bias = pair({OC}, 42),
+               dout = pair({N, OC}, 43), x = pair({N, C}, 44, DType::bf16, -3.0f, 3.0f);
+    Pair out = poisoned({N, OC}), pre = poisoned({N, OC});
+    ops::matmul_gelu_forward(out.c, pre.c, inp.c, w.c, bias.c);
+    ops::matmul_gelu_forward(out.g, pre.g, inp.g, w.g, bias.g);
+    EXPECT_TRUE(agrees("pre", pre, 2, C + 1));
+    EXPECT_TRUE(agrees("gelu(pre)", out, 3, C + 9));
+    Pair dx = poisoned({N, C});  // written, never read
+    ops::matmul_backward_dgelu(dx.c, dout.c, w.c, x.c);
+    ops::matmul_backward_dgelu(dx.g, dout.g, w.g, x.g);
+    EXPECT_TRUE(agrees("dgelu", dx, 3, OC + 9));
+    Pair dinp = poisoned({N, C}), dw = poisoned({OC, C}, DType::f32), db = poisoned({OC}, DType::f32);
+    ops::matmul_backward_write(dinp.c, dw.c, db.c, dout.c, inp.c, w.c, true, true);
+    ops::matmul_backward_write(dinp.g, dw.g, db.g, dout.g, inp.g, w.g, true, true);
+    EXPECT_TRUE(agrees("dinp (written)", dinp, 2, OC + 1));
+    EXPECT_TRUE(agrees("dweight (written)", dw, 0, N + 1));
+    EXPECT_TRUE(agrees("dbias (written, BGRADB)", db, 0, N + 1));
+    ops::matmul_backward_write(dinp.c, dw.c, db.c, dout.c, inp.c, w.c, false, false);
+    ops::matmul_backward_write(dinp.g, dw.g, db.g, dout.g, inp.g, w.g, false, false);
+    EXPECT_TRUE(agrees("dinp (then accumulated)", dinp, 3, 2 * OC + 2));
+    EXPECT_TRUE(agrees("dweight (then accumulated)", dw, 0, 2 * N + 2));
+    EXPECT_TRUE(agrees("dbias (then accumulated, BGRADB + add)", db, 0, 2 * N + 2));
+  }
+}
+
 TEST_F(CudaBackend, GemmBf16AndFp32Results) {
   const int batch = 3, m = 5, n = 7, k = 9;
   for (bool ta : {false, true})

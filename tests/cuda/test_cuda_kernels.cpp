@@ -208,6 +208,74 @@ TEST_P(CudaMatmul, ForwardAndBackwardMatchRef) {
   EXPECT_TRUE(close("matmul_backward dinp unchanged", download(d_dinp), rdinp, tol_bf16(rdinp)));
 }
 
+// The fused epilogues and first writes against the reference twins run as separate passes:
+// linear + GELU (GELU_AUX_BIAS; OC 7 takes the unfused fallback), the input gradient through
+// the GELU (DGELU), and matmul_backward writing poisoned gradients with beta 0 (dbias by
+// BGRADB) or accumulating (dbias by BGRADB into a scratch, then added). The fused results
+// round once from fp32, the separate passes twice: within the bf16 tolerance of the twin.
+TEST_P(CudaMatmul, FusedEpiloguesAndFirstWritesMatchTheSeparatePasses) {
+  const auto [N, C, OC] = GetParam();
+  const std::vector<float> inp = randn((size_t)N * C, 70), w = randn((size_t)OC * C, 71, 0.1f),
+                           bias = randn(OC, 72), dout = randn((size_t)N * OC, 73),
+                           dw0 = randn((size_t)OC * C, 74), db0 = randn(OC, 75);
+  DevBuf<uint16_t> d_inp(inp.size()), d_w(w.size()), d_b(OC), d_out((size_t)N * OC),
+      d_pre((size_t)N * OC), d_dout(dout.size()), d_dinp(inp.size());
+  DevBuf<float> d_dw(w.size()), d_db(OC), d_scratch(OC);
+  upload(d_inp, inp);
+  upload(d_w, w);
+  upload(d_b, bias);
+  upload(d_dout, dout);
+  // forward: pre = inp w^T + b, out = gelu(pre)
+  std::vector<float> rpre((size_t)N * OC), rout((size_t)N * OC);
+  ref::matmul_forward(rpre.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+  ref::gelu_forward(rout.data(), rpre.data(), (int64_t)N * OC);
+  d_out.poison();
+  d_pre.poison();
+  cu::matmul_gelu_forward(d_out.p, d_pre.p, d_inp.p, d_w.p, d_b.p, N, C, OC);
+  EXPECT_TRUE(close("matmul_gelu_forward pre", download(d_pre), rpre, tol_bf16(rpre)));
+  EXPECT_TRUE(close("matmul_gelu_forward out", download(d_out), rout, tol_bf16(rout)));
+  // backward through the GELU: the linear's input is gelu(x) with x (N, C) the aux
+  if (C % 8 == 0) {
+    const std::vector<float> x = randn((size_t)N * C, 76, 2.0f);
+    std::vector<float> rg((size_t)N * C, 0.0f), rdx((size_t)N * C, 0.0f);
+    ref::matmul_backward(rg.data(), nullptr, nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
+    ref::gelu_backward(rdx.data(), x.data(), rg.data(), (int64_t)N * C);
+    DevBuf<uint16_t> d_x(x.size());
+    upload(d_x, x);
+    d_dinp.poison();
+    cu::matmul_backward_dgelu(d_dinp.p, d_dout.p, d_w.p, d_x.p, N, C, OC);
+    EXPECT_TRUE(close("matmul_backward_dgelu", download(d_dinp), rdx, tol_bf16(rdx)));
+  }
+  // first writes (beta 0) into poisoned gradients, then accumulation onto dw0, db0
+  std::vector<float> rdinp((size_t)N * C, 0.0f), rdw((size_t)OC * C, 0.0f), rdb(OC, 0.0f);
+  ref::matmul_backward(rdinp.data(), rdw.data(), rdb.data(), dout.data(), inp.data(), w.data(), N,
+                       C, OC);
+  d_dinp.poison();
+  d_dw.poison();
+  d_db.poison();
+  cu::matmul_backward(d_dinp.p, d_dw.p, d_db.p, d_dout.p, d_inp.p, d_w.p, N, C, OC, nullptr,
+                      /*overwrite_dinp=*/true, /*overwrite_params=*/true);
+  EXPECT_TRUE(close("first write dinp", download(d_dinp), rdinp, tol_bf16(rdinp)));
+  EXPECT_TRUE(close("first write dweight", download(d_dw), rdw, tol_f32(rdw, N)));
+  EXPECT_TRUE(close("first write dbias (BGRADB)", download(d_db), rdb, tol_f32(rdb, N)));
+  std::vector<float> adw = dw0, adb = db0;
+  ref::matmul_backward(nullptr, adw.data(), adb.data(), dout.data(), inp.data(), w.data(), N, C,
+                       OC);
+  upload(d_dw, dw0);
+  upload(d_db, db0);
+  d_scratch.poison();
+  cu::matmul_backward(nullptr, d_dw.p, d_db.p, d_dout.p, d_inp.p, d_w.p, N, C, OC, nullptr, false,
+                      false, d_scratch.p);
+  EXPECT_TRUE(close("accumulated dweight", download(d_dw), adw, tol_f32(adw, N)));
+  EXPECT_TRUE(close("accumulated dbias (BGRADB + add)", download(d_db), adb, tol_f32(adb, N)));
+  // A repeated shape builds no new descriptors: the plans are cached per shape and epilogue.
+  const int plans = cu::matmul_cached_algos();
+  cu::matmul_gelu_forward(d_out.p, d_pre.p, d_inp.p, d_w.p, d_b.p, N, C, OC);
+  cu::matmul_backward(d_dinp.p, d_dw.p, d_db.p, d_dout.p, d_inp.p, d_w.p, N, C, OC, nullptr, true,
+                      true);
+  EXPECT_EQ(cu::matmul_cached_algos(), plans);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaMatmul,
                          ::testing::Values(std::make_tuple(1, 8, 8), std::make_tuple(17, 64, 24),
                                            std::make_tuple(33, 40, 72),

@@ -373,6 +373,191 @@ TEST(CublasLt, HeuristicAndStatusNames) {
   EXPECT_STRNE(cublasLtGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED), "");
 }
 
+// ---- training epilogues -------------------------------------------------------------------
+// Each against the plain product in double followed by the separate op (GELU, its derivative,
+// the column or row sum). D = op(A) op(B) with A m x k (N) and B stored n x k (T), matmul.cu's
+// forward layout; aux and D of D's type, aux with its own leading dimension.
+
+double gelu_d(double x) { return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+double gelu_grad_d(double x) {
+  const double s = 0.7978845608028654, t = std::tanh(s * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+struct EpiResult {
+  cublasStatus_t status;
+  std::vector<double> d, aux, bias;  // D (m x n, ld m), aux (ld aux_ld), bias vector
+};
+
+// Runs `epi` on random data (seed); aux_in: the aux given to a backward epilogue.
+EpiResult run_epilogue(uint32_t epi, bool d_f32, int m, int n, int k, int64_t aux_ld,
+                       const std::vector<float>& a, const std::vector<float>& b,
+                       const std::vector<float>& bias_in, const std::vector<float>& aux_in) {
+  Lt lt;
+  const cudaDataType ct = d_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  const size_t es = d_f32 ? 4 : 2;
+  auto typed = [&](const std::vector<float>& v) {  // host values in D's type, on the device
+    std::vector<uint8_t> raw(v.size() * es + 16);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (d_f32) memcpy(&raw[i * 4], &v[i], 4);
+      else { const uint16_t h = f32_to_bf16_bits(v[i]); memcpy(&raw[i * 2], &h, 2); }
+    }
+    return to_device(raw);
+  };
+  auto bf = [](const std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16_bits(v[i]);
+    return to_device(h);
+  };
+  uint16_t* A = bf(a);
+  uint16_t* B = bf(b);
+  const size_t blen = epi == CUBLASLT_EPILOGUE_BGRADB ? (size_t)n : (size_t)m;
+  uint8_t* bias = typed(bias_in.empty() ? std::vector<float>(blen, NAN) : bias_in);
+  uint8_t* aux = typed(aux_in.empty() ? std::vector<float>((size_t)(aux_ld * n), NAN) : aux_in);
+  uint8_t* D = typed(std::vector<float>((size_t)(m * n), NAN));  // beta 0: C is not read
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cublasLtMatmulDesc_t op;
+  EXPECT_EQ(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+  const int32_t opt = CUBLAS_OP_T;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opt, sizeof opt);
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+  const void* bp = bias;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp);
+  void* ap = aux;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ap, sizeof ap);
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
+  cublasLtMatrixLayout_t la, lb, ld;
+  cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, m, k, m);
+  cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, n, k, n);
+  cublasLtMatrixLayoutCreate(&ld, ct, m, n, m);
+  cublasLtMatmulPreference_t pref;
+  cublasLtMatmulPreferenceCreate(&pref);
+  const uint32_t al = 2;
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof al);
+  cublasLtMatmulHeuristicResult_t r;
+  int found = 0;
+  EpiResult res;
+  res.status = cublasLtMatmulAlgoGetHeuristic(lt.h, op, la, lb, ld, ld, pref, 1, &r, &found);
+  const float one = 1.0f, zero = 0.0f;
+  if (res.status == CUBLAS_STATUS_SUCCESS)
+    res.status = cublasLtMatmul(lt.h, op, &one, A, la, B, lb, &zero, D, ld, D, ld, &r.algo, nullptr, 0, lt.s);
+  EXPECT_EQ(cudaStreamSynchronize(lt.s), cudaSuccess);
+  auto back = [&](uint8_t* p, size_t count) {
+    std::vector<uint8_t> raw(count * es);
+    cudaMemcpy(raw.data(), p, raw.size(), cudaMemcpyDeviceToHost);
+    std::vector<double> v(count);
+    for (size_t i = 0; i < count; ++i) {
+      if (d_f32) { float f; memcpy(&f, &raw[i * 4], 4); v[i] = f; }
+      else { uint16_t h; memcpy(&h, &raw[i * 2], 2); v[i] = bf16_bits_to_f32(h); }
+    }
+    return v;
+  };
+  res.d = back(D, (size_t)(m * n));
+  res.aux = back(aux, (size_t)(aux_ld * n));
+  res.bias = back(bias, blen);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(op);
+  for (void* q : {(void*)A, (void*)B, (void*)bias, (void*)aux, (void*)D}) cudaFree(q);
+  return res;
+}
+
+std::vector<float> uniform(size_t count, float lo, float hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(count);
+  for (auto& x : v) x = bf16_bits_to_f32(f32_to_bf16_bits(u(rng)));  // exact in bf16
+  return v;
+}
+
+TEST(CublasLt, TrainingEpiloguesMatchTheProductAndTheSeparateOps) {
+  const int m = 12, n = 7, k = 9;
+  const int64_t aux_ld = 16;  // divisible by 8, >= m
+  const std::vector<float> a = uniform((size_t)(m * k), -1, 1, 61), b = uniform((size_t)(n * k), -1, 1, 62);
+  const std::vector<float> bias = uniform((size_t)m, -1, 1, 63);
+  std::vector<float> pre_in = uniform((size_t)(aux_ld * n), -3, 3, 64);  // a forward's GELU input
+  // The plain product P = A B^T in double and its allowance (fp32 sum of k products).
+  std::vector<double> P((size_t)(m * n)), Ptol((size_t)(m * n));
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      double s = 0, mag = 0;
+      for (int p = 0; p < k; ++p) {
+        s += (double)a[(size_t)(i + p * m)] * b[(size_t)(j + p * n)];
+        mag += std::fabs((double)a[(size_t)(i + p * m)] * b[(size_t)(j + p * n)]);
+      }
+      P[(size_t)(i + j * m)] = s;
+      Ptol[(size_t)(i + j * m)] = (k + 2) * std::ldexp(1.0, -24) * mag + 1e-6;
+    }
+  for (int f32 = 0; f32 < 2; ++f32) {
+    const double half_ulp = f32 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8);  // D's rounding
+    auto check = [&](double got, double want, double tol, const char* what, int i, int j) {
+      EXPECT_LE(std::fabs(got - want), tol + half_ulp * std::fabs(want))
+          << what << " (" << i << ", " << j << ") " << (f32 ? "fp32" : "bf16") << ": got " << got
+          << ", want " << want;
+    };
+    {  // GELU_AUX_BIAS: aux = P + bias, D = GELU(P + bias)
+      EpiResult r = run_epilogue(CUBLASLT_EPILOGUE_GELU_AUX_BIAS, f32, m, n, k, aux_ld, a, b, bias, {});
+      ASSERT_EQ(r.status, CUBLAS_STATUS_SUCCESS);
+      for (int j = 0; j < n; ++j)
+        for (int i = 0; i < m; ++i) {
+          const double x = P[(size_t)(i + j * m)] + bias[(size_t)i], t = Ptol[(size_t)(i + j * m)];
+          check(r.aux[(size_t)(i + j * aux_ld)], x, t, "aux", i, j);
+          check(r.d[(size_t)(i + j * m)], gelu_d(x), 1.2 * t + 1e-6, "GELU", i, j);
+        }
+    }
+    std::vector<float> aux_in = pre_in;
+    if (!f32)  // the aux a bf16 forward stored
+      for (auto& x : aux_in) x = bf16_bits_to_f32(f32_to_bf16_bits(x));
+    for (uint32_t epi : {(uint32_t)CUBLASLT_EPILOGUE_DGELU, (uint32_t)CUBLASLT_EPILOGUE_DGELU_BGRAD}) {
+      // D = P * GELU'(aux); DGELU_BGRAD also bias(i) = sum_j D(i, j) before D's rounding
+      EpiResult r = run_epilogue(epi, f32, m, n, k, aux_ld, a, b, {}, aux_in);
+      ASSERT_EQ(r.status, CUBLAS_STATUS_SUCCESS);
+      for (int i = 0; i < m; ++i) {
+        double sum = 0, sum_tol = 0;
+        for (int j = 0; j < n; ++j) {
+          const double g = gelu_grad_d(aux_in[(size_t)(i + j * aux_ld)]);
+          const double want = P[(size_t)(i + j * m)] * g;
+          // GELU' in fp32 cancels near its zero (x ~ -2.4): its error is absolute, ~16 ulps of 1
+          const double tol = std::fabs(g) * Ptol[(size_t)(i + j * m)] +
+                             16 * std::ldexp(1.0, -24) * std::fabs(P[(size_t)(i + j * m)]);
+          check(r.d[(size_t)(i + j * m)], want, tol, "DGELU", i, j);
+          sum += want;
+          sum_tol += tol + (n + 1) * std::ldexp(1.0, -24) * std::fabs(want);
+        }
+        if (epi == CUBLASLT_EPILOGUE_DGELU_BGRAD) check(r.bias[(size_t)i], sum, sum_tol, "bias gradient", i, -1);
+        else EXPECT_TRUE(std::isnan(r.bias[(size_t)i])) << "DGELU wrote the bias vector";
+      }
+    }
+    {  // BGRADB: D = P, bias(j) = sum_p op(B)(p, j)
+      EpiResult r = run_epilogue(CUBLASLT_EPILOGUE_BGRADB, f32, m, n, k, aux_ld, a, b, {}, {});
+      ASSERT_EQ(r.status, CUBLAS_STATUS_SUCCESS);
+      for (int j = 0; j < n; ++j) {
+        double s = 0, mag = 0;
+        for (int p = 0; p < k; ++p) {
+          s += b[(size_t)(j + p * n)];
+          mag += std::fabs(b[(size_t)(j + p * n)]);
+        }
+        check(r.bias[(size_t)j], s, (k + 1) * std::ldexp(1.0, -24) * mag, "BGRADB", -1, j);
+        for (int i = 0; i < m; ++i) check(r.d[(size_t)(i + j * m)], P[(size_t)(i + j * m)], Ptol[(size_t)(i + j * m)], "D", i, j);
+      }
+    }
+  }
+}
+
+TEST(CublasLt, AuxLeadingDimensionMustBeDivisibleBy8) {
+  const int m = 12, n = 3, k = 4;
+  const std::vector<float> a = uniform((size_t)(m * k), -1, 1, 71), b = uniform((size_t)(n * k), -1, 1, 72);
+  const std::vector<float> bias = uniform((size_t)m, -1, 1, 73);
+  // 12 >= m but not a multiple of 8; 8 a multiple but < m: both INVALID_VALUE, as documented.
+  for (int64_t ld : {12, 8})
+    EXPECT_EQ(run_epilogue(CUBLASLT_EPILOGUE_GELU_AUX_BIAS, false, m, n, k, ld, a, b, bias, {}).status,
+              CUBLAS_STATUS_INVALID_VALUE) << "aux ld " << ld;
+}
+
 // ---- refusals ----------------------------------------------------------------------------
 
 TEST(CublasLtDeathTest, UnsupportedAttributesAreRefusedByName) {
@@ -381,6 +566,15 @@ TEST(CublasLtDeathTest, UnsupportedAttributesAreRefusedByName) {
   const uint32_t relu = CUBLASLT_EPILOGUE_RELU;
   EXPECT_DEATH(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &relu, sizeof relu),
                "CUBLASLT_MATMUL_DESC_EPILOGUE = 2 \\(CUBLASLT_EPILOGUE_RELU\\) is not emulated");
+  // The epilogues NVIDIA documents but GPUMix does not use are refused by name, not run.
+  for (uint32_t e : {(uint32_t)CUBLASLT_EPILOGUE_GELU_BIAS, (uint32_t)CUBLASLT_EPILOGUE_GELU_AUX,
+                     (uint32_t)CUBLASLT_EPILOGUE_BGRADA, (uint32_t)CUBLASLT_EPILOGUE_DRELU_BGRAD})
+    EXPECT_DEATH(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e),
+                 "\\(CUBLASLT_EPILOGUE_[A-Z_]+\\) is not emulated");
+  const int64_t aux_stride = 8;
+  EXPECT_DEATH(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE,
+                                              &aux_stride, sizeof aux_stride),
+               "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE");
   const int32_t opc = CUBLAS_OP_C;
   EXPECT_DEATH(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opc, sizeof opc),
                "CUBLASLT_MATMUL_DESC_TRANSA = 2 \\(CUBLAS_OP_C\\)");
