@@ -22,6 +22,15 @@ std::string format_bytes(int64_t bytes) {
   return buf;
 }
 
+std::string human_count(double x) {
+  char buf[32];
+  if (x >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", x / 1e9);
+  else if (x >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", x / 1e6);
+  else if (x >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", x / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", x);
+  return buf;
+}
+
 namespace detail {
 
 [[noreturn]] void throw_error(const char* file, int line, const std::string& message) {

@@ -12,7 +12,6 @@
 
 #include "core/error.h"
 #include "dist/plan/svg.h"
-#include "nn/train.h"
 
 namespace gpumix::dist {
 

@@ -30,7 +30,7 @@
 #include "dist/engine/profiler.h"
 #include "dist/plan/plan.h"
 #include "dist/plan/work.h"
-#include "nn/train.h"
+#include "nn/train_options.h"
 
 namespace gpumix::dist {
 

@@ -18,6 +18,7 @@
 #include "core/precision.h"
 #include "dist/engine/stop.h"
 #include "nn/infer.h"
+#include "nn/run_folder.h"
 #include "tools/capi/session.h"
 
 namespace fs = std::filesystem;
