@@ -1,6 +1,7 @@
 #include "core/error.h"
 
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -19,6 +20,27 @@ std::string format_bytes(int64_t bytes) {
     std::snprintf(buf, sizeof buf, "%" PRId64 " B", bytes);
   else
     std::snprintf(buf, sizeof buf, value < 10 && value > -10 ? "%.2f %s" : "%.1f %s", value, units[unit]);
+  return buf;
+}
+
+std::string human_count(double x) {
+  char buf[32];
+  if (x >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", x / 1e9);
+  else if (x >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", x / 1e6);
+  else if (x >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", x / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", x);
+  return buf;
+}
+
+std::string format_si(double x, const char* unit) {
+  const char* prefixes[] = {"", "k", "M", "G", "T", "P"};
+  int p = 0;
+  while (std::fabs(x) >= 1000 && p < 5) {
+    x /= 1000;
+    ++p;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3g %s%s", x, prefixes[p], unit);
   return buf;
 }
 

@@ -34,6 +34,10 @@ std::string str(const Parts&... parts) {
 
 // "1.5 GiB", "731 MiB", "12 KiB", "100 B".
 std::string format_bytes(int64_t bytes);
+// A count for tables: 1234 -> "1.2k", 2.5e6 -> "2.50M", 1.3e9 -> "1.30B".
+std::string human_count(double x);
+// A value with an SI prefix, 3 significant digits: (1.23e9, "FLOP/s") -> "1.23 GFLOP/s" (k to P).
+std::string format_si(double x, const char* unit);
 
 namespace detail {
 [[noreturn]] void throw_error(const char* file, int line, const std::string& message);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -144,6 +145,20 @@ void log_progress(const std::string& line, bool final) {
 bool log_progress_redraws() {
   const std::shared_ptr<Logger> l = current_logger();
   return l && l->redraws_progress();
+}
+
+void print_settings(const std::vector<std::pair<std::string, std::string>>& rows) {
+  size_t w = 0;
+  for (const auto& r : rows) w = std::max(w, r.first.size());
+  if (!log_enabled(LogLevel::info)) return;
+  const std::string rule = "+" + std::string(w + 40, '-') + "+";
+  std::string table = rule + "\n";
+  for (const auto& [k, v] : rows) {
+    char line[512];
+    std::snprintf(line, sizeof line, "| %-*s | %-35s |\n", (int)w, k.c_str(), v.c_str());
+    table += line;
+  }
+  log_info(table + rule);
 }
 
 }  // namespace gpumix

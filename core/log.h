@@ -18,6 +18,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -84,6 +86,9 @@ bool log_enabled(LogLevel level);
 void log(LogLevel level, const std::string& text);
 void log_progress(const std::string& line, bool final);
 bool log_progress_redraws();
+
+// Logs (info) a boxed two-column table: a run's resolved settings, one per row.
+void print_settings(const std::vector<std::pair<std::string, std::string>>& rows);
 
 template <class... Parts>
 void log_error(const Parts&... parts) {

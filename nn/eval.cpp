@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "nn/data/token_file.h"
 #include "nn/infer.h"
-#include "nn/train.h"
+#include "nn/run_folder.h"
 
 namespace gpumix {
 
@@ -38,7 +38,7 @@ EvalResult evaluate(const EvalOptions& o, const std::function<void(int64_t, int6
     const CheckpointReader reader = open_checkpoint(o.ckpt);
     model = load_model(reader, o.dtype);
     r.source = reader.dir();
-    const std::string tok_path = (fs::path(run_folder_of(reader.dir())) / "tokenizer.bpe").string();
+    const std::string tok_path = (fs::path(run_folder_of(reader.dir())) / kRunTokenizerFile).string();
     if (fs::exists(tok_path)) {
       tok = checkpoint_tokenizer(reader, model->config().V);  // its vocabulary must be the model's
       r.tokenizer = tok_path;

@@ -16,7 +16,8 @@
 #include "core/error.h"
 #include "core/precision.h"
 #include "dist/plan/compute_dtype.h"
-#include "dist/plan/svg.h"
+#include "draw/roofline.h"
+#include "draw/svg.h"
 #include "tools/bench.h"
 #include "tools/command.h"
 #include "tools/size_flag.h"
@@ -26,19 +27,6 @@ namespace {
 using namespace gpumix;
 using namespace gpumix::tools;
 using json = nlohmann::json;
-
-// 1.23e9 -> "1.23 G" (k, M, G, T, P).
-std::string si(double x, const char* unit) {
-  const char* prefixes[] = {"", "k", "M", "G", "T", "P"};
-  int p = 0;
-  while (std::fabs(x) >= 1000 && p < 5) {
-    x /= 1000;
-    ++p;
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.3g %s%s", x, prefixes[p], unit);
-  return buf;
-}
 
 std::string ms(double s) {
   char buf[32];
@@ -95,11 +83,11 @@ void print_device(const json& run, const json& d) {
   std::printf("%s", emulation_note(d).c_str());
   std::printf("  roofs measured (before and after the kernels, the best): copy %s (streaming ops::scale), GEMM %s %s "
               "(ops::gemm %s); ridge %.1f FLOP/B\n",
-              si(r.bandwidth_Bps, "B/s").c_str(), si(r.peak_flops, "FLOP/s").c_str(),
+              format_si(r.bandwidth_Bps, "B/s").c_str(), format_si(r.peak_flops, "FLOP/s").c_str(),
               run.at("dtype").get<std::string>().c_str(), r.gemm_shape.c_str(), r.peak_flops / r.bandwidth_Bps);
   if (!r.datasheet.empty())
     std::printf("  datasheet (%s, dist/plan/device_catalog): %s dense 16-bit, %s memory; measured %.0f %% and %.0f %%\n",
-                r.datasheet.c_str(), si(r.datasheet_flops, "FLOP/s").c_str(), si(r.datasheet_Bps, "B/s").c_str(),
+                r.datasheet.c_str(), format_si(r.datasheet_flops, "FLOP/s").c_str(), format_si(r.datasheet_Bps, "B/s").c_str(),
                 100 * r.peak_flops / r.datasheet_flops, 100 * r.bandwidth_Bps / r.datasheet_Bps);
   else if (d.at("label").get<std::string>().rfind("cuda", 0) == 0)
     std::printf("  datasheet: this GPU is not in dist/plan/device_catalog\n");
@@ -115,7 +103,7 @@ void print_device(const json& run, const json& d) {
     const Figures f = figures(k, r);
     const double spread = k.median_s > 0 ? (k.max_s - k.min_s) / 2 / k.median_s : 0;
     std::printf("  %-20s %5d %10s %6.0f%% %16s %8.2f %7s %5.0f%%  %s\n", k.role.c_str(), k.per_step, ms(k.median_s).c_str(),
-                100 * spread, si(f.achieved, f.compute ? "FLOP/s" : "B/s").c_str(), f.intensity,
+                100 * spread, format_si(f.achieved, f.compute ? "FLOP/s" : "B/s").c_str(), f.intensity,
                 f.compute ? "compute" : "memory", 100 * f.share, k.what.c_str());
   }
 
@@ -166,7 +154,7 @@ void print_run(const json& run) {
     const KernelResult k = kernel_from_json(kj);
     std::printf("  %-22s %5d %10s %6.0f%% %14s  %s\n", k.role.c_str(), k.per_step, ms(k.median_s).c_str(),
                 k.median_s > 0 ? 100 * (k.max_s - k.min_s) / 2 / k.median_s : 0,
-                si(k.median_s > 0 ? k.bytes / k.median_s : 0, "B/s").c_str(), k.what.c_str());
+                format_si(k.median_s > 0 ? k.bytes / k.median_s : 0, "B/s").c_str(), k.what.c_str());
   }
 }
 
@@ -177,83 +165,25 @@ struct Column {
   json run, device;
 };
 
-std::string roofline_svg(const std::vector<Column>& cols, const std::string& title) {
-  const double W = 980, H = 660, left = 80, top = 60, right = 230, bottom = 60;
-  const double pw = W - left - right, ph = H - top - bottom;
-  double xmin = 1e300, xmax = 0, ymin = 1e300, ymax = 0;
-  int undrawn = 0;
+// The roofline picture's devices (draw/roofline.h) from the files' columns.
+std::vector<draw::RooflineDevice> roofline_devices(const std::vector<Column>& cols) {
+  std::vector<draw::RooflineDevice> out;
   for (const Column& c : cols) {
     const Roofs r = roofs_from_json(c.device.at("roofs"));
-    const double ridge = r.peak_flops / r.bandwidth_Bps;
-    xmin = std::min(xmin, ridge / 100);
-    xmax = std::max(xmax, ridge * 10);
-    ymax = std::max(ymax, r.peak_flops);
+    draw::RooflineDevice d;
+    d.name = c.name;
+    d.bandwidth_Bps = r.bandwidth_Bps;
+    d.peak_flops = r.peak_flops;
     for (const json& kj : c.device.at("kernels")) {
       const KernelResult k = kernel_from_json(kj);
-      if (k.flops <= 0 || k.median_s <= 0) {
-        undrawn++;
-        continue;
-      }
-      const double ai = k.flops / k.bytes, rate = k.flops / k.median_s;
-      xmin = std::min(xmin, ai);
-      xmax = std::max(xmax, ai);
-      ymin = std::min(ymin, rate);
-      ymax = std::max(ymax, rate);
+      d.kernels.push_back({k.role, k.flops, k.bytes, k.median_s});
     }
+    d.note = c.device.value("emulated_gpu", false) ? "emulated GPU: not a speed"
+             : c.device.value("slowdown", 1.0) != 1.0 ? str("emulated slowdown x", c.device.value("slowdown", 1.0))
+                                                       : "";
+    out.push_back(std::move(d));
   }
-  if (ymin > ymax) ymin = ymax / 1e3;
-  const double lx0 = std::floor(std::log10(xmin)), lx1 = std::ceil(std::log10(xmax));
-  const double ly0 = std::floor(std::log10(ymin)), ly1 = std::ceil(std::log10(ymax * 1.5));
-  auto X = [&](double v) { return left + (std::log10(v) - lx0) / (lx1 - lx0) * pw; };
-  auto Y = [&](double v) { return top + ph - (std::log10(v) - ly0) / (ly1 - ly0) * ph; };
-  std::string o;
-  dist::svg_begin(o, W, H);
-  dist::svg_text(o, left, 24, title, " font-size='15' font-weight='bold'");
-  dist::svg_text(o, left, 42,
-                 str("achieved FLOP/s against arithmetic intensity (log-log); lines: each device's measured roofs "
-                     "(copy bandwidth, GEMM peak)", undrawn ? str("; ", undrawn, " kernels without arithmetic (fills) not drawn") : ""),
-                 " fill='#555'");
-  for (double e = lx0; e <= lx1; e += 1) {
-    dist::svg_line(o, X(std::pow(10, e)), top, X(std::pow(10, e)), top + ph, "#e5e5e5");
-    dist::svg_text(o, X(std::pow(10, e)) - 12, top + ph + 16, si(std::pow(10, e), ""));
-  }
-  for (double e = ly0; e <= ly1; e += 1) {
-    dist::svg_line(o, left, Y(std::pow(10, e)), left + pw, Y(std::pow(10, e)), "#e5e5e5");
-    dist::svg_text(o, left - 60, Y(std::pow(10, e)) + 4, si(std::pow(10, e), "FLOP/s"));
-  }
-  dist::svg_rect(o, left, top, pw, ph, "none", " stroke='black'");
-  dist::svg_text(o, left + pw / 2 - 110, H - 18, "arithmetic intensity (FLOP per byte stored)");
-  const char* colors[] = {"#3b6fb6", "#c0392b", "#4c9a2a", "#e8a33d", "#8e5fb5", "#2aa198"};
-  double legend_y = top + 10;
-  for (size_t i = 0; i < cols.size(); ++i) {
-    const char* color = colors[i % 6];
-    const Roofs r = roofs_from_json(cols[i].device.at("roofs"));
-    const double ridge = r.peak_flops / r.bandwidth_Bps, x0 = std::pow(10, lx0), x1 = std::pow(10, lx1);
-    const double xs = std::max(x0, std::pow(10, ly0) / r.bandwidth_Bps);
-    dist::svg_polyline(o, {{X(xs), Y(xs * r.bandwidth_Bps)}, {X(ridge), Y(r.peak_flops)}, {X(x1), Y(r.peak_flops)}},
-                       color, " stroke-width='2'");
-    for (const json& kj : cols[i].device.at("kernels")) {
-      const KernelResult k = kernel_from_json(kj);
-      if (k.flops <= 0 || k.median_s <= 0) continue;
-      const double px = X(k.flops / k.bytes), py = Y(k.flops / k.median_s);
-      char circle[200];
-      std::snprintf(circle, sizeof circle, "<circle cx='%.1f' cy='%.1f' r='3.5' fill='%s'/>\n", px, py, color);
-      o += circle;
-      dist::svg_text(o, px + 5, py - 3, k.role, str(" font-size='9' fill='", color, "'").c_str());
-    }
-    dist::svg_rect(o, left + pw + 14, legend_y - 9, 10, 10, color);
-    dist::svg_text(o, left + pw + 28, legend_y, cols[i].name, " font-weight='bold'");
-    dist::svg_text(o, left + pw + 28, legend_y + 14, str("copy ", si(r.bandwidth_Bps, "B/s")));
-    dist::svg_text(o, left + pw + 28, legend_y + 28, str("GEMM ", si(r.peak_flops, "FLOP/s")));
-    std::string note = cols[i].device.value("emulated_gpu", false) ? "emulated GPU: not a speed"
-                       : cols[i].device.value("slowdown", 1.0) != 1.0
-                           ? str("emulated slowdown x", cols[i].device.value("slowdown", 1.0))
-                           : "";
-    if (!note.empty()) dist::svg_text(o, left + pw + 28, legend_y + 42, note, " fill='#c0392b'");
-    legend_y += note.empty() ? 48 : 62;
-  }
-  dist::svg_end(o);
-  return o;
+  return out;
 }
 
 // ---- compare ---------------------------------------------------------------------------
@@ -319,8 +249,8 @@ int cmd_compare(int argc, char** argv) {
                 m.at("hostname").get<std::string>().c_str(), m.at("cpu_model").get<std::string>().c_str(),
                 m.value("cores", 0), cols[i].run.at("build").at("git_describe").get<std::string>().c_str(),
                 cols[i].run.at("build").value("compiler", "").c_str(), cols[i].run.at("load_average_start").dump().c_str(),
-                cols[i].run.at("load_average_end").dump().c_str(), si(r.bandwidth_Bps, "B/s").c_str(),
-                si(r.peak_flops, "FLOP/s").c_str());
+                cols[i].run.at("load_average_end").dump().c_str(), format_si(r.bandwidth_Bps, "B/s").c_str(),
+                format_si(r.peak_flops, "FLOP/s").c_str());
     std::printf("%s", emulation_note(cols[i].device).c_str());
   }
   // Roles in the base's order, then any the others add.
@@ -372,7 +302,7 @@ int cmd_compare(int argc, char** argv) {
     std::printf("    [%zu] %s ms%s\n", i + 1, ms(step[i]).c_str(),
                 i == 0 || step[i] <= 0 ? "" : str(": speed ", ratio3(step[0] / step[i]), "x the base's").c_str());
   if (!svg_path.empty()) {
-    dist::write_svg_file(svg_path, roofline_svg(cols, "Roofline: " + step_shape(runs[0])));
+    draw::write_svg_file(svg_path, draw::roofline_svg(roofline_devices(cols), "Roofline: " + step_shape(runs[0])));
     std::printf("wrote %s\n", svg_path.c_str());
   }
   return 0;
@@ -437,7 +367,7 @@ int cmd_bench(int argc, char** argv) {
   if (!svg_path.empty()) {
     std::vector<Column> cols;
     for (const json& d : run.at("devices")) cols.push_back({d.at("label").get<std::string>(), run, d});
-    dist::write_svg_file(svg_path, roofline_svg(cols, "Roofline: " + step_shape(run)));
+    draw::write_svg_file(svg_path, draw::roofline_svg(roofline_devices(cols), "Roofline: " + step_shape(run)));
     std::printf("wrote %s\n", svg_path.c_str());
   }
   return 0;

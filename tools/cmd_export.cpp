@@ -7,7 +7,8 @@
 #include <string>
 
 #include "nn/hf/gpt2.h"
-#include "nn/train.h"
+#include "nn/infer.h"
+#include "nn/run_folder.h"
 #include "tools/command.h"
 
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "nn/train.h"
+#include "nn/generate.h"
 #include "tools/command.h"
 
 namespace {

@@ -10,7 +10,7 @@
 #include "dist/plan/cluster.h"
 #include "dist/plan/compute_dtype.h"
 #include "dist/plan/plan.h"
-#include "dist/plan/plan_svg.h"
+#include "draw/plan_svg.h"
 #include "dist/plan/planner.h"
 #include "dist/plan/profile.h"
 #include "dist/plan/simulator.h"
@@ -86,7 +86,7 @@ int cmd_plan(int argc, char** argv) {
   }
   const Plan plan = run_planner(planner, profile, global_batch, opts);
   if (!out_path.empty()) write_plan(plan, out_path);
-  if (!svg_path.empty()) write_plans_svg({plan}, "gpumix plan: " + profile.model.name, svg_path);
+  if (!svg_path.empty()) gpumix::draw::write_plans_svg({plan}, "gpumix plan: " + profile.model.name, svg_path);
   if (as_json) std::cout << plan_to_json(plan).dump(2) << "\n";
   else std::cout << plan_table(plan);
   return plan.fits() ? 0 : 1;

@@ -1,4 +1,4 @@
-// gpumix plot: a picture of a run (dist/engine/run_plot.h) from its log.jsonl.
+// gpumix plot: a picture of a run (draw/run_plot.h) from its log.jsonl.
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <string>
 
-#include "dist/engine/run_plot.h"
-#include "dist/plan/svg.h"
+#include "draw/run_plot.h"
+#include "draw/svg.h"
 #include "tools/command.h"
 
 namespace {
@@ -19,9 +19,9 @@ int cmd_plot(int argc, char** argv) {
   app.add_option("run", run, "run folder of `gpumix train` (or its log.jsonl)")->required();
   app.add_option("--svg", svg_path, "the SVG file to write")->required();
   CLI11_PARSE(app, argc, argv);
-  const gpumix::dist::RunLog log = gpumix::dist::read_run_log(run);
+  const gpumix::draw::RunLog log = gpumix::draw::read_run_log(run);
   const std::string name = std::filesystem::path(run).lexically_normal().string();
-  gpumix::dist::write_svg_file(svg_path, gpumix::dist::run_plot_svg(log, "run " + name));
+  gpumix::draw::write_svg_file(svg_path, gpumix::draw::run_plot_svg(log, "run " + name));
   std::printf("wrote %s: %zu steps, %zu validation points, %d rank%s%s\n", svg_path.c_str(), log.steps.size(),
               log.evals.size(), log.ranks, log.ranks == 1 ? "" : "s",
               std::isfinite(log.unigram_loss) ? "" : " (no unigram baseline in the log)");

@@ -8,7 +8,7 @@
 
 #include "dist/plan/cluster.h"
 #include "dist/plan/compute_dtype.h"
-#include "dist/plan/plan_svg.h"
+#include "draw/plan_svg.h"
 #include "dist/plan/planner.h"
 #include "dist/plan/profile.h"
 #include "dist/plan/simulator.h"
@@ -55,7 +55,7 @@ int cmd_simulate(int argc, char** argv) {
     std::vector<Plan> plans;
     for (const SimEntry& e : sim.entries)
       if (e.planned) plans.push_back(e.plan);
-    write_plans_svg(plans, cluster.name + ": " + model.name + ", T = " + std::to_string(seq) + ", B = " +
+    gpumix::draw::write_plans_svg(plans, cluster.name + ": " + model.name + ", T = " + std::to_string(seq) + ", B = " +
                                std::to_string(global_batch), svg_path);
   }
   if (as_json) {

@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/precision.h"
 #include "dist/engine/fault.h"
+#include "nn/run_folder.h"
 
 namespace gpumix::dist {
 

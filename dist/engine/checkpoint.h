@@ -15,7 +15,7 @@
 #include "dist/plan/work.h"
 #include "nn/checkpoint.h"
 #include "nn/gpt_config.h"
-#include "nn/train.h"
+#include "nn/train_options.h"
 
 namespace gpumix::dist {
 

@@ -19,7 +19,8 @@
 #include "dist/plan/plan.h"
 #include "dist/plan/work.h"
 #include "nn/optim.h"
-#include "nn/train.h"
+#include "nn/run_data.h"
+#include "nn/train_options.h"
 
 namespace gpumix::dist {
 

@@ -34,6 +34,9 @@
 #include "nn/data/loader.h"
 #include "nn/hf/gpt2.h"
 #include "nn/optim.h"
+#include "nn/run_data.h"
+#include "nn/run_folder.h"
+#include "nn/run_model.h"
 
 namespace gpumix::dist {
 

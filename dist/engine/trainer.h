@@ -31,7 +31,7 @@
 #include "dist/plan/compute_dtype.h"
 #include "dist/plan/plan.h"
 #include "dist/plan/work.h"
-#include "nn/train.h"
+#include "nn/train_options.h"
 
 namespace gpumix::dist {
 

@@ -15,12 +15,14 @@ CostModel::CostModel(const Profile& profile, MemoryParams memory, int64_t max_m,
   const std::string bad = check_sharding(sharding_, profile.num_ranks());
   if (!bad.empty()) throw InputError(bad);
   max_m_ = std::max<int64_t>(max_m, 1);
+  std::vector<DeviceTable> tables;
   for (const DeviceProfile& d : profile.devices) {
     DeviceTable t;
     t.device = &d;
     t.at = d.table(max_m_);
-    tables_.push_back(std::move(t));
+    tables.push_back(std::move(t));
   }
+  tables_ = std::make_shared<const std::vector<DeviceTable>>(std::move(tables));
   for (const RankInfo& r : profile.ranks) {
     int idx = 0;
     while (profile.devices[idx].name != r.device) idx++;
@@ -35,6 +37,14 @@ CostModel::CostModel(const Profile& profile, MemoryParams memory, int64_t max_m,
   embed_rs_bytes_ = (double)g.embed_params() * grad;
   head_ag_bytes_ = (double)g.head_params() * dtype;
   head_rs_bytes_ = (double)g.head_params() * grad;
+}
+
+CostModel CostModel::with_sharding(Sharding sharding) const {
+  const std::string bad = check_sharding(sharding, profile_.num_ranks());
+  if (!bad.empty()) throw InputError(bad);
+  CostModel c = *this;
+  c.sharding_ = sharding;
+  return c;
 }
 
 TopologyLinks topology_links(const CollectiveProfile& c) {
@@ -205,7 +215,7 @@ CostModel::Step CostModel::evaluate(const std::vector<RankWork>& work) const {
     bool offload = false;
     RankTimes t;
   };
-  std::vector<Last> last(tables_.size());
+  std::vector<Last> last(tables_->size());
   for (size_t i = 0; i < work.size(); i++) {
     const RankWork& w = work[i];
     RankTimes t;

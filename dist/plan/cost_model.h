@@ -47,6 +47,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -89,12 +90,15 @@ struct DeviceTable {
 class CostModel {
  public:
   CostModel(const Profile& profile, MemoryParams memory = {}, int64_t max_m = 0, Sharding sharding = {});
+  // This model under another sharding: the same profile, memory and tables (shared, not
+  // rebuilt), for a planner that weighs several shardings of one plan.
+  CostModel with_sharding(Sharding sharding) const;
 
   const Profile& profile() const { return profile_; }
   const MemoryModel& memory() const { return memory_; }
-  const DeviceTable& table(int rank) const { return tables_[table_of_rank_[rank]]; }
+  const DeviceTable& table(int rank) const { return (*tables_)[table_of_rank_[rank]]; }
   int device_index(int rank) const { return table_of_rank_[rank]; }
-  int num_device_types() const { return (int)tables_.size(); }
+  int num_device_types() const { return (int)tables_->size(); }
   int64_t max_m() const { return max_m_; }
   const Sharding& sharding() const { return sharding_; }
 
@@ -139,7 +143,7 @@ class CostModel {
   const Profile& profile_;
   MemoryModel memory_;
   int64_t max_m_;
-  std::vector<DeviceTable> tables_;
+  std::shared_ptr<const std::vector<DeviceTable>> tables_;  // per device type; shared by with_sharding
   std::vector<int> table_of_rank_;
   std::vector<int> node_of_rank_;
   Sharding sharding_;

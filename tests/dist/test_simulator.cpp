@@ -5,7 +5,7 @@
 
 #include "dist/plan/cluster.h"
 #include "dist/plan/device_catalog.h"
-#include "dist/plan/plan_svg.h"
+#include "draw/plan_svg.h"
 #include "dist/plan/planner.h"
 #include "dist/plan/simulator.h"
 
@@ -95,7 +95,7 @@ TEST(Simulator, SvgHasOneSectionPerPlanner) {
   std::vector<Plan> plans;
   for (const SimEntry& e : sim.entries)
     if (e.planned) plans.push_back(e.plan);
-  const std::string svg = plans_svg(plans, "test");
+  const std::string svg = draw::plans_svg(plans, "test");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
   for (const Plan& pl : plans) EXPECT_NE(svg.find(pl.planner + ": step"), std::string::npos);

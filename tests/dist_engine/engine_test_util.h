@@ -28,7 +28,8 @@
 #include "nn/data/corpus.h"
 #include "nn/data/token_file.h"
 #include "nn/gpt.h"
-#include "nn/train.h"
+#include "nn/run_model.h"
+#include "nn/train_options.h"
 
 namespace gpumix::dist::test {
 

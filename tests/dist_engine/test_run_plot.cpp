@@ -1,4 +1,4 @@
-// The picture of a run (dist/engine/run_plot.h): reading log.jsonl (resumed steps, skipped
+// The picture of a run (draw/run_plot.h): reading log.jsonl (resumed steps, skipped
 // steps, the closing line), the SVG's structure and series, what it says when parts are
 // missing, and the errors of unreadable logs.
 #include <gtest/gtest.h>
@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "dist/engine/run_plot.h"
+#include "draw/run_plot.h"
 
-namespace gpumix::dist {
+namespace gpumix::draw {
 namespace {
 
 namespace fs = std::filesystem;
@@ -254,4 +254,4 @@ TEST(RunPlot, UnreadableLogsAreClearErrors) {
 }
 
 }  // namespace
-}  // namespace gpumix::dist
+}  // namespace gpumix::draw

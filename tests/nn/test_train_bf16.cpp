@@ -20,7 +20,8 @@
 #include "nn/gpt.h"
 #include "nn/infer.h"
 #include "nn/optim.h"
-#include "nn/train.h"
+#include "nn/run_data.h"
+#include "nn/run_model.h"
 #include "nn_test_util.h"
 
 namespace gpumix {

@@ -16,6 +16,7 @@
 #include "core/precision.h"
 #include "dist/engine/stop.h"
 #include "nn/infer.h"
+#include "nn/run_folder.h"
 #include "tools/capi/session.h"
 
 using gpumix::dist::Comm;

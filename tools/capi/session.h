@@ -10,7 +10,7 @@
 #include "dist/engine/launch.h"
 #include "nn/gpt.h"
 #include "nn/run_lock.h"
-#include "nn/train.h"
+#include "nn/train_options.h"
 #include "tools/capi/gpumix.h"
 
 struct gpumix_session {

@@ -1,4 +1,4 @@
-#include "dist/engine/run_plot.h"
+#include "draw/run_plot.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,10 +11,9 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "dist/plan/svg.h"
-#include "nn/train.h"
+#include "draw/svg.h"
 
-namespace gpumix::dist {
+namespace gpumix::draw {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -346,4 +345,4 @@ std::string run_plot_svg(const RunLog& log, const std::string& title) {
   return o;
 }
 
-}  // namespace gpumix::dist
+}  // namespace gpumix::draw

@@ -9,9 +9,9 @@
 
 #include "dist/plan/plan.h"
 
-namespace gpumix::dist {
+namespace gpumix::draw {
 
-std::string plans_svg(const std::vector<Plan>& plans, const std::string& title);
-void write_plans_svg(const std::vector<Plan>& plans, const std::string& title, const std::string& path);
+std::string plans_svg(const std::vector<dist::Plan>& plans, const std::string& title);
+void write_plans_svg(const std::vector<dist::Plan>& plans, const std::string& title, const std::string& path);
 
-}  // namespace gpumix::dist
+}  // namespace gpumix::draw

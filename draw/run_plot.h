@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace gpumix::dist {
+namespace gpumix::draw {
 
 struct RunLog {
   struct Step {
@@ -46,4 +46,4 @@ RunLog read_run_log(const std::string& path);
 
 std::string run_plot_svg(const RunLog& log, const std::string& title);
 
-}  // namespace gpumix::dist
+}  // namespace gpumix::draw

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-namespace gpumix::dist {
+namespace gpumix::draw {
 
 // `s` with <, > and & escaped, for text and attribute values.
 std::string svg_escape(const std::string& s);
@@ -26,4 +26,4 @@ void svg_polyline(std::string& o, const std::vector<std::pair<double, double>>& 
 // Writes `svg` to `path`; throws std::runtime_error naming the file when it cannot.
 void write_svg_file(const std::string& path, const std::string& svg);
 
-}  // namespace gpumix::dist
+}  // namespace gpumix::draw

@@ -1,12 +1,16 @@
-#include "dist/plan/plan_svg.h"
+#include "draw/plan_svg.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "dist/plan/json_fields.h"
-#include "dist/plan/svg.h"
+#include "draw/svg.h"
 
-namespace gpumix::dist {
+namespace gpumix::draw {
+
+using dist::Plan;
+using dist::RankPlan;
+using dist::RankWork;
 
 namespace {
 
@@ -93,7 +97,7 @@ std::string plans_svg(const std::vector<Plan>& plans, const std::string& title) 
       }
       if (acc > r.capacity) svg_rect(o, x + r.capacity * ms, y + 2, (acc - r.capacity) * ms, row_h - 5, "#c0392b", " fill-opacity='0.6'");
       svg_rect(o, x, y + 1, r.capacity * ms, row_h - 3, "none", " stroke='black' stroke-width='1'");
-      std::snprintf(buf, sizeof buf, "%s / %s", format_bytes(acc).c_str(), format_bytes(r.capacity).c_str());
+      std::snprintf(buf, sizeof buf, "%s / %s", dist::format_bytes(acc).c_str(), dist::format_bytes(r.capacity).c_str());
       svg_text(o, x + mem_w + 6, y + row_h - 6, buf, acc > r.capacity ? " fill='#c0392b'" : "");
       y += row_h;
     }
@@ -107,4 +111,4 @@ void write_plans_svg(const std::vector<Plan>& plans, const std::string& title, c
   write_svg_file(path, plans_svg(plans, title));
 }
 
-}  // namespace gpumix::dist
+}  // namespace gpumix::draw

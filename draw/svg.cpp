@@ -1,10 +1,10 @@
-#include "dist/plan/svg.h"
+#include "draw/svg.h"
 
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
 
-namespace gpumix::dist {
+namespace gpumix::draw {
 
 std::string svg_escape(const std::string& s) {
   std::string o;
@@ -76,4 +76,4 @@ void write_svg_file(const std::string& path, const std::string& svg) {
   if (!out) throw std::runtime_error("cannot write '" + path + "' (is the disk full?)");
 }
 
-}  // namespace gpumix::dist
+}  // namespace gpumix::draw
