@@ -117,6 +117,17 @@ class Backend {
   virtual void convert(Tensor& out, const Tensor& in) const = 0;
   virtual void uniform_(Tensor& t, uint64_t key, uint64_t offset, float low, float high) const = 0;
   virtual void normal_(Tensor& t, uint64_t key, uint64_t offset, float mean, float std) const = 0;
+
+  // ---- the fused classifier (the LM head's softmax, loss and gradient in one pass) ----
+  // losses [f32] (N), lse [f32] (N), logits [c] (N, Vp), targets i32 (N): the first V <= Vp
+  // columns are the classes, the rest padding that enters no softmax. With grad, each row
+  // of logits is then overwritten by its dlogits = scale * (softmax - onehot), zeros on
+  // ignored rows and on the padding.
+  virtual void classifier_forward(Tensor& losses, Tensor& lse, Tensor& logits, const Tensor& targets,
+                                  int64_t V, float scale, bool grad, int32_t ignore_index) const = 0;
+  // dlogits [c] *= dloss's one element (f32, read on the device, never by the host);
+  // nothing is written where it is 1 (the loss was backward's root).
+  virtual void classifier_rescale(Tensor& dlogits, const Tensor& dloss) const = 0;
 };
 
 const Backend& cpu_backend();
