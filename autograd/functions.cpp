@@ -170,4 +170,24 @@ Var cross_entropy(const Var& logits, const Tensor& targets, float scale, int32_t
   });
 }
 
+Var classifier_loss(const Var& logits, const Tensor& targets, float scale, int64_t V, int32_t ignore_index) {
+  Tensor lv = logits.value();
+  const int64_t N = lv.numel() / lv.size(-1);
+  Tensor losses = Tensor::empty({N}, DType::f32, lv.device());
+  Tensor lse = Tensor::empty({N}, DType::f32, lv.device());
+  const bool grad = should_record({&logits});
+  ops::classifier_forward(losses, lse, lv, targets, V, scale, grad, ignore_index);  // lv: dlogits if grad
+  Tensor loss = Tensor::empty({1}, DType::f32, lv.device());
+  ops::sum_to(loss, losses, scale);
+  auto li = logits.impl();
+  return finish(loss, {&logits}, [li](const Tensor& dloss) {
+    Tensor dl = li->value;  // the dlogits the forward wrote
+    ops::classifier_rescale(dl, dloss);
+    if (li->grad.defined())
+      add_grad(*li, dl);
+    else
+      li->grad = dl;
+  });
+}
+
 }  // namespace gpumix

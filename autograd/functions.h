@@ -30,5 +30,13 @@ Var embedding(const Tensor& tokens, const Var& wte, const Var& wpe);
 // scale = 1 / (tokens in the global batch) every rank's loss adds up to the global mean.
 Var cross_entropy(const Var& logits, const Tensor& targets, float scale,
                   int32_t ignore_index = -1);
+// The same loss through the fused classifier, on logits (..., Vp) whose first V columns
+// are the classes (the rest padding, kept out of the softmax). When a gradient is needed,
+// the forward writes dlogits (for a loss gradient of 1) over the logits' value, which then
+// serves as their gradient: no (N, Vp) buffer besides the logits, no second pass. So the
+// logits must have no other consumer; backward multiplies by the loss's gradient, read
+// on the device, and writes nothing when it is 1 (the loss is backward's root).
+Var classifier_loss(const Var& logits, const Tensor& targets, float scale, int64_t V,
+                    int32_t ignore_index = -1);
 
 }  // namespace gpumix

@@ -256,6 +256,20 @@ class CpuOps final : public OpTable {
     matmul_backward(dinp, dweight, dbias, dout, inp, weight);
   }
 
+  // ---- the fused classifier ----
+  void classifier_forward(Tensor& losses, Tensor& lse, Tensor& logits, const Tensor& targets, int64_t V,
+                          float scale, bool grad, int32_t ignore_index) const override {
+    const int Vp = (int)logits.size(-1);
+    in_compute_dtype(logits, [&](auto c) {
+      k::classifier_forward(f32(losses), f32(lse), c(logits), i32(targets), scale, (int)(logits.numel() / Vp),
+                            (int)V, Vp, ignore_index, grad);
+    });
+  }
+  void classifier_rescale(Tensor& dlogits, const Tensor& dloss) const override {
+    const float f = f32(dloss)[0];  // host memory: the device's own
+    if (f != 1.0f) scale(dlogits, dlogits, f);
+  }
+
  private:
   template <class F>
   static void generate(Tensor& t, F&& value_at) {

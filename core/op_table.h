@@ -74,6 +74,17 @@ class OpTable {
   virtual void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
                                      const Tensor& targets, const Tensor& dloss, float scale,
                                      int32_t ignore_index) const = 0;
+  // The fused classifier (the LM head's softmax, loss and gradient in one pass):
+  // losses [f32] (N), lse [f32] (N), logits [c] (N, Vp), targets i32 (N): the first V <= Vp
+  // columns are the classes, the rest padding that enters no softmax. With grad, each row
+  // of logits is then overwritten by its dlogits = scale * (softmax - onehot), zeros on
+  // ignored rows and on the padding.
+  virtual void classifier_forward(Tensor& losses, Tensor& lse, Tensor& logits, const Tensor& targets,
+                                  int64_t V, float scale, bool grad, int32_t ignore_index) const = 0;
+  // dlogits [c] *= dloss's one element (f32, read on the device, never by the host);
+  // nothing is written where it is 1 (the loss was backward's root).
+  virtual void classifier_rescale(Tensor& dlogits, const Tensor& dloss) const = 0;
+
   // out [c], tokens i32, wte [c], wpe [c].
   virtual void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
                                  const Tensor& wpe) const = 0;

@@ -315,6 +315,26 @@ void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& 
   crossentropy_backward(dlogits, logits, lse, targets, Tensor(), dloss, ignore_index);
 }
 
+void classifier_forward(Tensor& losses, Tensor& lse, Tensor& logits, const Tensor& targets, int64_t V,
+                        float scale, bool grad, int32_t ignore_index) {
+  const char* op = "classifier_forward";
+  const Args args(op, "logits", logits);
+  const int64_t N = crossentropy_rows(op, args, logits, targets);
+  GPUMIX_CHECK(V >= 1 && V <= logits.size(-1), op, ": ", V, " classes in logits ", logits.shape().str(),
+               " of row width ", logits.size(-1), "; expected 1 <= V <= the width (the rest is padding)");
+  args.need("losses", losses, Role::fp32, Shape{N});
+  args.need("lse", lse, Role::fp32, Shape{N});
+  dispatch(args.device(),
+           [&](const OpTable& b) { b.classifier_forward(losses, lse, logits, targets, V, scale, grad, ignore_index); });
+}
+
+void classifier_rescale(Tensor& dlogits, const Tensor& dloss) {
+  const char* op = "classifier_rescale";
+  const Args args(op, "dlogits", dlogits);
+  args.need("dloss", dloss, Role::fp32, Shape{1});
+  dispatch(args.device(), [&](const OpTable& b) { b.classifier_rescale(dlogits, dloss); });
+}
+
 void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
   const char* op = "embedding_forward";
   const Args args(op, "wte", wte);

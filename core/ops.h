@@ -72,6 +72,16 @@ void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& 
                            const Tensor& targets, const Tensor& dloss, float scale,
                            int32_t ignore_index = -1);
 
+// The fused classifier: logits (N,Vp) (or (B,T,Vp)) whose first V columns are the classes
+// and the rest padding (no class, no probability), targets i32 (N) in [0, V) or
+// ignore_index -> losses (N), lse (N) as crossentropy_forward's; with grad, logits is then
+// overwritten in place by dlogits = scale * (softmax - onehot) (zeros on ignored rows and
+// padding columns), row by row: no second (N,Vp) array. rescale: dlogits *= dloss's one
+// element, read on the op's device (nothing written where it is 1).
+void classifier_forward(Tensor& losses, Tensor& lse, Tensor& logits, const Tensor& targets, int64_t V,
+                        float scale, bool grad, int32_t ignore_index = -1);
+void classifier_rescale(Tensor& dlogits, const Tensor& dloss);
+
 // tokens i32 (B,T); wte (V,C); wpe (Tmax,C), T <= Tmax -> out (B,T,C).
 void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
 void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens);

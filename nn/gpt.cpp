@@ -18,10 +18,11 @@ std::vector<ParamInfo> gpt_param_layout(const GPTConfig& config) {
   std::vector<ParamInfo> layout;
   int64_t offset = 0;
   auto add = [&](std::string name, Shape shape, int unit, bool decay, float init_std) {
-    layout.push_back({std::move(name), shape, offset, unit, decay, init_std});
+    layout.push_back({std::move(name), shape, offset, unit, decay, init_std, shape.numel()});
     offset += shape.numel();
   };
-  add("wte", {V, C}, 0, true, std_w);  // (V, C), also the LM head
+  add("wte", {config.Vp(), C}, 0, true, std_w);  // (Vp, C), also the LM head
+  layout.back().used = V * C;                     // rows V..Vp-1: padding
   add("wpe", {T, C}, 0, true, std_w);  // (T, C)
   for (int l = 0; l < config.L; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
@@ -46,6 +47,23 @@ std::vector<ParamInfo> gpt_param_layout(const GPTConfig& config) {
   return layout;
 }
 
+std::vector<SavedRun> gpt_saved_runs(const std::vector<ParamInfo>& layout, int64_t offset, int64_t count) {
+  std::vector<SavedRun> runs;
+  int64_t padding = 0;  // padding elements before the current parameter
+  for (const ParamInfo& info : layout) {
+    const int64_t begin = std::max(info.offset, offset);
+    const int64_t stop = std::min(info.offset + info.used, offset + count);
+    if (begin < stop) {
+      if (!runs.empty() && runs.back().flat + runs.back().count == begin)
+        runs.back().count += stop - begin;
+      else
+        runs.push_back({begin, begin - padding, stop - begin});
+    }
+    padding += info.shape.numel() - info.used;
+  }
+  return runs;
+}
+
 void GPT::init_slice(const std::vector<ParamInfo>& layout, uint64_t seed, int64_t offset,
                      Tensor& out) {
   const int64_t end = offset + out.numel();
@@ -53,7 +71,11 @@ void GPT::init_slice(const std::vector<ParamInfo>& layout, uint64_t seed, int64_
     const int64_t begin = std::max(info.offset, offset);
     const int64_t stop = std::min(info.offset + info.shape.numel(), end);
     if (begin >= stop) continue;
-    Tensor part = out.flat_slice(begin - offset, stop - begin);
+    // The padding (from info.offset + used) is zero; the model's elements are as unpadded.
+    const int64_t used_stop = std::max(begin, std::min(stop, info.offset + info.used));
+    if (used_stop < stop) out.flat_slice(used_stop - offset, stop - used_stop).fill_(0.0f);
+    if (begin == used_stop) continue;
+    Tensor part = out.flat_slice(begin - offset, used_stop - begin);
     if (info.init_std > 0)  // element i of a parameter is element i of its named stream
       ops::normal_(part, rng_key(seed, info.name), (uint64_t)(begin - info.offset), 0.0f, info.init_std);
     else
@@ -115,6 +137,15 @@ void GPT::bind_unit(int unit, const Tensor& params, const Tensor& grads) {
     v.grad = grads.defined() ? grads.flat_slice(at, n).view(info.shape) : Tensor();
     v.requires_grad = grads.defined();
   }
+  if (unit == 0) {  // the embedding's view of wte: its first V rows, value and gradient
+    const VarImpl& wte = *vars_[0].impl();
+    const int64_t V = config_.V, C = config_.C;
+    wte_vocab_ = Var(wte.value.flat_slice(0, V * C).view({V, C}), false, "wte");
+    VarImpl& w = *wte_vocab_.impl();
+    w.parameter = true;
+    w.grad = wte.grad.defined() ? wte.grad.flat_slice(0, V * C).view({V, C}) : Tensor();
+    w.requires_grad = wte.requires_grad;
+  }
 }
 
 void GPT::unbind_unit(int unit) {
@@ -124,6 +155,7 @@ void GPT::unbind_unit(int unit) {
     v.value = v.grad = Tensor();
     v.requires_grad = false;
   }
+  if (unit == 0) wte_vocab_ = Var();
 }
 
 std::pair<int64_t, int64_t> GPT::unit_range(int unit) const {
@@ -142,7 +174,7 @@ const Var& GPT::p(int unit, const char* suffix) const {
   GPUMIX_CHECK(false, "no parameter ending in '", suffix, "' in unit ", unit);
 }
 
-Var GPT::embed(const Tensor& tokens) const { return embedding(tokens, vars_[0], vars_[1]); }
+Var GPT::embed(const Tensor& tokens) const { return embedding(tokens, wte_vocab_, vars_[1]); }
 
 Var GPT::block(int l, const Var& x) const {
   const int u = l + 1;
@@ -159,10 +191,17 @@ Var GPT::block(int l, const Var& x) const {
   return add(x1, h);
 }
 
-Var GPT::head(const Var& x) const {
+Var GPT::ln_f(const Var& x) const {
   const int u = config_.L + 1;
-  Var h = layernorm(x, p(u, "ln_f.weight"), p(u, "ln_f.bias"));
-  return linear(h, vars_[0], Var());  // tied: logits = h @ wte^T, (B, T, V)
+  return layernorm(x, p(u, "ln_f.weight"), p(u, "ln_f.bias"));
+}
+
+Var GPT::head(const Var& x) const {
+  return linear(ln_f(x), vars_[0], Var());  // tied: logits = h @ wte^T, (B, T, Vp)
+}
+
+Var GPT::head_loss(const Var& x, const Tensor& targets, float scale) const {
+  return classifier_loss(head(x), targets, scale, config_.V);
 }
 
 Var GPT::loss(const Tensor& tokens, const Tensor& targets, float scale, bool use_recompute) const {
@@ -173,14 +212,15 @@ Var GPT::loss(const Tensor& tokens, const Tensor& targets, float scale, bool use
     else
       x = block(l, x);
   }
-  return cross_entropy(head(x), targets, scale);
+  return head_loss(x, targets, scale);
 }
 
 Tensor GPT::logits(const Tensor& tokens) const {
   NoGradGuard no_grad;
   Var x = embed(tokens);
   for (int l = 0; l < config_.L; ++l) x = block(l, x);
-  const Tensor out = head(x).value();
+  // The head on wte's V rows: no padding column to mask.
+  const Tensor out = linear(ln_f(x), wte_vocab_, Var()).value();
   return out.dtype() == DType::f32 ? out : out.to(DType::f32);
 }
 

@@ -7,6 +7,13 @@
 // shards: units are the embedding (wte, wpe), then each block, then the head (final
 // layernorm; the LM head reuses wte).
 //
+// The padded vocabulary (GPTConfig::Vp): wte is (Vp, C) in the flat buffers, so that the
+// head computes (N, Vp) logits at full width. Its rows V..Vp-1 are zero from the start and
+// stay zero: no token looks them up (the embedding sees wte's first V rows), the
+// classifier gives their logits no probability and so no gradient, and AdamW leaves a
+// zero weight with zero gradients at zero. Checkpoints and Hugging Face files hold the V
+// rows only (gpt_saved_runs maps the two layouts); inference computes V logits.
+//
 // Precision (core/precision.h): a model computes in one compute dtype, f32 or bf16. In
 // bf16 it also keeps a flat bf16 compute copy of the master weights (same layout), which
 // the stages compute with: activations and their gradients are bf16, the parameter
@@ -35,10 +42,21 @@ struct ParamInfo {
   int unit;           // 0 = embedding, 1..L = blocks, L+1 = head
   bool decay;         // weight decay applies (matrices and embeddings, not biases or norms)
   float init_std;     // 0 for zeros; LayerNorm weights are ones
+  int64_t used;       // its first `used` elements are the model's, the rest padding (wte: V*C)
 };
 
 // The parameter layout of a config, without allocating anything.
 std::vector<ParamInfo> gpt_param_layout(const GPTConfig& config);
+
+// A run of elements that files hold: flat elements [flat, flat + count) are elements
+// [saved, saved + count) of the saved layout (the flat one without the padding,
+// GPTConfig::saved_params() elements, as checkpoints and Hugging Face files hold it).
+struct SavedRun {
+  int64_t flat, saved, count;
+};
+// The runs of flat elements [offset, offset + count) that are saved, in order (padding
+// elements are in none).
+std::vector<SavedRun> gpt_saved_runs(const std::vector<ParamInfo>& layout, int64_t offset, int64_t count);
 
 class GPT {
  public:
@@ -85,20 +103,25 @@ class GPT {
   void zero_grad() { grads_.zero_(); }
 
   // Stages. tokens i32 (B, T) -> (B, T, C); block l (0-based) (B, T, C) -> (B, T, C);
-  // head (B, T, C) -> logits (B, T, V).
+  // head (B, T, C) -> logits (B, T, Vp), the padding's columns included; head_loss: the
+  // head and the fused classifier (autograd/functions.h classifier_loss), whose gradient
+  // is computed in its forward, in place of the logits.
   Var embed(const Tensor& tokens) const;
   Var block(int l, const Var& x) const;
   Var head(const Var& x) const;
+  Var head_loss(const Var& x, const Tensor& targets, float scale) const;
 
   // scale * sum of per-token cross-entropy losses over the batch (targets -1 ignored).
   // With recompute, each block's activations are recomputed during backward.
   Var loss(const Tensor& tokens, const Tensor& targets, float scale, bool recompute = false) const;
 
-  // Logits for inference (no tape): (B, T, V), fp32 whatever the compute dtype.
+  // Logits for inference (no tape): (B, T, V), the model's V only, fp32 whatever the
+  // compute dtype.
   Tensor logits(const Tensor& tokens) const;
 
  private:
   const Var& p(int unit, const char* suffix) const;  // parameter by name within a unit
+  Var ln_f(const Var& x) const;                      // the head's layernorm
 
   GPTConfig config_;
   Device device_;
@@ -106,6 +129,7 @@ class GPT {
   std::vector<ParamInfo> layout_;
   Tensor params_, compute_params_, grads_;
   std::vector<Var> vars_;
+  Var wte_vocab_;  // wte's first V rows (the same storage): what the embedding looks up
   std::vector<int> unit_first_;  // index in layout_ of each unit's first parameter
 };
 

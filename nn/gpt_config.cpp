@@ -24,12 +24,13 @@ const GPTConfig kPresets[] = {
 
 }  // namespace
 
-int64_t GPTConfig::embed_params() const { return (int64_t)V * C + (int64_t)T * C; }
+int64_t GPTConfig::embed_params() const { return Vp() * C + (int64_t)T * C; }
 int64_t GPTConfig::block_params() const { return 12 * (int64_t)C * C + 13 * (int64_t)C; }
 int64_t GPTConfig::head_params() const { return 2 * (int64_t)C; }
 int64_t GPTConfig::total_params() const {
   return embed_params() + L * block_params() + head_params();
 }
+int64_t GPTConfig::saved_params() const { return total_params() - (Vp() - V) * C; }
 
 int64_t GPTConfig::unit_params(int unit) const {
   if (unit < 0 || unit >= num_units())

@@ -17,7 +17,9 @@ namespace gpumix {
 std::unique_ptr<GPT> load_model(const CheckpointReader& reader, DType compute) {
   const GPTConfig config = config_from_json(reader.model(), reader.dir() + "/meta.json: model");
   auto model = std::make_unique<GPT>(config, Device::cpu(), 0, compute);
-  reader.read_slice("master", 0, model->params().data<float>(), model->num_params());
+  float* params = model->params().data<float>();  // its padding is zero already
+  for (const SavedRun& r : gpt_saved_runs(model->layout(), 0, model->num_params()))
+    reader.read_slice("master", r.saved, params + r.flat, r.count);
   model->sync_compute_params();
   return model;
 }
@@ -223,8 +225,10 @@ std::vector<float> KVCache::forward(const Tensor& tokens, int64_t rows) {
   Tensor mean = Tensor::empty({rows}, DType::f32, dev), rstd = Tensor::empty({rows}, DType::f32, dev);
   // Positions p0..: wpe from row p0 on (the kernel reads wpe[t] for the t-th row).
   const Tensor wpe = w(wpe_).flat_slice(p0 * C, (T - p0) * C).view({T - p0, C});
+  // wte's V rows (the rest is the padding of GPTConfig::Vp): the lookup and the V logits.
+  const Tensor wte = w(wte_).flat_slice(0, (int64_t)c.V * C).view({c.V, C});
   Tensor x = act(C), h = act(C), att = act(C), fc = act(4 * C);
-  ops::embedding_forward(x, tokens, w(wte_), wpe);
+  ops::embedding_forward(x, tokens, wte, wpe);
   for (int l = 0; l < c.L; ++l) {
     const Layer& y = layers_[l];
     ops::layernorm_forward(h, mean, rstd, x, w(y.ln1_w), w(y.ln1_b));
@@ -252,7 +256,7 @@ std::vector<float> KVCache::forward(const Tensor& tokens, int64_t rows) {
   Tensor m1 = Tensor::empty({1}, DType::f32, dev), r1 = Tensor::empty({1}, DType::f32, dev);
   ops::layernorm_forward(hl, m1, r1, last, w(lnf_w_), w(lnf_b_));
   Tensor logits = Tensor::empty({1, 1, c.V}, dt, dev);
-  ops::matmul_forward(logits, hl, w(wte_), Tensor());
+  ops::matmul_forward(logits, hl, wte, Tensor());
   return logits.to(Device::cpu()).to_vector();
 }
 

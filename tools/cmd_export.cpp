@@ -30,7 +30,7 @@ int cmd_export(int argc, char** argv) {
                           dtype == "bf16" ? gpumix::safetensors::DType::BF16 : gpumix::safetensors::DType::F32);
   std::printf("wrote %s: model.safetensors (%lld parameters, %s), config.json (n_layer %d, n_head %d, n_embd %d, "
               "n_positions %d, vocab_size %d), vocab.json, merges.txt\n",
-              out.c_str(), (long long)c.total_params(), dtype.c_str(), c.L, c.NH, c.C, c.T, c.V);
+              out.c_str(), (long long)c.saved_params(), dtype.c_str(), c.L, c.NH, c.C, c.T, c.V);
   if (tokenizer.pretokenizer() == gpumix::data::Pretokenizer::gpumix_v1)
     std::printf("note: this run's tokenizer is a version-1 file (GPUMix's ASCII pre-tokenizer); GPT-2's tokenizer "
                 "reading vocab.json + merges.txt splits non-ASCII text differently, ASCII text the same\n");

@@ -279,6 +279,19 @@ class CudaOps final : public OpTable {
                         opt(scratch));
   }
 
+  // ---- the fused classifier ----
+  void classifier_forward(Tensor& losses, Tensor& lse, Tensor& logits, const Tensor& targets, int64_t V,
+                          float scale, bool grad, int32_t ignore_index) const override {
+    need_bf16("classifier_forward", logits);
+    const int Vp = (int)logits.size(-1);
+    cu::classifier_forward(f32(losses), f32(lse), bf(logits), i32(targets), scale, (int)(logits.numel() / Vp),
+                           (int)V, Vp, ignore_index, grad, on(logits));
+  }
+  void classifier_rescale(Tensor& dlogits, const Tensor& dloss) const override {
+    need_bf16("classifier_rescale", dlogits);
+    cu::classifier_rescale(bf(dlogits), f32(dloss), dlogits.numel(), on(dlogits));
+  }
+
  private:
   // The compute stream of a tensor's device, its GPU made current.
   static cudaStream_t on(const Tensor& t) { return logical(t.device()).use(); }

@@ -1,11 +1,13 @@
 #include "dist/engine/checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 
 #include "core/log.h"
 #include "core/precision.h"
 #include "dist/engine/fault.h"
+#include "nn/gpt.h"
 #include "nn/run_folder.h"
 
 namespace gpumix::dist {
@@ -19,8 +21,23 @@ namespace {
 // same either way, so a run resumes on the other kind of device).
 Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
 
-void read_into(const CheckpointReader& reader, const char* name, int64_t offset, const Tensor& dst) {
-  fill_through_host(dst, [&](float* host, int64_t n) { reader.read_slice(name, offset, host, n); });
+// Files hold the saved layout (the flat one without the vocabulary's padding, nn/gpt.h
+// gpt_saved_runs): a slice [offset, offset + n) of the flat layout moves run by run; its
+// padding elements are in no file and read as zeros.
+void write_runs(const std::vector<ParamInfo>& layout, const std::string& tmp, const char* name, int64_t offset,
+                const Tensor& src) {
+  const Tensor host = host_copy(src);
+  for (const SavedRun& r : gpt_saved_runs(layout, offset, src.numel()))
+    CheckpointWriter::write_slice(tmp, name, r.saved, host.data<float>() + (r.flat - offset), r.count);
+}
+
+void read_into(const std::vector<ParamInfo>& layout, const CheckpointReader& reader, const char* name,
+               int64_t offset, const Tensor& dst) {
+  fill_through_host(dst, [&](float* host, int64_t n) {
+    std::fill(host, host + n, 0.0f);
+    for (const SavedRun& r : gpt_saved_runs(layout, offset, n))
+      reader.read_slice(name, r.saved, host + (r.flat - offset), r.count);
+  });
 }
 
 }  // namespace
@@ -34,7 +51,8 @@ void fill_through_host(Tensor dst, const std::function<void(float*, int64_t)>& r
 std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DType dtype,
                             const Work& work, Engine& engine, Comm& comm, int step,
                             uint64_t tokenizer_hash) {
-  const int64_t P = config.total_params();
+  const int64_t P = config.saved_params();
+  const std::vector<ParamInfo> layout = gpt_param_layout(config);
   // The temporary folder's nonce: the step and a number rank 0 draws for this save (a sum
   // with zeros, exact in double: every rank gets it). A leftover folder of an interrupted
   // save of the same step (a rank killed while writing) must not block the resumed run's.
@@ -56,10 +74,9 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
   attempt([&] {
     if (!engine.primary_replica()) return;  // the first group writes; replicas hold the same
     for (const OwnedSlice& s : engine.slices()) {
-      const int64_t n = s.master.numel();
-      CheckpointWriter::write_slice(tmp, "master", s.flat_offset, host_copy(s.master).data<float>(), n);
-      CheckpointWriter::write_slice(tmp, "adam_m", s.flat_offset, host_copy(s.opt->m()).data<float>(), n);
-      CheckpointWriter::write_slice(tmp, "adam_v", s.flat_offset, host_copy(s.opt->v()).data<float>(), n);
+      write_runs(layout, tmp, "master", s.flat_offset, s.master);
+      write_runs(layout, tmp, "adam_m", s.flat_offset, s.opt->m());
+      write_runs(layout, tmp, "adam_v", s.flat_offset, s.opt->v());
     }
   });
   fault_point(comm.rank(), "checkpoint");
@@ -95,10 +112,11 @@ int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& e
     GPUMIX_CHECK_INPUT(!tokenizer_hash || !reader.tokenizer_hash() || reader.tokenizer_hash() == tokenizer_hash,
                        "checkpoint ", reader.dir(), " was trained with another tokenizer; resume with the "
                        "run's own (--tokenizer <run>/tokenizer.bpe)");
+    const std::vector<ParamInfo> layout = gpt_param_layout(config);
     for (const OwnedSlice& s : engine.slices()) {
-      read_into(reader, "master", s.flat_offset, s.master);
-      read_into(reader, "adam_m", s.flat_offset, s.opt->m());
-      read_into(reader, "adam_v", s.flat_offset, s.opt->v());
+      read_into(layout, reader, "master", s.flat_offset, s.master);
+      read_into(layout, reader, "adam_m", s.flat_offset, s.opt->m());
+      read_into(layout, reader, "adam_v", s.flat_offset, s.opt->v());
     }
     engine.sync_compute_params();
     step = reader.step();

@@ -287,7 +287,7 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
         NoGradGuard no_grad;
         h = Var(gpt.embed(tokens).value(), true);
       }
-      backward(cross_entropy(gpt.head(h), tokens, 1.0f / (float)(m * T)));
+      backward(gpt.head_loss(h, tokens, 1.0f / (float)(m * T)));
       ops::embedding_backward(dwte, dwpe, h.grad(), tokens);
     });
     s.head_bytes = (double)(alloc.stats().peak - head_base);

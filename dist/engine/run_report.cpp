@@ -79,7 +79,7 @@ void RunReport::settings(const RunSettings& s, const Plan* predicting, const jso
       {"tokenizer", s.data->tokenizer_path + " (vocab " + std::to_string(s.data->vocab) + ")"},
       {"model", config.name + " L=" + std::to_string(config.L) + " NH=" + std::to_string(config.NH) +
                     " C=" + std::to_string(config.C) + " T=" + std::to_string(config.T)},
-      {"parameters", human_count((double)config.total_params())},
+      {"parameters", human_count((double)config.saved_params())},
       {"dtype", s.dtype},
       {"batch x seq", std::to_string(o_.batch) + " x " + std::to_string(s.seq) + " = " +
                           std::to_string(o_.batch * s.seq) + " tokens/step"},

@@ -51,7 +51,7 @@ std::vector<Tensor> ShardedEngine::forward_backward(const Tensor& inputs, const 
     for_micro_batches(rows, micro, [&](int64_t j, int64_t r0, int64_t r1) {
       TraceSpan span(tracer, "forward and backward", "compute", head, (int)j);
       Var x(saved[L][j], true);
-      Var l = cross_entropy(model_.head(x), targets.slice(r0, r1), scale);
+      Var l = model_.head_loss(x, targets.slice(r0, r1), scale);
       backward(l);
       losses.push_back(l.value());
       dx[j] = x.grad();
@@ -80,9 +80,10 @@ std::vector<Tensor> ShardedEngine::forward_backward(const Tensor& inputs, const 
   }
   // Embedding backward needs only the tokens and the incoming gradient.
   TraceSpan unit_span(tracer, nullptr, "unit", 0);
-  const int64_t VC = (int64_t)config_.V * config_.C;
-  Tensor dwte = g0.flat_slice(0, VC).view({config_.V, config_.C});
-  Tensor dwpe = g0.flat_slice(VC, (int64_t)config_.T * config_.C).view({config_.T, config_.C});
+  // wte's first V rows (the rest is the vocabulary's padding, GPTConfig::Vp), then wpe.
+  const int64_t C = config_.C;
+  Tensor dwte = g0.flat_slice(0, (int64_t)config_.V * C).view({config_.V, C});
+  Tensor dwpe = g0.flat_slice(config_.Vp() * C, (int64_t)config_.T * C).view({config_.T, C});
   for_micro_batches(rows, micro, [&](int64_t j, int64_t r0, int64_t r1) {
     TraceSpan span(tracer, "backward", "compute", 0, (int)j);
     ops::embedding_backward(dwte, dwpe, dx[j], inputs.slice(r0, r1));
@@ -102,7 +103,7 @@ std::vector<Tensor> ShardedEngine::loss_sums(const Tensor& inputs, const Tensor&
   std::vector<Tensor> sums;
   for_micro_batches(inputs.size(0), micro, [&](int64_t j, int64_t r0, int64_t r1) {
     TraceSpan span(tracer, "forward", "compute", head, (int)j);
-    sums.push_back(cross_entropy(model_.head(Var(saved[L][j])), targets.slice(r0, r1), 1.0f).value());
+    sums.push_back(model_.head_loss(Var(saved[L][j]), targets.slice(r0, r1), 1.0f).value());
   });
   release(head);
   release(0);

@@ -58,7 +58,7 @@ double MemoryModel::analytic_block_act_bytes(const GPTConfig& model, int seq_len
 }
 
 double MemoryModel::analytic_head_bytes(const GPTConfig& model, int seq_len, int64_t m, int dtype_bytes) {
-  return (double)m * seq_len * ((double)model.V * 2.0 * dtype_bytes + 4.0 * 2);
+  return (double)m * seq_len * ((double)model.Vp() * dtype_bytes + 4.0 * 2);
 }
 
 }  // namespace gpumix::dist

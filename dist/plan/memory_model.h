@@ -99,7 +99,8 @@ class MemoryModel {
   // (2022) count 34·C + 5·NH·T bytes per token of saved activations in 16 bits; we scale
   // by dtype / 2 and add half again for the backward's gradient temporaries.
   static double analytic_block_act_bytes(const GPTConfig& model, int seq_len, int64_t m, int dtype_bytes);
-  // Logits and their gradient in the compute dtype, plus fp32 softmax statistics per token.
+  // The padded logits in the compute dtype (the fused classifier writes their gradient in
+  // their place: no second array), plus fp32 softmax statistics per token.
   static double analytic_head_bytes(const GPTConfig& model, int seq_len, int64_t m, int dtype_bytes);
 
  private:

@@ -607,4 +607,25 @@ void fill(uint16_t* out, float value, int64_t n) {
   for (int64_t i = 0; i < n; i++) out[i] = f32_to_bf16_bits(value);
 }
 
+// ---- the fused classifier: the cross-entropy twins on the first V columns -----------------
+
+void classifier_forward(float* losses, float* lse, float* logits, const int32_t* targets, float scale, int N,
+                        int V, int Vp, int32_t ignore_index, bool grad) {
+  for (int i = 0; i < N; i++) {
+    float* x = logits + (int64_t)i * Vp;
+    crossentropy_forward(losses + i, lse + i, x, targets + i, 1, V, ignore_index);
+    if (!grad) continue;
+    std::vector<float> d((size_t)V, 0.0f);
+    crossentropy_backward(d.data(), x, lse + i, targets + i, scale, 1, V, ignore_index);
+    for (int v = 0; v < Vp; v++) x[v] = v < V ? d[v] : 0.0f;
+  }
+}
+
+void classifier_forward(float* losses, float* lse, uint16_t* logits, const int32_t* targets, float scale, int N,
+                        int V, int Vp, int32_t ignore_index, bool grad) {
+  auto x = widened(logits, (int64_t)N * Vp);
+  classifier_forward(losses, lse, x.data(), targets, scale, N, V, Vp, ignore_index, grad);
+  if (grad) narrow(logits, x);
+}
+
 }  // namespace gpumix::kernels::cpu::ref

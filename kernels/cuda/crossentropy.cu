@@ -2,6 +2,10 @@
 // Forward: one pass; each thread keeps an online (max, sum of exp) over its elements,
 // merged across the block; writes lse and the loss. Backward: one pass; recomputes each
 // probability from the saved lse (the probabilities are never stored).
+// The fused classifier (classifier_kernel): both in one launch, one block per row, the
+// row's dlogits written over its logits (the second read of a row hits L2), on logits
+// (N,Vp) whose columns [V, Vp) are padding (no class; written 0).
+#include <algorithm>
 #include <cfloat>
 
 #include "kernels/cuda/common.cuh"
@@ -104,6 +108,76 @@ __global__ void __launch_bounds__(kThreads) crossentropy_backward_kernel(
   }
 }
 
+// One row: the online (max, sum) over the V classes, merged across the block; then, with
+// grad, every element of the row (padding included) rewritten as its gradient. With VEC,
+// Vp is a multiple of 8 and the row 16-byte aligned: whole vectors, the classes masked.
+template <bool VEC>
+__global__ void __launch_bounds__(kThreads) classifier_kernel(
+    float* __restrict__ losses, float* __restrict__ lse, bf16* logits, const int32_t* __restrict__ targets,
+    float scale, int V, int Vp, int32_t ignore_index, bool grad) {
+  const int row = blockIdx.x;
+  bf16* x = logits + (int64_t)row * Vp;
+  MaxSum a{-INFINITY, 0.0f};
+  if (VEC) {
+    for (int i = threadIdx.x * 8; i < V; i += blockDim.x * 8) {
+      float f[8];
+      detail::unpack8(*(const Bf16x8*)(x + i), f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        if (i + j < V) online_add(a, f[j]);
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += blockDim.x) online_add(a, ld_bf16(x[i]));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    MaxSum b{__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o)};
+    a = merge(a, b);
+  }
+  GPUMIX_SHARED(MaxSum, sh, [kThreads / 32]);
+  GPUMIX_SHARED(float, row_lse, [1]);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) sh[warp] = a;
+  __syncthreads();
+  const int32_t target = targets[row];
+  if (threadIdx.x == 0) {
+    MaxSum t = sh[0];
+    for (int w = 1; w < (int)(blockDim.x / 32); ++w) t = merge(t, sh[w]);
+    const float l = t.m + logf(t.s);
+    lse[row] = l;
+    row_lse[0] = l;
+    losses[row] = target == ignore_index ? 0.0f : l - ld_bf16(x[target]);  // read before any write
+  }
+  if (!grad) return;
+  __syncthreads();
+  const float l = row_lse[0];
+  const float s = target == ignore_index ? 0.0f : scale;
+  if (VEC) {
+    for (int i = threadIdx.x * 8; i < Vp; i += blockDim.x * 8) {
+      float f[8];
+      detail::unpack8(*(const Bf16x8*)(x + i), f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        f[j] = i + j < V ? s * (__expf(f[j] - l) - (i + j == target ? 1.0f : 0.0f)) : 0.0f;
+      *(Bf16x8*)(x + i) = detail::pack8(f);
+    }
+  } else {
+    for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
+      const float g = i < V ? s * (__expf(ld_bf16(x[i]) - l) - (i == target ? 1.0f : 0.0f)) : 0.0f;
+      x[i] = to_bf16(g);
+    }
+  }
+}
+
+// d *= *dloss, unless it is 1 (every block returns at once: the loss was backward's root).
+__global__ void __launch_bounds__(256) classifier_rescale_kernel(bf16* d, const float* __restrict__ dloss,
+                                                                   int64_t n) {
+  const float f = *dloss;
+  if (f == 1.0f) return;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    d[i] = to_bf16(f * ld_bf16(d[i]));
+}
+
 }  // namespace
 
 void crossentropy_forward(float* losses, float* lse, const bf16* logits, const int32_t* targets,
@@ -136,6 +210,27 @@ void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
                            int32_t ignore_index, bool accumulate, cudaStream_t stream) {
   crossentropy_backward(dlogits, logits, lse, targets, nullptr, dloss, N, V, ignore_index,
                         accumulate, stream);
+}
+
+// ---- the fused classifier ----------------------------------------------------------------
+
+void classifier_forward(float* losses, float* lse, bf16* logits, const int32_t* targets, float scale, int N,
+                        int V, int Vp, int32_t ignore_index, bool grad, cudaStream_t stream) {
+  if (N <= 0) return;
+  if (Vp % 8 == 0 && detail::aligned16(logits))
+    GPUMIX_LAUNCH(classifier_kernel<true>, N, kThreads, 0, stream, losses, lse, logits, targets, scale, V, Vp,
+                  ignore_index, grad);
+  else
+    GPUMIX_LAUNCH(classifier_kernel<false>, N, kThreads, 0, stream, losses, lse, logits, targets, scale, V, Vp,
+                  ignore_index, grad);
+  CUDA_CHECK_LAST();
+}
+
+void classifier_rescale(bf16* dlogits, const float* dloss, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);
+  GPUMIX_LAUNCH(classifier_rescale_kernel, (int)blocks, 256, 0, stream, dlogits, dloss, n);
+  CUDA_CHECK_LAST();
 }
 
 }  // namespace gpumix::kernels::cuda

@@ -158,6 +158,16 @@ void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
                            int32_t ignore_index, bool accumulate = true,
                            cudaStream_t stream = nullptr);
 
+// The fused classifier (the LM head's softmax, loss and gradient in one pass): logits (N,Vp)
+// bf16, columns [0, V) the classes and [V, Vp) padding that enters no softmax. losses, lse
+// as crossentropy_forward's; with grad, each row is then overwritten by its dlogits =
+// scale * (softmax - onehot(target)), zeros on ignored rows and padding columns.
+void classifier_forward(float* losses, float* lse, bf16* logits, const int32_t* targets, float scale, int N,
+                        int V, int Vp, int32_t ignore_index, bool grad, cudaStream_t stream = nullptr);
+// dlogits (n) *= *dloss (one fp32 in device memory, read by the kernel): nothing is written
+// where it is 1.
+void classifier_rescale(bf16* dlogits, const float* dloss, int64_t n, cudaStream_t stream = nullptr);
+
 // ---- embedding.cu ------------------------------------------------------------------------------
 // out (B,T,C) = wte[tokens[b,t]] (V,C) + wpe[t] (T,C); tokens must lie in [0, V).
 void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe,

@@ -58,6 +58,7 @@ std::vector<TensorName> tensor_names(const GPTConfig& config) {
   for (const ParamInfo& p : gpt_param_layout(config)) {
     const bool embedding = p.name == "wte" || p.name == "wpe";
     std::vector<int64_t> shape(p.shape.dims.begin(), p.shape.dims.begin() + p.shape.ndim);
+    shape[0] = p.used / (p.shape.numel() / shape[0]);  // wte: V rows, without the padding
     const bool transposed = !embedding && shape.size() == 2;
     if (transposed) std::swap(shape[0], shape[1]);
     names.push_back({prefix + p.name + (embedding ? ".weight" : ""), shape, transposed});
@@ -211,13 +212,17 @@ void Weights::read(int64_t offset, int64_t count, float* out) const {
                ", ", offset + count, ") is outside the ", config_.total_params(), " parameters");
   std::vector<float> whole;
   for (size_t i = 0; i < names.size(); ++i) {
+    // The padding (wte's rows V..Vp-1) is in no file: zeros.
+    const int64_t pad_begin = std::max(offset, layout[i].offset + layout[i].used);
+    const int64_t pad_end = std::min(offset + count, layout[i].offset + layout[i].shape.numel());
+    if (pad_begin < pad_end) std::fill(out + (pad_begin - offset), out + (pad_end - offset), 0.0f);
     const int64_t begin = std::max(offset, layout[i].offset);
-    const int64_t end = std::min(offset + count, layout[i].offset + layout[i].shape.numel());
+    const int64_t end = std::min(offset + count, layout[i].offset + layout[i].used);
     if (begin >= end) continue;
     const TensorName& t = names[i];
     const safetensors::TensorInfo& info = *file_.find(prefix_ + t.name.substr(std::strlen(prefix)));
     float* dst = out + (begin - offset);
-    const bool all = begin == layout[i].offset && end - begin == layout[i].shape.numel();
+    const bool all = begin == layout[i].offset && end - begin == layout[i].used;
     if (all && !t.transposed) {
       file_.read_f32(info, dst);
       continue;
@@ -248,7 +253,7 @@ void write_model(const std::string& dir, const GPTConfig& config, const float* p
   for (size_t i = 0; i < names.size(); ++i) {
     const TensorName t = names[i];
     const float* src = params + layout[i].offset;
-    const int64_t n = layout[i].shape.numel();
+    const int64_t n = layout[i].used;  // wte: its V rows
     sources.push_back({t.name, t.shape, [t, src, n](float* out) {
                          if (t.transposed)
                            transpose(src, t.shape[1], t.shape[0], out);  // GPUMix's (out, in) -> (in, out)

@@ -257,6 +257,42 @@ TEST_F(CudaBackend, LossAndItsGradientWithoutHostReads) {
   EXPECT_TRUE(agrees("dlogits (factor on the device)", dlogits, 2, 8));
 }
 
+// The fused classifier on a padded vocabulary, vectorised (Vp a multiple of 8, V not) and
+// not (Vp odd), against the CPU backend's: losses, lse, dlogits written over the logits
+// (the padding columns, garbage far above the classes, zero and out of every softmax); then
+// the rescale by a loss gradient on the device (1: nothing written).
+TEST_F(CudaBackend, ClassifierOnAPaddedVocabulary) {
+  const int N = 7, V = 1037;
+  for (int Vp : {1088, 1039}) {
+    std::vector<float> x = bf16_values((int64_t)N * Vp, 90, -4.0f, 4.0f);
+    for (int i = 0; i < N; ++i)
+      for (int v = V; v < Vp; ++v) x[(size_t)i * Vp + v] += 50.0f;
+    const Tensor xc = Tensor::from_vector(x, {N, Vp}).to(DType::bf16);
+    Pair logits{xc.clone(), xc.to(kGpu)};
+    std::vector<int32_t> t(N);
+    for (int i = 0; i < N; ++i) t[i] = (i * 131) % V;
+    t[2] = -1;  // ignored
+    const Tensor targets = Tensor::from_vector(t, {N}), targets_g = targets.to(kGpu);
+    Pair losses = poisoned({N}, DType::f32), lse = poisoned({N}, DType::f32);
+    ops::classifier_forward(losses.c, lse.c, logits.c, targets, V, 0.3f, true);
+    ops::classifier_forward(losses.g, lse.g, logits.g, targets_g, V, 0.3f, true);
+    EXPECT_TRUE(agrees("classifier losses (fp32)", losses, 0, V)) << Vp;
+    EXPECT_TRUE(agrees("classifier lse (fp32)", lse, 0, V)) << Vp;
+    EXPECT_TRUE(agrees("classifier dlogits", logits, 2, 8)) << Vp;
+    const std::vector<float> d = logits.g.to_vector();
+    for (int i = 0; i < N; ++i)
+      for (int v = V; v < Vp; ++v) ASSERT_EQ(d[(size_t)i * Vp + v], 0.0f) << "row " << i << " column " << v;
+    for (int v = 0; v < V; ++v) ASSERT_EQ(d[(size_t)2 * Vp + v], 0.0f) << "ignored row, column " << v;
+    Pair one{Tensor::full({1}, 1.0f), Tensor::full({1}, 1.0f, DType::f32, kGpu)};
+    ops::classifier_rescale(logits.g, one.g);
+    EXPECT_EQ(logits.g.to_vector(), d);
+    Pair half{Tensor::full({1}, 0.5f), Tensor::full({1}, 0.5f, DType::f32, kGpu)};
+    ops::classifier_rescale(logits.c, half.c);
+    ops::classifier_rescale(logits.g, half.g);
+    EXPECT_TRUE(agrees("dlogits x 0.5", logits, 2, 8)) << Vp;
+  }
+}
+
 TEST_F(CudaBackend, EmbeddingAndABadToken) {
   const int B = 2, T = 9, V = 23, C = 13, Tmax = 11;
   std::vector<int32_t> tok(B * T);

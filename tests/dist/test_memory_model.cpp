@@ -77,7 +77,7 @@ TEST(MemoryModel, AnalyticFormulas) {
   const GPTConfig g = gpt_preset("gpt-1.3b");
   EXPECT_DOUBLE_EQ(MemoryModel::analytic_block_act_bytes(g, 512, 2, 2),
                    1.5 * 2 * 512 * (34.0 * 2048 + 5.0 * 32 * 512));
-  EXPECT_DOUBLE_EQ(MemoryModel::analytic_head_bytes(g, 512, 1, 2), 512 * (50257.0 * 4 + 8));
+  EXPECT_DOUBLE_EQ(MemoryModel::analytic_head_bytes(g, 512, 1, 2), 512 * (50304.0 * 2 + 8));  // Vp logits
 }
 
 }  // namespace

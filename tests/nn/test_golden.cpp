@@ -80,12 +80,35 @@ std::vector<float> golden_array(const nlohmann::json& a) {
   return out;
 }
 
-// make_golden.py golden_param: flat element i = center + a 24-bit uniform in [-0.25, 0.25).
+// The golden file's arrays are in the saved layout (PyTorch's: wte of V rows, no padding):
+// the saved index of flat element `flat`, or -1 in the padding.
+int64_t saved_index(const GPT& model, int64_t flat) {
+  for (const SavedRun& r : gpt_saved_runs(model.layout(), 0, model.num_params()))
+    if (flat >= r.flat && flat < r.flat + r.count) return r.saved + (flat - r.flat);
+  return -1;  // padding
+}
+
+// A saved-layout array in the flat layout (padding zero), and back.
+std::vector<float> to_flat(const GPT& model, const std::vector<float>& saved) {
+  std::vector<float> flat((size_t)model.num_params(), 0.0f);
+  for (const SavedRun& r : gpt_saved_runs(model.layout(), 0, model.num_params()))
+    std::copy(saved.begin() + r.saved, saved.begin() + r.saved + r.count, flat.begin() + r.flat);
+  return flat;
+}
+std::vector<float> to_saved(const GPT& model, const std::vector<float>& flat) {
+  std::vector<float> saved((size_t)model.config().saved_params());
+  for (const SavedRun& r : gpt_saved_runs(model.layout(), 0, model.num_params()))
+    std::copy(flat.begin() + r.flat, flat.begin() + r.flat + r.count, saved.begin() + r.saved);
+  return saved;
+}
+
+// make_golden.py golden_param: saved element i = center + a 24-bit uniform in [-0.25, 0.25).
 std::vector<float> golden_params(const GPT& model) {
-  std::vector<float> p((size_t)model.num_params());
+  std::vector<float> p((size_t)model.config().saved_params());
   for (const ParamInfo& info : model.layout()) {
     const double center = info.init_std < 0 ? 1.0 : 0.0;  // LayerNorm weights
-    for (int64_t i = info.offset; i < info.offset + info.shape.numel(); ++i)
+    const int64_t first = saved_index(model, info.offset);
+    for (int64_t i = first; i < first + info.used; ++i)
       p[i] = (float)(center + ((double)(mix64((uint64_t)i) >> 40) - (double)(1 << 23)) / (double)(1 << 25));
   }
   return p;
@@ -136,7 +159,7 @@ void run_golden(DType dtype) {
   const std::vector<int64_t> at = d.g["params_check"]["at"].get<std::vector<int64_t>>();
   const std::vector<float> values = d.g["params_check"]["values"].get<std::vector<float>>();
   for (size_t i = 0; i < at.size(); ++i) ASSERT_EQ(params[at[i]], values[i]) << "parameter " << at[i];
-  const Tensor initial = Tensor::from_vector(params, {model.num_params()});
+  const Tensor initial = Tensor::from_vector(to_flat(model, params), {model.num_params()});
   model.params().copy_from(initial);
   model.sync_compute_params();
 
@@ -154,10 +177,10 @@ void run_golden(DType dtype) {
   Var loss = model.loss(d.tokens, d.targets, 1.0f / d.counted);
   EXPECT_NEAR(loss.value().item(), want["loss"].get<double>(), loss_allowance);
   backward(loss);
-  const std::vector<float> grads = model.grads().to_vector(), ref = golden_array(want["grads"]);
+  const std::vector<float> grads = to_saved(model, model.grads().to_vector()), ref = golden_array(want["grads"]);
   ASSERT_EQ(grads.size(), ref.size());
   for (const ParamInfo& p : model.layout()) {
-    const auto from = (std::ptrdiff_t)p.offset, to = from + (std::ptrdiff_t)p.shape.numel();
+    const auto from = (std::ptrdiff_t)saved_index(model, p.offset), to = from + (std::ptrdiff_t)p.used;
     EXPECT_TRUE(model_close(p.name.c_str(), std::vector<float>(grads.begin() + from, grads.begin() + to),
                             std::vector<float>(ref.begin() + from, ref.begin() + to), R_grads, k_grads));
   }

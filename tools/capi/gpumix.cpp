@@ -329,7 +329,7 @@ int gpumix_get_model_info(gpumix_session* s, gpumix_model_info* out) {
   return guarded(s, [&] {
     GPUMIX_CHECK(s && out, "gpumix_get_model_info: session and out must not be NULL");
     const gpumix::GPTConfig& c = gpumix::capi::session_model(*s, "gpumix_get_model_info").config();
-    *out = gpumix_model_info{c.V, c.T, c.L, c.NH, c.C, c.total_params()};
+    *out = gpumix_model_info{c.V, c.T, c.L, c.NH, c.C, c.saved_params()};
   });
 }
 
