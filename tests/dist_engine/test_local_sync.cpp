@@ -9,6 +9,9 @@
 //   AdamW steps are averaged, not the gradients (AdamW is not linear in the gradient), so
 //   the test checks that every group holds the same weights after each outer step (the
 //   validation, split over every rank, is then one model's) and that it trains;
+// - the outer step's arithmetic, exactly: three ranks in two groups of different layouts,
+//   numbers exact in bf16 but one (rounded to nearest even, as it is sent), two outer steps
+//   (the momentum's turn);
 // - every bad combination fails before the run folder exists, naming the numbers and the fix.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -121,6 +124,61 @@ TEST_F(LocalSyncTest, PlainAveragingEveryStepStartsAsSynchronousAndTrains) {
   // evaluates its windows on its group's weights, equal in every group up to nothing.
   EXPECT_TRUE(std::isfinite(b.result.val_loss));
   EXPECT_LT(b.result.val_loss, std::log((double)kTinyVocab));
+}
+
+// An engine that is only a slice of master weights: [offset, offset + values.size()).
+class SliceEngine final : public Engine {
+ public:
+  SliceEngine(int64_t offset, std::vector<float> values) : offset_(offset), master_(Tensor::from_vector(values, {(int64_t)values.size()})) {}
+  std::vector<Tensor> forward_backward(const Tensor&, const Tensor&, int64_t, float) override { return {}; }
+  std::vector<Tensor> loss_sums(const Tensor&, const Tensor&, int64_t) override { return {}; }
+  std::vector<Tensor> unit_grads() override { return {}; }
+  void scale_grads(float) override {}
+  void optimizer_step(float, int) override {}
+  std::vector<OwnedSlice> slices() override { return {{offset_, master_, nullptr}}; }
+  void sync_compute_params() override {}
+  void reshard(const ShardLayout&) override {}
+  float* data() { return master_.data<float>(); }
+
+ private:
+  int64_t offset_;
+  Tensor master_;
+};
+
+TEST(OuterStep, ExactOnTwoGroupsOfDifferentLayouts) {
+  // Group 0: ranks 0 (element 0) and 1 (elements 1-3), 3/4 of the tokens; group 1: rank 2
+  // (all 4), 1/4. Outer lr 0.5, momentum 0.5, Nesterov: outer -= 0.5 (d + 0.5 m).
+  const std::vector<float> x0 = {1, 2, 3, 4};
+  const std::vector<std::vector<float>> delta = {{0.5f, 1, -2, 0.25f}, {1 + 0x1p-9f, -1, 2, 4}};
+  // 0.25 (1 + 2^-9) is 0.25 in bf16 (7 fraction bits, to nearest even): d[0] = 0.375 + 0.25.
+  const std::vector<float> d = {0.625f, 0.5f, -1, 1.1875f};
+  LocalSync sync = parse_sync("local:1");
+  sync.outer_lr = 0.5f;
+  sync.outer_momentum = 0.5f;
+  std::vector<std::vector<float>> after(3);
+  LocalOptions local;
+  local.timeout_s = 30;
+  run_local(3, [&](Comm& comm) {
+    const int r = comm.rank(), group = r < 2 ? 0 : 1;
+    const int64_t begin = r == 1 ? 1 : 0, end = r == 0 ? 1 : 4;
+    std::vector<float> mine(x0.begin() + begin, x0.begin() + end);
+    SliceEngine engine(begin, mine);
+    std::unique_ptr<Comm> group_comm = comm.split(group);
+    OuterStep outer(sync, comm, *group_comm, group == 0 ? 0.75 : 0.25, 4, engine, Device::cpu());
+    for (int step = 0; step < 2; ++step) {  // each group moves by its delta from the outer copy
+      for (int64_t j = begin; j < end; ++j) engine.data()[j - begin] -= delta[group][j];
+      outer.step(engine);
+    }
+    after[r].assign(engine.data(), engine.data() + (end - begin));
+  }, local);
+  // Step 1: m = d, outer = x0 - 0.75 d; step 2: m = 1.5 d, outer -= 0.875 d: x0 - 1.625 d.
+  // Step 2's delta of element 0 in group 1 is computed from the new outer copy: 0.25 (1 + 2^-9)
+  // again (exact in fp32 here), so the same d.
+  for (int r = 0; r < 3; ++r) {
+    const int64_t begin = r == 1 ? 1 : 0;
+    for (size_t j = 0; j < after[r].size(); ++j)
+      EXPECT_EQ(after[r][j], x0[begin + j] - 1.625f * d[begin + j]) << "rank " << r << " element " << begin + j;
+  }
 }
 
 TEST_F(LocalSyncTest, BadCombinationsFailBeforeTheRunFolder) {
