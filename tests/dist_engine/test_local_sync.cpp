@@ -1,6 +1,7 @@
 // Local-update training (--sync local:H, dist/engine/outer_step.h) on the local backend
 // (ranks as threads), on the tiny GPT of engine_test_util.h:
 // - one group is every-step training, bitwise (the same losses, the same validation);
+// - groups default to the nodes (LocalOptions::node_of_rank): as --groups 2 on nodes {0, 0, 1, 1};
 // - the outer step maps the groups' layouts through the flat vector: two groups whose state
 //   shards differ train as two groups with equal layouts do, up to the sharded engine's
 //   rounding (kLossRtol, as every layout comparison of test_engine.cpp);
@@ -104,6 +105,25 @@ TEST_F(LocalSyncTest, GroupsWithDifferentLayoutsReduceAsEqualOnes) {
   const Mismatch m = compare(losses_of(read_log(uneven.out)), losses_of(read_log(even.out)), kLossRtol, 0);
   EXPECT_LE(m.excess, 1) << describe(m, "losses");
   EXPECT_NEAR(a.result.val_loss, b.result.val_loss, kLossRtol * std::fabs(b.result.val_loss));
+}
+
+TEST_F(LocalSyncTest, GroupsDefaultToNodes) {
+  // Nodes {0, 0, 1, 1} (the local backend's simulated nodes): the same groups as --groups 2,
+  // so the same training, bit for bit.
+  TrainOptions by_node = options("by_node"), given = options("given");
+  by_node.eval_interval = given.eval_interval = 0;
+  const Work work = make_work({2, 2, 2, 2}, {2, 2, 2, 2}, {0.25, 0.25, 0.25, 0.25});
+  const Outcome a = run_ranks(by_node, work, local_sync(2, 0), {0, 0, 1, 1});
+  const Outcome b = run_ranks(given, work, local_sync(2, 2));
+  ASSERT_EQ(a.error, "");
+  ASSERT_EQ(b.error, "");
+  const std::vector<LogStep> la = read_log(by_node.out), lb = read_log(given.out);
+  ASSERT_EQ(la.size(), lb.size());
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_EQ(la[i].loss, lb[i].loss) << "step " << la[i].step;
+  // sync_groups: the nodes as they are; --groups N: blocks of consecutive ranks.
+  const std::vector<int> nodes = sync_groups(local_sync(2, 0).sync, {0, 1, 0, 1});
+  EXPECT_EQ(nodes, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(sync_groups(local_sync(2, 2).sync, {0, 0, 0, 0}), (std::vector<int>{0, 0, 1, 1}));
 }
 
 TEST_F(LocalSyncTest, PlainAveragingEveryStepStartsAsSynchronousAndTrains) {
