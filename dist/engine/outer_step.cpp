@@ -52,8 +52,9 @@ void check_local_sync(const LocalSync& s, const TrainOptions& o, const Work* wor
                      s.outer_lr, "; DiLoCo's is 0.7");
   GPUMIX_CHECK_INPUT(std::isfinite(s.outer_momentum) && s.outer_momentum >= 0 && s.outer_momentum < 1,
                      "--outer-momentum must be in [0, 1), got ", s.outer_momentum, "; DiLoCo's is 0.9, 0 for none");
-  GPUMIX_CHECK_INPUT(!planner, "--sync local:", s.every, " runs a given plan (--batches/--shares, --plan even or a "
-                     "plan file); the planner does not size groups yet: drop --plan auto or use --sync every-step");
+  GPUMIX_CHECK_INPUT(!planner, "--sync local:", s.every, " runs a given plan (--batches/--micro-batches/--shares, or "
+                     "a plan file); a planner does not size groups yet: drop --plan/--devices' planning or use --sync "
+                     "every-step");
   // Checkpoints would have to hold the outer copy and the momentum as well: refused rather
   // than written without them.
   GPUMIX_CHECK_INPUT(o.resume.empty(), "--resume with --sync local:", s.every,
@@ -122,7 +123,7 @@ void OuterStep::step(Engine& engine) {
     Tensor mine = full.to(DType::bf16);
     Tensor all = Tensor::empty({params_ * groups_}, DType::bf16, host_);
     leaders_->all_gather_v(mine, all, std::vector<int64_t>(groups_, params_));
-    cross_bytes_ += params_ * 2 * (groups_ - 1);
+    cross_bytes_ += params_ * 2 * (groups_ - 1);  // all-gather: this leader's vector to each other leader
     const Tensor wide = all.to(DType::f32);
     const float* w = wide.data<float>();
     for (int64_t j = 0; j < params_; ++j) {
@@ -147,6 +148,7 @@ void OuterStep::step(Engine& engine) {
     if (!(slices[i].master.device() == host_)) slices[i].master.copy_from(masters[i]);
   }
   engine.sync_compute_params();
+  ++steps_;
 }
 
 }  // namespace gpumix::dist

@@ -74,7 +74,8 @@ class OuterStep {
   bool due(int step, int last) const { return step % sync_.every == 0 || step == last; }
   // The exchange and the outer optimizer; the engine's master weights become the new outer copy.
   void step(Engine& engine);
-  // Bytes this rank sent to other groups in outer steps so far.
+  int steps() const { return steps_; }  // outer steps so far
+  // Bytes this rank sent to other groups in outer steps so far (0 but on a group's leader).
   int64_t cross_group_bytes() const { return cross_bytes_; }
 
  private:
@@ -87,6 +88,7 @@ class OuterStep {
   Device host_;
   std::vector<Tensor> outer_, momentum_;  // per owned slice of the engine, on host_
   int64_t cross_bytes_ = 0;
+  int steps_ = 0;
 };
 
 }  // namespace gpumix::dist

@@ -711,6 +711,9 @@ void Training::save_checkpoint_now(int step) {
 }
 
 TrainResult Training::finish() {
+  if (outer_ && lead_)
+    log_info("--sync local:", engine_options_.sync.every, ": ", outer_->steps(), " outer steps; rank 0 (its group's "
+             "leader) sent ", outer_->cross_group_bytes(), " bytes to the other groups (bf16, 2 per parameter and group)");
   std::sort(rates_.begin(), rates_.end());
   result_.tokens_per_s = rates_.empty() ? 0 : rates_[rates_.size() / 2];
   RunSummary summary;
