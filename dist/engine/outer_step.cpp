@@ -45,9 +45,11 @@ void check_local_sync(const LocalSync& s, const TrainOptions& o, const Work* wor
                      "least 1; e.g. --sync local:50, or --sync every-step");
   GPUMIX_CHECK_INPUT(ranks > 1, "--sync local:", s.every, " needs several ranks to form groups, this run has ", ranks,
                      "; start more ranks (--ranks, mpirun -np) or drop --sync");
-  GPUMIX_CHECK_INPUT(s.groups >= 0, "--groups must be at least 1, got ", s.groups, "; leave it out for one group per node");
+  GPUMIX_CHECK_INPUT(s.groups >= 0, "--groups must be at least 1, got ", s.groups,
+                     "; leave it out for one group per node");
   GPUMIX_CHECK_INPUT(s.groups == 0 || ranks % s.groups == 0, "--groups ", s.groups, " does not divide the ", ranks,
-                     " ranks into equal groups; give a divisor of ", ranks, " or leave --groups out (one group per node)");
+                     " ranks into equal groups; give a divisor of ", ranks,
+                     " or leave --groups out (one group per node)");
   GPUMIX_CHECK_INPUT(std::isfinite(s.outer_lr) && s.outer_lr > 0, "--outer-lr must be positive and finite, got ",
                      s.outer_lr, "; DiLoCo's is 0.7");
   GPUMIX_CHECK_INPUT(std::isfinite(s.outer_momentum) && s.outer_momentum >= 0 && s.outer_momentum < 1,

@@ -198,7 +198,9 @@ class Training {
   std::string plan_text() const { return work_text(work_); }
   int64_t micro_batch() const { return std::max<int64_t>(1, work_.ranks[rank_].micro_batch); }
   Allocator& memory() const { return allocator(device_); }
-  Comm& engine_comm() { return engine_group_ ? *engine_group_ : group_comm_ ? *group_comm_ : device_comm_ ? *device_comm_ : comm_; }
+  Comm& engine_comm() {
+    return engine_group_ ? *engine_group_ : group_comm_ ? *group_comm_ : device_comm_ ? *device_comm_ : comm_;
+  }
   // The ranks whose gradients are reduced together: this rank's group in local mode.
   Comm& step_comm() const { return group_comm_ ? *group_comm_ : comm_; }
   // The links the collectives' form is chosen by: the profile's where the run planned (as
@@ -410,10 +412,11 @@ void Training::make_engine() {
                                               topology_links());
   engine_->tracer = &tracer_;
   engine_->set_offload(work_.ranks[rank_].offload);
-  const int groups = group_of_rank_.empty() ? 1 : *std::max_element(group_of_rank_.begin(), group_of_rank_.end()) + 1;
+  const int groups =
+      group_of_rank_.empty() ? 1 : *std::max_element(group_of_rank_.begin(), group_of_rank_.end()) + 1;
   if (groups > 1)
-    outer_ = std::make_unique<OuterStep>(engine_options_.sync, comm_, *group_comm_, group_weight_, config_.total_params(),
-                                         *engine_, host_);
+    outer_ = std::make_unique<OuterStep>(engine_options_.sync, comm_, *group_comm_, group_weight_,
+                                         config_.total_params(), *engine_, host_);
 }
 
 // --sync local:H: the ranks' groups, each with its communicator and its rows' share of the
@@ -550,7 +553,9 @@ void Training::run_step(int step) {
   update(step, s);
   if (outer_ && outer_->due(step, last_)) {
     TraceSpan span(&tracer_, "outer step", "phase");
+    const double outer_t0 = detail::now_seconds();
     outer_->step(*engine_);
+    engine_->wait_s += detail::seconds_since(outer_t0);  // mostly the exchange: a wait, not busy time
   }
   const StepTime t = time_step(t0);
   result_.train_loss = s.loss;

@@ -38,7 +38,8 @@ struct Outcome {
   TrainResult result;
   std::string error;
 };
-Outcome run_ranks(const TrainOptions& o, const Work& work, const EngineOptions& engine, const std::vector<int>& nodes = {}) {
+Outcome run_ranks(const TrainOptions& o, const Work& work, const EngineOptions& engine,
+                  const std::vector<int>& nodes = {}) {
   Outcome out;
   std::mutex mu;
   LocalOptions local;
@@ -149,7 +150,8 @@ TEST_F(LocalSyncTest, PlainAveragingEveryStepStartsAsSynchronousAndTrains) {
 // An engine that is only a slice of master weights: [offset, offset + values.size()).
 class SliceEngine final : public Engine {
  public:
-  SliceEngine(int64_t offset, std::vector<float> values) : offset_(offset), master_(Tensor::from_vector(values, {(int64_t)values.size()})) {}
+  SliceEngine(int64_t offset, const std::vector<float>& values)
+      : offset_(offset), master_(Tensor::from_vector(values, {(int64_t)values.size()})) {}
   std::vector<Tensor> forward_backward(const Tensor&, const Tensor&, int64_t, float) override { return {}; }
   std::vector<Tensor> loss_sums(const Tensor&, const Tensor&, int64_t) override { return {}; }
   std::vector<Tensor> unit_grads() override { return {}; }
@@ -212,7 +214,8 @@ TEST_F(LocalSyncTest, BadCombinationsFailBeforeTheRunFolder) {
   EngineOptions h0 = local_sync(1, 2);
   h0.sync.every = 0;
   const std::vector<Case> cases = {
-      {"h0", make_work({4, 4}, {4, 4}, {0.5, 0.5}), h0, {}, {"H (inner steps between outer steps) must be at least 1", "local:50"}},
+      {"h0", make_work({4, 4}, {4, 4}, {0.5, 0.5}), h0, {},
+       {"H (inner steps between outer steps) must be at least 1", "local:50"}},
       {"one_rank", make_work({8}, {8}, {1.0}), local_sync(2, 0), {}, {"needs several ranks", "this run has 1"}},
       {"groups", make_work({3, 3, 2}, {3, 3, 2}, {0.3, 0.3, 0.4}), local_sync(2, 2), {},
        {"--groups 2 does not divide the 3 ranks", "a divisor of 3"}},
