@@ -127,6 +127,18 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--sharding", sharding,
                  "with --plan auto (gpumix): auto (full or hybrid, whichever the cost model predicts faster), "
                  "full, or G (hybrid in groups of G ranks)");
+  std::string sync = "every-step";
+  app.add_option("--sync", sync,
+                 "every-step (default: every gradient synchronised every step), or local:H: the ranks train "
+                 "in groups that exchange their parameter change every H steps through an outer optimizer "
+                 "(DiLoCo-style; no checkpoints yet)");
+  app.add_option("--groups", engine.sync.groups,
+                 "with --sync local:H: N groups of consecutive ranks (default: one group per node)");
+  app.add_option("--outer-lr", engine.sync.outer_lr, "with --sync local:H: the outer optimizer's learning rate (default 0.7)");
+  app.add_option("--outer-momentum", engine.sync.outer_momentum,
+                 "with --sync local:H: the outer optimizer's momentum (default 0.9)");
+  bool outer_plain = false;
+  app.add_flag("--outer-no-nesterov", outer_plain, "with --sync local:H: plain momentum instead of Nesterov's");
   std::string trace_steps;
   app.add_option("--trace", engine.trace,
                  "write a trace of --trace-steps to this file (Trace Event Format: ui.perfetto.dev, chrome://tracing)");
@@ -150,6 +162,17 @@ int cmd_train(int argc, char** argv) {
   gpumix::tools::check_profile_flags(engine.profiler.repeats, engine.profiler.max_micro_batch, "--profile-repeats",
                                      "--profile-max-micro-batch");
   engine.prefetch = !no_prefetch;
+  {
+    gpumix::dist::LocalSync parsed = gpumix::dist::parse_sync(sync);
+    for (const char* flag : {"--groups", "--outer-lr", "--outer-momentum", "--outer-no-nesterov"})
+      if (!parsed.local && app.count(flag) > 0)
+        throw std::invalid_argument(std::string(flag) + " sets up local updates: give --sync local:H with it, or drop it");
+    parsed.groups = engine.sync.groups;
+    parsed.outer_lr = engine.sync.outer_lr;
+    parsed.outer_momentum = engine.sync.outer_momentum;
+    parsed.nesterov = !outer_plain;
+    engine.sync = parsed;
+  }
   if (!sharding.empty()) engine.sharding = gpumix::tools::parse_sharding_flag(sharding);
   gpumix::dist::LaunchRequest request{o, devices_text, ranks, plan, engine, !sharding.empty(), {}};
   for (const char* flag : {"--profile-repeats", "--profile-max-micro-batch"})

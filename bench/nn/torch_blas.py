@@ -1,7 +1,7 @@
 """Which BLAS a PyTorch peer loaded, for bench/nn's PyTorch scripts (torch_gpt_cpu.py,
 torch_generate.py). Debian's python3-torch links libblas.so.3, whatever that alternative
 points to; on a fresh machine it may be the netlib reference BLAS, single-threaded and ~30x
-slower than OpenBLAS (/work/shared/research/PEERS.md), and a comparison against that proves
+slower than OpenBLAS (Debian's libblas.so.3 alternatives), and a comparison against that proves
 nothing. The shell scripts pin OpenBLAS's OpenMP build (torch_peer.sh); these functions say
 what was loaded and refuse the reference BLAS."""
 import os

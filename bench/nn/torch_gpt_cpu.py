@@ -11,7 +11,7 @@ precision on the CPU: bf16 matmuls, fp32 weights, gradients and optimizer), the 
 outside it, as PyTorch recommends.
 
 Run it with Debian's interpreter and OpenBLAS's OpenMP build pinned (see
-/work/shared/research/PEERS.md), with the thread count set both ways:
+bench/nn/torch_peer.sh), with the thread count set both ways:
 
   OMP_NUM_THREADS=2 LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp \
       /usr/bin/python3 bench/nn/torch_gpt_cpu.py --threads 2

@@ -1,5 +1,5 @@
 # Sourced by bench/nn's comparison scripts: `torch_python ARGS...` runs Debian's python3 with
-# PyTorch pinned to OpenBLAS's OpenMP build (PEERS.md: the libblas.so.3 alternative may be the
+# PyTorch pinned to OpenBLAS's OpenMP build (Debian's libblas.so.3 alternative may be the
 # single-threaded netlib reference BLAS, ~30x slower), and `require_torch` stops early, with
 # the package to install, where PyTorch or that OpenBLAS is missing.
 TORCH_BLAS_DIR=/usr/lib/x86_64-linux-gnu/openblas-openmp

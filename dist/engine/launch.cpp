@@ -312,6 +312,9 @@ Launch prepare_launch(const LaunchRequest& request, Comm* comm, int node_ranks) 
                                 "`gpumix plan --sharding " + sharding + "` and pass the file");
   }
   launch.work = plan_work(plan, devices > 0, o.batch, launch.ranks, launch.engine);
+  // Local mode's rules that need no nodes (train() checks the groups with them).
+  check_local_sync(launch.engine.sync, o, launch.engine.planner.empty() ? &launch.work : nullptr, launch.ranks, {},
+                   !launch.engine.planner.empty());
   // A bound of a profile that is never measured would be silently ignored.
   if (launch.engine.planner.empty() && !request.profile_bounds_given.empty()) {
     const std::string& flag = request.profile_bounds_given[0];

@@ -24,6 +24,7 @@
 #include "dist/engine/stop.h"
 #include "dist/engine/engine.h"
 #include "dist/engine/fault.h"
+#include "dist/engine/outer_step.h"
 #include "dist/engine/replan.h"
 #include "dist/engine/run_report.h"
 #include "dist/engine/shard_layout.h"
@@ -167,6 +168,7 @@ class Training {
   void choose_device();
   void choose_dtype();
   void choose_plan(const Work& given_work);
+  void form_groups();
   void make_engine();
   void init_from();
   void resume();
@@ -199,7 +201,11 @@ class Training {
   std::string plan_text() const { return work_text(work_); }
   int64_t micro_batch() const { return std::max<int64_t>(1, work_.ranks[rank_].micro_batch); }
   Allocator& memory() const { return allocator(device_); }
-  Comm& engine_comm() { return device_comm_ ? *device_comm_ : comm_; }
+  Comm& engine_comm() {
+    return engine_group_ ? *engine_group_ : group_comm_ ? *group_comm_ : device_comm_ ? *device_comm_ : comm_;
+  }
+  // The ranks whose gradients are reduced together: this rank's group in local mode.
+  Comm& step_comm() const { return group_comm_ ? *group_comm_ : comm_; }
   // The links the collectives' form is chosen by: the profile's where the run planned (as
   // the cost model prices them), a plan file's, else TopologyLinks' defaults.
   CollectiveLinks topology_links() const {
@@ -230,7 +236,7 @@ class Training {
   const fs::path log_path_;
   const int64_t seq_;
   const int64_t tokens_per_step_;
-  const float scale_;  // of each token's loss: the global batch's mean
+  float scale_;  // of each token's loss: the mean over the batch of this rank's group (all ranks but in local mode)
   const int last_;     // the last step this call runs (--stop-at)
   LRSchedule schedule_;
 
@@ -249,6 +255,13 @@ class Training {
   Work work_;
   std::unique_ptr<Replanner> planner_;  // null: `work` as given
   std::unique_ptr<Engine> engine_;
+  // Local mode (--sync local:H): this rank's group (host collectives; the engine's, when its
+  // collectives run elsewhere, e.g. NCCL), its group's share of the batch's tokens (1 in
+  // every-step mode) and the outer step (null: every-step, or only one group).
+  std::unique_ptr<Comm> group_comm_, engine_group_;
+  std::vector<int> group_of_rank_;
+  double group_weight_ = 1;
+  std::unique_ptr<OuterStep> outer_;
   int start_ = 0;  // the step the run starts after (the checkpoint's when resuming)
   int saved_step_ = -1;  // the step of the checkpoint written last by this call
   RunReport report_;
@@ -394,7 +407,7 @@ void Training::choose_plan(const Work& given_work) {
 void Training::make_engine() {
   AdamWConfig adam;
   adam.weight_decay = o_.weight_decay;
-  if (ranks_ == 1)
+  if (step_comm().size() == 1)
     engine_ = std::make_unique<WholeModelEngine>(config_, device_, dtype_.dtype, o_.seed, adam, o_.recompute);
   else
     engine_ = std::make_unique<ShardedEngine>(config_, agreed_layout(), engine_comm(), device_, dtype_.dtype,
@@ -402,6 +415,35 @@ void Training::make_engine() {
                                               topology_links());
   engine_->tracer = &tracer_;
   engine_->set_offload(work_.ranks[rank_].offload);
+  const int groups =
+      group_of_rank_.empty() ? 1 : *std::max_element(group_of_rank_.begin(), group_of_rank_.end()) + 1;
+  if (groups > 1)
+    outer_ = std::make_unique<OuterStep>(engine_options_.sync, comm_, *group_comm_, group_weight_,
+                                         config_.total_params(), *engine_, host_);
+}
+
+// --sync local:H: the ranks' groups, each with its communicator and its rows' share of the
+// batch; the engine then trains each group as an every-step run of its own.
+void Training::form_groups() {
+  const LocalSync& sync = engine_options_.sync;
+  if (!sync.local) return;
+  check_local_sync(sync, o_, &work_, ranks_, comm_.node_of_rank(), planner_ != nullptr);
+  group_of_rank_ = sync_groups(sync, comm_.node_of_rank());
+  const int group = group_of_rank_[rank_];
+  group_comm_ = comm_.split(group);
+  if (device_comm_) engine_group_ = device_comm_->split(group);
+  int64_t rows = 0;
+  for (int r = 0; r < ranks_; ++r)
+    if (group_of_rank_[r] == group) rows += work_.ranks[r].batch;
+  scale_ = 1.0f / (float)(rows * seq_);
+  group_weight_ = (double)rows / (double)o_.batch;
+  const int groups = *std::max_element(group_of_rank_.begin(), group_of_rank_.end()) + 1;
+  if (lead_)
+    log_info(groups == 1 ? str("--sync local:", sync.every, ": one group of every rank, nothing to synchronise "
+                               "with: every-step training")
+                         : str("--sync local:", sync.every, ": ", groups, " groups, an outer step every ", sync.every,
+                               " steps (outer lr ", sync.outer_lr, ", momentum ", sync.outer_momentum,
+                               sync.nesterov ? ", Nesterov" : "", "); local mode writes no checkpoints yet"));
 }
 
 // --init-from: every rank reads its own slices of the folder's weights (a resume reads the
@@ -485,6 +527,12 @@ void Training::run_steps() {
 bool Training::stop_if_requested(int step) {
   const int signo = ranks_ > 1 ? (int)comm_.all_reduce_max((double)stop_requested()) : stop_requested();
   if (signo == 0) return false;
+  if (engine_options_.sync.local) {  // no checkpoint holds the outer state yet: said, not dropped silently
+    result_.stop_signal = signo;
+    if (lead_) log_info("step ", step, ": ", signal_name(signo), ": stopped after this step without a checkpoint "
+                        "(--sync local writes none yet)");
+    return true;
+  }
   if (saved_step_ != step) save_checkpoint_now(step);
   result_.stop_signal = signo;
   if (lead_)
@@ -495,8 +543,8 @@ bool Training::stop_if_requested(int step) {
 
 // One step: this rank's rows, the gradients of the global batch (forward_backward, with the
 // step's collectives), the optimizer's update; then what the step measured is shown, and
-// validation, re-planning and checkpoints when due. Training in groups that synchronise
-// only every H steps would add its outer step after update(), on the steps it is due.
+// validation, re-planning and checkpoints when due. In local mode (--sync local:H) the
+// groups' outer step follows update() every H steps and at the last (outer_step.h).
 void Training::run_step(int step) {
   tracer_.begin_step(step);
   const double t0 = detail::now_seconds();
@@ -506,6 +554,12 @@ void Training::run_step(int step) {
   }
   StepOutcome s = forward_backward(step);
   update(step, s);
+  if (outer_ && outer_->due(step, last_)) {
+    TraceSpan span(&tracer_, "outer step", "phase");
+    const double outer_t0 = detail::now_seconds();
+    outer_->step(*engine_);
+    engine_->wait_s += detail::seconds_since(outer_t0);  // mostly the exchange: a wait, not busy time
+  }
   const StepTime t = time_step(t0);
   result_.train_loss = s.loss;
   std::optional<RunStart> first;  // the first step's line says what the whole run shares
@@ -559,13 +613,15 @@ StepOutcome Training::forward_backward(int step) {
   const double t0 = detail::now_seconds();
   {
     TraceSpan span(&tracer_, "loss all-reduce", "collective");
-    s.loss = comm_.all_reduce_sum(local_loss);
+    // Local mode: each group's loss is its own tokens' mean; weighted, the batch's (x 1 otherwise).
+    s.loss = comm_.all_reduce_sum(group_comm_ ? local_loss * group_weight_ : local_loss);
   }
   {
     TraceSpan span(&tracer_, "finite check and norm", "collective");
     // Replicas hold the same reduced slices: the norm counts the first group's only.
     const double squares = check_finite(numbers, local_loss, comm_, step, config_.L, host_, &s.nonfinite);
-    s.norm = std::sqrt(comm_.all_reduce_sum(engine_->primary_replica() ? squares : 0.0));
+    // Local mode: each group clips by its own gradient's norm.
+    s.norm = std::sqrt(step_comm().all_reduce_sum(engine_->primary_replica() ? squares : 0.0));
   }
   engine_->wait_s += detail::seconds_since(t0);
   return s;
@@ -652,6 +708,7 @@ void Training::adopt(Work work) {
 }
 
 void Training::save_if_due(int step) {
+  if (engine_options_.sync.local) return;  // not yet: it would lose the outer state (check_local_sync)
   if ((o_.ckpt_interval > 0 && step % o_.ckpt_interval == 0) || step == last_) save_checkpoint_now(step);
 }
 
@@ -662,6 +719,9 @@ void Training::save_checkpoint_now(int step) {
 }
 
 TrainResult Training::finish() {
+  if (outer_ && lead_)
+    log_info("--sync local:", engine_options_.sync.every, ": ", outer_->steps(), " outer steps; rank 0 (its group's "
+             "leader) sent ", outer_->cross_group_bytes(), " bytes to the other groups (bf16, 2 per parameter and group)");
   std::sort(rates_.begin(), rates_.end());
   result_.tokens_per_s = rates_.empty() ? 0 : rates_[rates_.size() / 2];
   RunSummary summary;
@@ -720,9 +780,17 @@ ShardLayout Training::agreed_layout() const {
   // Hybrid: the layout of a group's positions (the same in every group).
   const int positions = work_.sharding.hybrid() ? work_.sharding.group_size : ranks_;
   std::vector<double> shares;
-  for (int r = 0; r < positions; ++r) shares.push_back(work_.ranks[r].share);
+  if (group_comm_) {  // local mode: over the ranks of this rank's group, their shares renormalised
+    double sum = 0;
+    for (int r = 0; r < ranks_; ++r)
+      if (group_of_rank_[r] == group_of_rank_[rank_]) sum += work_.ranks[r].share;
+    for (int r = 0; r < ranks_; ++r)
+      if (group_of_rank_[r] == group_of_rank_[rank_]) shares.push_back(work_.ranks[r].share / sum);
+  } else {
+    for (int r = 0; r < positions; ++r) shares.push_back(work_.ranks[r].share);
+  }
   const ShardLayout layout(unit_sizes, shares);
-  comm_.agree("shard layout", {(int64_t)layout.fingerprint(), (int64_t)config_.total_params(),
+  step_comm().agree("shard layout", {(int64_t)layout.fingerprint(), (int64_t)config_.total_params(),
                                (int64_t)work_.sharding.group_size});
   return layout;
 }
@@ -803,12 +871,16 @@ TrainResult train(const TrainOptions& o, const Work& given_work, Comm& comm,
   const StopOnSignals stop_on_signals(comm.rank() == 0);
   check_train_options(o);
   if (engine_options.planner.empty()) validate_work(given_work, o.batch, comm.size());
+  // Local mode's rules before the run folder is touched (form_groups checks the plan it runs).
+  check_local_sync(engine_options.sync, o, engine_options.planner.empty() ? &given_work : nullptr, comm.size(),
+                   comm.node_of_rank(), !engine_options.planner.empty());
   Training run(o, comm, engine_options);
   run.prepare_run_folder();
   run.load_data();
   run.choose_device();
   run.choose_dtype();
   run.choose_plan(given_work);
+  run.form_groups();
   run.make_engine();
   run.init_from();
   run.resume();

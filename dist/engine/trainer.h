@@ -27,6 +27,7 @@
 #include "dist/comm/collective_cost.h"
 #include "dist/comm/comm.h"
 #include "dist/engine/drift.h"
+#include "dist/engine/outer_step.h"
 #include "dist/engine/profiler.h"
 #include "dist/plan/compute_dtype.h"
 #include "dist/plan/plan.h"
@@ -63,6 +64,8 @@ struct EngineOptions {
   // measures itself against as a planned run does.
   std::string plan_file;
   std::shared_ptr<const Plan> file_plan;
+  // --sync local:H and its outer optimizer (dist/engine/outer_step.h); default every-step.
+  LocalSync sync;
 };
 
 // Every value of `o` in range, before anything is written: the launcher calls it before it

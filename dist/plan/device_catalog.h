@@ -1,5 +1,5 @@
 // Datasheet numbers of common devices, for synthesising profiles when none is measured
-// (the simulator). Sources: ../shared/research/GPU-SPECS.md (vendor datasheets).
+// (the simulator). Sources: the vendors' datasheets (dense 16-bit peaks, memory and bandwidth).
 //
 // Efficiency assumptions, documented once here:
 // - `efficiency` is the fraction of the dense 16-bit tensor-core peak that a transformer

@@ -1,6 +1,6 @@
 // Helpers of the core tests: THE fp32 comparison (a tolerance that is a formula of the
-// dtype, STYLE.md item 2) and a check that an expression throws an error whose message
-// contains given pieces (STYLE.md item 9: errors name the op, the shapes and the numbers).
+// dtype, docs/design.md) and a check that an expression throws an error whose message
+// contains given pieces (docs/design.md: errors name the op, the shapes and the numbers).
 #pragma once
 
 #include <gtest/gtest.h>

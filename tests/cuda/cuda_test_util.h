@@ -1,7 +1,7 @@
 // Helpers of the CUDA kernel tests: device buffers, bf16-rounded random inputs, and the
 // tolerance check that prints the worst element.
 //
-// Tolerances are a formula of the output's dtype (STYLE.md item 2), never tuned:
+// Tolerances are a formula of the output's dtype (docs/design.md, "Numbers and precision"), never tuned:
 //   |got - ref| <= atol + rtol * |ref|
 // - bf16 outputs: rtol = 2^-7 (two roundings of a bf16 result, unit roundoff 2^-9 each,
 //   with room for the fp32 rounding differences before them), atol = rtol * rms(ref) / 16

@@ -199,10 +199,14 @@ inline double moment_rtol(DType dtype) { return dtype == DType::bf16 ? kBf16Roun
 // `steps` AdamW steps: param_atol, and 2 k lr for the key biases (see above).
 inline std::vector<double> param_allowances(const std::string& ckpt, int steps, double lr, DType dtype) {
   const GPTConfig config = config_from_json(CheckpointReader(ckpt).model(), ckpt);
-  std::vector<double> atol((size_t)config.total_params(), param_atol(steps, lr, dtype));
-  for (const ParamInfo& p : gpt_param_layout(config))
+  const std::vector<ParamInfo> layout = gpt_param_layout(config);
+  // Checkpoints hold the saved layout (wte without its padding rows): the biases' flat
+  // offsets are mapped to it.
+  std::vector<double> atol((size_t)config.saved_params(), param_atol(steps, lr, dtype));
+  for (const ParamInfo& p : layout)
     if (p.name.size() > 16 && p.name.compare(p.name.size() - 16, 16, "attn.c_attn.bias") == 0)
-      std::fill(atol.begin() + p.offset + config.C, atol.begin() + p.offset + 2 * config.C, 2.0 * steps * lr);
+      for (const SavedRun& r : gpt_saved_runs(layout, p.offset + config.C, config.C))
+        std::fill(atol.begin() + r.saved, atol.begin() + r.saved + r.count, 2.0 * steps * lr);
   return atol;
 }
 

@@ -37,4 +37,8 @@ check plan 3 --dtype fp32 --ranks 3 --batch 8 --batches 1,2,5 --micro-batches 1,
 # profile; --ranks from --devices on threads, from -np under mpirun).
 devices=cpu:mem=1GiB,cpu:mem=1GiB:slow=2,cpu:mem=256MiB:slow=3
 check devices 3 --dtype fp32 --batch 12 --devices "$devices" -- --dtype fp32 --batch 12 --devices "$devices"
+# README, "Slow links: local updates between groups": --sync local:H with 2 groups of one rank,
+# uneven batches, both outer steps (step 2 and the last) on thread ranks and under mpirun.
+check local 2 --dtype fp32 --ranks 2 --batch 8 --batches 5,3 --micro-batches 5,3 --shares 0.5,0.5 --sync local:2 \
+  --groups 2 -- --dtype fp32 --batch 8 --batches 5,3 --micro-batches 5,3 --shares 0.5,0.5 --sync local:2 --groups 2
 echo "ok"

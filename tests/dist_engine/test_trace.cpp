@@ -142,10 +142,11 @@ void expect_steps_add_up(const Trace& t, int ranks, int first, int last, const s
       for (size_t i = 0; i < in_order.size(); ++i) {
         sum += in_order[i].dur;
         phases.insert(in_order[i].name);
-        if (i > 0)
+        if (i > 0) {
           EXPECT_GE(in_order[i].ts, in_order[i - 1].end() - kRoundingUs)
               << "rank " << r << " step " << step << ": " << in_order[i].name << " starts inside "
               << in_order[i - 1].name;
+        }
       }
       EXPECT_EQ(phases, (std::set<std::string>{"load batch", "forward-backward", "loss all-reduce",
                                                 "finite check and norm", "optimizer"}))

@@ -1,5 +1,5 @@
 // Shared helpers of the kernel tests: random inputs and THE comparison with a tolerance
-// that is a formula of the dtype (STYLE.md item 2).
+// that is a formula of the dtype (docs/design.md, "Numbers and precision").
 #pragma once
 
 #include <gtest/gtest.h>

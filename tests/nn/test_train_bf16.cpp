@@ -73,9 +73,14 @@ TEST(TrainBf16, LoadModelMakesTheComputeCopyFromTheMaster) {
   const fs::path out = fs::temp_directory_path() / ("gpumix_test_load_bf16_" + std::to_string(::getpid()));
   const GPTConfig c = test::tiny_config();
   GPT saved(c, Device::cpu(), 3);
+  // A checkpoint holds the saved layout: the flat parameters without wte's padding rows.
+  std::vector<float> file;
+  for (const SavedRun& r : gpt_saved_runs(saved.layout(), 0, saved.num_params()))
+    file.insert(file.end(), saved.params().data<float>() + r.flat, saved.params().data<float>() + r.flat + r.count);
+  ASSERT_EQ((int64_t)file.size(), c.saved_params());
   CheckpointWriter w;
-  const std::string tmp = w.begin(out.string(), 1, {{"master", saved.num_params()}});
-  CheckpointWriter::write_slice(tmp, "master", 0, saved.params().data<float>(), saved.num_params());
+  const std::string tmp = w.begin(out.string(), 1, {{"master", c.saved_params()}});
+  CheckpointWriter::write_slice(tmp, "master", 0, file.data(), c.saved_params());
   CheckpointMeta meta;
   meta.model = config_to_json(c);
   const CheckpointReader reader(w.commit(meta));

@@ -1,0 +1,156 @@
+#include "dist/engine/outer_step.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace gpumix::dist {
+
+LocalSync parse_sync(const std::string& value) {
+  LocalSync s;
+  if (value == "every-step") return s;
+  const std::string prefix = "local:";
+  GPUMIX_CHECK_INPUT(value.rfind(prefix, 0) == 0, "--sync ", value,
+                     " is not a synchronisation; give every-step (the default) or local:H (outer step every H "
+                     "inner steps, e.g. local:50)");
+  const std::string h = value.substr(prefix.size());
+  size_t used = 0;
+  int every = 0;
+  try {
+    every = std::stoi(h, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  GPUMIX_CHECK_INPUT(!h.empty() && used == h.size(), "--sync ", value, ": H must be a whole number, e.g. local:50");
+  s.local = true;
+  s.every = every;
+  return s;
+}
+
+std::vector<int> sync_groups(const LocalSync& sync, const std::vector<int>& node_of_rank) {
+  const int ranks = (int)node_of_rank.size();
+  if (sync.groups <= 0) return node_of_rank;
+  std::vector<int> group(ranks);
+  const int per = ranks / sync.groups;
+  for (int r = 0; r < ranks; ++r) group[r] = r / per;
+  return group;
+}
+
+void check_local_sync(const LocalSync& s, const TrainOptions& o, const Work* work, int ranks,
+                      const std::vector<int>& node_of_rank, bool planner) {
+  if (!s.local) return;
+  GPUMIX_CHECK_INPUT(s.every >= 1, "--sync local:", s.every, ": H (inner steps between outer steps) must be at "
+                     "least 1; e.g. --sync local:50, or --sync every-step");
+  GPUMIX_CHECK_INPUT(ranks > 1, "--sync local:", s.every, " needs several ranks to form groups, this run has ", ranks,
+                     "; start more ranks (--ranks, mpirun -np) or drop --sync");
+  GPUMIX_CHECK_INPUT(s.groups >= 0, "--groups must be at least 1, got ", s.groups,
+                     "; leave it out for one group per node");
+  GPUMIX_CHECK_INPUT(s.groups == 0 || ranks % s.groups == 0, "--groups ", s.groups, " does not divide the ", ranks,
+                     " ranks into equal groups; give a divisor of ", ranks,
+                     " or leave --groups out (one group per node)");
+  GPUMIX_CHECK_INPUT(std::isfinite(s.outer_lr) && s.outer_lr > 0, "--outer-lr must be positive and finite, got ",
+                     s.outer_lr, "; DiLoCo's is 0.7");
+  GPUMIX_CHECK_INPUT(std::isfinite(s.outer_momentum) && s.outer_momentum >= 0 && s.outer_momentum < 1,
+                     "--outer-momentum must be in [0, 1), got ", s.outer_momentum, "; DiLoCo's is 0.9, 0 for none");
+  GPUMIX_CHECK_INPUT(!planner, "--sync local:", s.every, " runs a given plan (--batches/--micro-batches/--shares, or "
+                     "a plan file); a planner does not size groups yet: drop --plan/--devices' planning or use --sync "
+                     "every-step");
+  // Checkpoints would have to hold the outer copy and the momentum as well: refused rather
+  // than written without them.
+  GPUMIX_CHECK_INPUT(o.resume.empty(), "--resume with --sync local:", s.every,
+                     ": local mode's checkpoints (with the outer state) are not written yet, so there is none to "
+                     "resume; use --sync every-step to resume");
+  GPUMIX_CHECK_INPUT(o.ckpt_interval == 0, "--ckpt-interval ", o.ckpt_interval, " with --sync local:", s.every,
+                     ": local mode writes no checkpoints yet (they would lose the outer state); drop --ckpt-interval "
+                     "or use --sync every-step");
+  // Between outer steps the groups hold different weights: validation (split over every
+  // rank) runs only where they agree.
+  GPUMIX_CHECK_INPUT(o.eval_interval % s.every == 0, "--eval-interval ", o.eval_interval, " is not a multiple of H = ",
+                     s.every, ": validation runs right after an outer step, where every group holds the same "
+                     "weights; give --eval-interval ", s.every * std::max(1, o.eval_interval / s.every),
+                     " (or 0: at the end only)");
+  if (!work) return;
+  GPUMIX_CHECK_INPUT(!work->sharding.hybrid(), "--sync local:", s.every, " with hybrid sharding (groups of ",
+                     work->sharding.group_size, "): local mode's groups shard fully inside; drop the hybrid sharding");
+  if (node_of_rank.empty()) return;
+  const std::vector<int> group = sync_groups(s, node_of_rank);
+  const int groups = *std::max_element(group.begin(), group.end()) + 1;
+  std::vector<int64_t> rows(groups, 0);
+  std::vector<double> shares(groups, 0);
+  for (int r = 0; r < ranks; ++r) {
+    rows[group[r]] += work->ranks[r].batch;
+    shares[group[r]] += work->ranks[r].share;
+  }
+  for (int g = 0; g < groups; ++g) {
+    std::string members;
+    for (int r = 0; r < ranks; ++r)
+      if (group[r] == g) members += str(members.empty() ? "" : ", ", r);
+    GPUMIX_CHECK_INPUT(rows[g] > 0, "group ", g, " (ranks ", members, ") has no rows of the batch (its ranks' "
+                       "batches are all 0): it would have no pseudo-gradient; give its ranks rows (--batches) or "
+                       "choose other --groups");
+    GPUMIX_CHECK_INPUT(shares[g] > 0, "group ", g, " (ranks ", members, ") holds no state (its ranks' shares are "
+                       "all 0): each group keeps the whole model; give its ranks shares (--shares)");
+  }
+}
+
+OuterStep::OuterStep(const LocalSync& sync, Comm& comm, Comm& group_comm, double weight, int64_t params,
+                     Engine& engine, Device host)
+    : sync_(sync), group_(group_comm), weight_(weight), params_(params), host_(host) {
+  leaders_ = comm.split(group_comm.rank() == 0 ? 0 : 1);
+  groups_ = (int)comm.all_reduce_sum(group_comm.rank() == 0 ? 1.0 : 0.0);
+  for (const OwnedSlice& s : engine.slices()) {
+    outer_.push_back(s.master.device() == host_ ? s.master.clone() : s.master.to(host_));
+    momentum_.push_back(Tensor::zeros(s.master.shape(), DType::f32, host_));
+  }
+}
+
+void OuterStep::step(Engine& engine) {
+  std::vector<OwnedSlice> slices = engine.slices();
+  // 1. This group's weighted pseudo-gradient, whole, on every rank of the group.
+  Tensor full = Tensor::zeros({params_}, DType::f32, host_);
+  float* f = full.data<float>();
+  std::vector<Tensor> masters;  // on host_: the slices themselves, or host copies of them
+  for (size_t i = 0; i < slices.size(); ++i) {
+    masters.push_back(slices[i].master.device() == host_ ? slices[i].master : slices[i].master.to(host_));
+    const float* m = masters[i].data<float>();
+    const float* o = outer_[i].data<float>();
+    float* d = f + slices[i].flat_offset;
+    for (int64_t j = 0; j < masters[i].numel(); ++j) d[j] = (float)(weight_ * (double)(o[j] - m[j]));
+  }
+  group_.all_reduce_sum(full);
+  // 2. Across groups in bf16, summed in fp32 in group order.
+  if (group_.rank() == 0) {
+    Tensor mine = full.to(DType::bf16);
+    Tensor all = Tensor::empty({params_ * groups_}, DType::bf16, host_);
+    leaders_->all_gather_v(mine, all, std::vector<int64_t>(groups_, params_));
+    cross_bytes_ += params_ * 2 * (groups_ - 1);  // all-gather: this leader's vector to each other leader
+    const Tensor wide = all.to(DType::f32);
+    const float* w = wide.data<float>();
+    for (int64_t j = 0; j < params_; ++j) {
+      float sum = 0;
+      for (int g = 0; g < groups_; ++g) sum += w[g * params_ + j];
+      f[j] = sum;
+    }
+  }
+  // 3. The average to the group; the outer optimizer on this rank's slices.
+  group_.broadcast(full, 0);
+  const float lr = sync_.outer_lr, mu = sync_.outer_momentum;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    float* o = outer_[i].data<float>();
+    float* v = momentum_[i].data<float>();
+    float* m = masters[i].data<float>();
+    const float* d = f + slices[i].flat_offset;
+    for (int64_t j = 0; j < masters[i].numel(); ++j) {
+      v[j] = mu * v[j] + d[j];
+      o[j] -= lr * (sync_.nesterov ? d[j] + mu * v[j] : v[j]);
+      m[j] = o[j];
+    }
+    if (!(slices[i].master.device() == host_)) slices[i].master.copy_from(masters[i]);
+  }
+  engine.sync_compute_params();
+  ++steps_;
+}
+
+}  // namespace gpumix::dist

@@ -1,0 +1,94 @@
+// Local-update training (`gpumix train --sync local:H`, DiLoCo-style): the ranks form groups
+// (one per node by default, or --groups N of consecutive ranks); each group trains as an
+// every-step run of its own (its own communicator, its ranks' uneven batches and state
+// shares, sharded AdamW) on its rows of every global batch, and every H inner steps the
+// outer step brings the groups together:
+//
+//   delta_g  = outer - master_g            (group g's pseudo-gradient since the last outer step)
+//   delta    = sum_g w_g delta_g           (w_g: group g's share of the global batch's tokens)
+//   m        = mu m + delta                (outer momentum)
+//   outer   -= lr (delta + mu m)           (Nesterov; lr (m) without --outer-nesterov off)
+//   master_g = outer                       (every group continues from the same weights)
+//
+// The outer copy and the momentum are fp32 and sharded exactly like the master weights
+// inside each group (one tensor per owned slice of the engine). Groups may have different
+// layouts (different ranks, shares): the exchange maps them through the flat vector:
+//   1. each rank writes w_g delta of its slices into a zeroed full-length fp32 vector and the
+//      group all-reduces it (disjoint pieces plus zeros: exact): 4P bytes inside the group;
+//   2. the group's first rank (its leader) rounds it to bf16 (round to nearest even) and the
+//      leaders all-gather those: each leader receives 2P (G - 1) bytes across groups, the only
+//      cross-group traffic; each sums the G vectors in fp32 in group order (the same bits on
+//      every leader);
+//   3. the leader broadcasts the fp32 sum to its group (4P bytes inside it), and every rank
+//      applies the outer optimizer to its own slices.
+// P: the model's parameters. One group has nobody to synchronise with: no outer step, and
+// the run is every-step training exactly.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/comm/comm.h"
+#include "dist/engine/engine.h"
+#include "dist/plan/work.h"
+#include "nn/train_options.h"
+
+namespace gpumix::dist {
+
+struct LocalSync {
+  bool local = false;     // false: every-step synchronisation (the default, --sync every-step)
+  int every = 0;          // H: inner steps between outer steps (--sync local:H)
+  int groups = 0;         // --groups N: N groups of consecutive ranks; 0: one group per node
+  float outer_lr = 0.7f;  // DiLoCo's published outer optimizer: Nesterov, lr 0.7, momentum 0.9
+  float outer_momentum = 0.9f;
+  bool nesterov = true;
+};
+
+// Parses --sync: "every-step" or "local:H". Throws InputError naming the value and the forms.
+LocalSync parse_sync(const std::string& value);
+
+// The group of each rank: --groups N splits the ranks into N blocks of consecutive ranks,
+// otherwise each node (node_of_rank) is a group, numbered as the nodes are.
+std::vector<int> sync_groups(const LocalSync& sync, const std::vector<int>& node_of_rank);
+
+// Every rule of local mode, before the run folder is touched: H >= 1, more than one rank,
+// --groups dividing the ranks, every group with tokens to train on (its ranks' batches in
+// `work`), and what local mode does not do yet (a planner, hybrid sharding, checkpoints and
+// resume, validation between outer steps). `node_of_rank` empty: the rules that need the
+// groups are left to the call that has them. Throws InputError naming the problem, the
+// numbers and the fix. Does nothing when !sync.local.
+void check_local_sync(const LocalSync& sync, const TrainOptions& o, const Work* work, int ranks,
+                      const std::vector<int>& node_of_rank, bool planner);
+
+// One rank's part of the outer step. Collective over `comm` (every rank of the run).
+class OuterStep {
+ public:
+  // `group_comm`: this rank's group; `weight`: its group's share of the global batch's
+  // tokens; `host`: the host memory the exchange goes through. Takes the engine's current
+  // master weights as the first outer copy.
+  OuterStep(const LocalSync& sync, Comm& comm, Comm& group_comm, double weight, int64_t params, Engine& engine,
+            Device host);
+
+  bool due(int step, int last) const { return step % sync_.every == 0 || step == last; }
+  // The exchange and the outer optimizer; the engine's master weights become the new outer copy.
+  void step(Engine& engine);
+  int steps() const { return steps_; }  // outer steps so far
+  // Bytes this rank sent to other groups in outer steps so far (0 but on a group's leader).
+  int64_t cross_group_bytes() const { return cross_bytes_; }
+
+ private:
+  LocalSync sync_;
+  Comm& group_;
+  std::unique_ptr<Comm> leaders_;  // the groups' first ranks (on the others: unused)
+  int groups_;
+  double weight_;
+  int64_t params_;
+  Device host_;
+  std::vector<Tensor> outer_, momentum_;  // per owned slice of the engine, on host_
+  int64_t cross_bytes_ = 0;
+  int steps_ = 0;
+};
+
+}  // namespace gpumix::dist

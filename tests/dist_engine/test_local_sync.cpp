@@ -1,0 +1,242 @@
+// Local-update training (--sync local:H, dist/engine/outer_step.h) on the local backend
+// (ranks as threads), on the tiny GPT of engine_test_util.h:
+// - one group is every-step training, bitwise (the same losses, the same validation);
+// - groups default to the nodes (LocalOptions::node_of_rank): as --groups 2 on nodes {0, 0, 1, 1};
+// - the outer step maps the groups' layouts through the flat vector: two groups whose state
+//   shards differ train as two groups with equal layouts do, up to the sharded engine's
+//   rounding (kLossRtol, as every layout comparison of test_engine.cpp);
+// - H = 1 with plain averaging (outer lr 1, momentum 0): the first step's loss is the
+//   synchronous run's up to rounding; later steps are not, and cannot be: the groups'
+//   AdamW steps are averaged, not the gradients (AdamW is not linear in the gradient), so
+//   the test checks that every group holds the same weights after each outer step (the
+//   validation, split over every rank, is then one model's) and that it trains;
+// - the outer step's arithmetic, exactly: three ranks in two groups of different layouts,
+//   numbers exact in bf16 but one (rounded to nearest even, as it is sent), two outer steps
+//   (the momentum's turn);
+// - every bad combination fails before the run folder exists, naming the numbers and the fix.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <mutex>
+
+#include "dist/comm/comm.h"
+#include "dist/engine/outer_step.h"
+#include "dist/engine/trainer.h"
+#include "engine_test_util.h"
+
+namespace gpumix::dist::test {
+namespace {
+
+const std::string& data_dir() {
+  static TempDir dir("local_sync_data");
+  static const std::string path = (make_tiny_data(dir.path().string()), dir.path().string());
+  return path;
+}
+
+// dist::train on work.size() thread ranks; rank 0's result, or the first error ("" when none).
+struct Outcome {
+  TrainResult result;
+  std::string error;
+};
+Outcome run_ranks(const TrainOptions& o, const Work& work, const EngineOptions& engine,
+                  const std::vector<int>& nodes = {}) {
+  Outcome out;
+  std::mutex mu;
+  LocalOptions local;
+  local.timeout_s = 60;
+  local.node_of_rank = nodes;
+  try {
+    run_local(
+        (int)work.ranks.size(),
+        [&](Comm& comm) {
+          omp_set_num_threads(1);
+          TrainResult r = train(o, work, comm, engine);
+          std::lock_guard<std::mutex> lock(mu);
+          if (comm.rank() == 0) out.result = r;
+        },
+        local);
+  } catch (const std::exception& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
+EngineOptions local_sync(int every, int groups, float outer_lr = 0.7f, float momentum = 0.9f) {
+  EngineOptions e;
+  e.sync = parse_sync("local:" + std::to_string(every));
+  e.sync.groups = groups;
+  e.sync.outer_lr = outer_lr;
+  e.sync.outer_momentum = momentum;
+  return e;
+}
+
+class LocalSyncTest : public ::testing::Test {
+ protected:
+  void SetUp() override { data_dir(); }
+  TempDir tmp_;
+  TrainOptions options(const std::string& name) const { return tiny_options(data_dir(), tmp_.file(name)); }
+};
+
+TEST_F(LocalSyncTest, OneGroupIsEveryStepTrainingBitwise) {
+  const Work work = make_work({5, 3}, {3, 2}, {0.6, 0.4});
+  TrainOptions every = options("every"), local = options("local");
+  every.eval_interval = local.eval_interval = 0;
+  const Outcome a = run_ranks(every, work, {});
+  const Outcome b = run_ranks(local, work, local_sync(2, 1));
+  ASSERT_EQ(a.error, "");
+  ASSERT_EQ(b.error, "");
+  const std::vector<LogStep> la = read_log(every.out), lb = read_log(local.out);
+  ASSERT_EQ(la.size(), (size_t)every.steps);
+  ASSERT_EQ(la.size(), lb.size());
+  for (size_t i = 0; i < la.size(); ++i) {
+    EXPECT_EQ(la[i].loss, lb[i].loss) << "step " << la[i].step;
+    EXPECT_EQ(la[i].norm, lb[i].norm) << "step " << la[i].step;
+  }
+  EXPECT_EQ(a.result.val_loss, b.result.val_loss);
+}
+
+TEST_F(LocalSyncTest, GroupsWithDifferentLayoutsReduceAsEqualOnes) {
+  // Groups of 2: {0, 1} and {2, 3}, each with half the batch; the same rows either way.
+  TrainOptions uneven = options("uneven"), even = options("even");
+  uneven.eval_interval = even.eval_interval = 0;
+  const Outcome a = run_ranks(uneven, make_work({3, 1, 2, 2}, {3, 1, 2, 2}, {0.15, 0.35, 0.4, 0.1}), local_sync(2, 2));
+  const Outcome b = run_ranks(even, make_work({3, 1, 2, 2}, {3, 1, 2, 2}, {0.25, 0.25, 0.25, 0.25}), local_sync(2, 2));
+  ASSERT_EQ(a.error, "");
+  ASSERT_EQ(b.error, "");
+  const Mismatch m = compare(losses_of(read_log(uneven.out)), losses_of(read_log(even.out)), kLossRtol, 0);
+  EXPECT_LE(m.excess, 1) << describe(m, "losses");
+  EXPECT_NEAR(a.result.val_loss, b.result.val_loss, kLossRtol * std::fabs(b.result.val_loss));
+}
+
+TEST_F(LocalSyncTest, GroupsDefaultToNodes) {
+  // Nodes {0, 0, 1, 1} (the local backend's simulated nodes): the same groups as --groups 2,
+  // so the same training, bit for bit.
+  TrainOptions by_node = options("by_node"), given = options("given");
+  by_node.eval_interval = given.eval_interval = 0;
+  const Work work = make_work({2, 2, 2, 2}, {2, 2, 2, 2}, {0.25, 0.25, 0.25, 0.25});
+  const Outcome a = run_ranks(by_node, work, local_sync(2, 0), {0, 0, 1, 1});
+  const Outcome b = run_ranks(given, work, local_sync(2, 2));
+  ASSERT_EQ(a.error, "");
+  ASSERT_EQ(b.error, "");
+  const std::vector<LogStep> la = read_log(by_node.out), lb = read_log(given.out);
+  ASSERT_EQ(la.size(), lb.size());
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_EQ(la[i].loss, lb[i].loss) << "step " << la[i].step;
+  // sync_groups: the nodes as they are; --groups N: blocks of consecutive ranks.
+  const std::vector<int> nodes = sync_groups(local_sync(2, 0).sync, {0, 1, 0, 1});
+  EXPECT_EQ(nodes, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(sync_groups(local_sync(2, 2).sync, {0, 0, 0, 0}), (std::vector<int>{0, 0, 1, 1}));
+}
+
+TEST_F(LocalSyncTest, PlainAveragingEveryStepStartsAsSynchronousAndTrains) {
+  TrainOptions sync = options("sync"), local = options("local");
+  sync.steps = local.steps = 8;
+  sync.eval_interval = local.eval_interval = 0;
+  const Work work = make_work({4, 4}, {4, 4}, {0.5, 0.5});
+  const Outcome a = run_ranks(sync, work, {});
+  const Outcome b = run_ranks(local, work, local_sync(1, 2, 1.0f, 0.0f));
+  ASSERT_EQ(a.error, "");
+  ASSERT_EQ(b.error, "");
+  const std::vector<LogStep> la = read_log(sync.out), lb = read_log(local.out);
+  ASSERT_EQ(lb.size(), (size_t)local.steps);
+  // Step 1: the same weights; the group means weighted by their tokens are the batch mean.
+  EXPECT_NEAR(lb[0].loss, la[0].loss, kLossRtol * la[0].loss);
+  EXPECT_LT(lb.back().loss, lb[0].loss);
+  // The validation at the end (after the last outer step) is one model's: every rank
+  // evaluates its windows on its group's weights, equal in every group up to nothing.
+  EXPECT_TRUE(std::isfinite(b.result.val_loss));
+  EXPECT_LT(b.result.val_loss, std::log((double)kTinyVocab));
+}
+
+// An engine that is only a slice of master weights: [offset, offset + values.size()).
+class SliceEngine final : public Engine {
+ public:
+  SliceEngine(int64_t offset, const std::vector<float>& values)
+      : offset_(offset), master_(Tensor::from_vector(values, {(int64_t)values.size()})) {}
+  std::vector<Tensor> forward_backward(const Tensor&, const Tensor&, int64_t, float) override { return {}; }
+  std::vector<Tensor> loss_sums(const Tensor&, const Tensor&, int64_t) override { return {}; }
+  std::vector<Tensor> unit_grads() override { return {}; }
+  void scale_grads(float) override {}
+  void optimizer_step(float, int) override {}
+  std::vector<OwnedSlice> slices() override { return {{offset_, master_, nullptr}}; }
+  void sync_compute_params() override {}
+  void reshard(const ShardLayout&) override {}
+  float* data() { return master_.data<float>(); }
+
+ private:
+  int64_t offset_;
+  Tensor master_;
+};
+
+TEST(OuterStep, ExactOnTwoGroupsOfDifferentLayouts) {
+  // Group 0: ranks 0 (element 0) and 1 (elements 1-3), 3/4 of the tokens; group 1: rank 2
+  // (all 4), 1/4. Outer lr 0.5, momentum 0.5, Nesterov: outer -= 0.5 (d + 0.5 m).
+  const std::vector<float> x0 = {1, 2, 3, 4};
+  const std::vector<std::vector<float>> delta = {{0.5f, 1, -2, 0.25f}, {1 + 0x1p-9f, -1, 2, 4}};
+  // 0.25 (1 + 2^-9) is 0.25 in bf16 (7 fraction bits, to nearest even): d[0] = 0.375 + 0.25.
+  const std::vector<float> d = {0.625f, 0.5f, -1, 1.1875f};
+  LocalSync sync = parse_sync("local:1");
+  sync.outer_lr = 0.5f;
+  sync.outer_momentum = 0.5f;
+  std::vector<std::vector<float>> after(3);
+  LocalOptions local;
+  local.timeout_s = 30;
+  run_local(3, [&](Comm& comm) {
+    const int r = comm.rank(), group = r < 2 ? 0 : 1;
+    const int64_t begin = r == 1 ? 1 : 0, end = r == 0 ? 1 : 4;
+    std::vector<float> mine(x0.begin() + begin, x0.begin() + end);
+    SliceEngine engine(begin, mine);
+    std::unique_ptr<Comm> group_comm = comm.split(group);
+    OuterStep outer(sync, comm, *group_comm, group == 0 ? 0.75 : 0.25, 4, engine, Device::cpu());
+    for (int step = 0; step < 2; ++step) {  // each group moves by its delta from the outer copy
+      for (int64_t j = begin; j < end; ++j) engine.data()[j - begin] -= delta[group][j];
+      outer.step(engine);
+    }
+    after[r].assign(engine.data(), engine.data() + (end - begin));
+  }, local);
+  // Step 1: m = d, outer = x0 - 0.75 d; step 2: m = 1.5 d, outer -= 0.875 d: x0 - 1.625 d.
+  // Step 2's delta of element 0 in group 1 is computed from the new outer copy: 0.25 (1 + 2^-9)
+  // again (exact in fp32 here), so the same d.
+  for (int r = 0; r < 3; ++r) {
+    const int64_t begin = r == 1 ? 1 : 0;
+    for (size_t j = 0; j < after[r].size(); ++j)
+      EXPECT_EQ(after[r][j], x0[begin + j] - 1.625f * d[begin + j]) << "rank " << r << " element " << begin + j;
+  }
+}
+
+TEST_F(LocalSyncTest, BadCombinationsFailBeforeTheRunFolder) {
+  struct Case {
+    const char* name;
+    Work work;
+    EngineOptions engine;
+    std::function<void(TrainOptions&)> tweak;
+    std::vector<const char*> says;
+  };
+  EngineOptions h0 = local_sync(1, 2);
+  h0.sync.every = 0;
+  const std::vector<Case> cases = {
+      {"h0", make_work({4, 4}, {4, 4}, {0.5, 0.5}), h0, {},
+       {"H (inner steps between outer steps) must be at least 1", "local:50"}},
+      {"one_rank", make_work({8}, {8}, {1.0}), local_sync(2, 0), {}, {"needs several ranks", "this run has 1"}},
+      {"groups", make_work({3, 3, 2}, {3, 3, 2}, {0.3, 0.3, 0.4}), local_sync(2, 2), {},
+       {"--groups 2 does not divide the 3 ranks", "a divisor of 3"}},
+      {"no_tokens", make_work({8, 0}, {8, 1}, {0.5, 0.5}), local_sync(2, 2), {},
+       {"group 1 (ranks 1) has no rows of the batch", "--batches"}},
+      {"ckpt", make_work({4, 4}, {4, 4}, {0.5, 0.5}), local_sync(2, 2), [](TrainOptions& o) { o.ckpt_interval = 2; },
+       {"--ckpt-interval 2 with --sync local:2", "writes no checkpoints yet"}},
+      {"eval", make_work({4, 4}, {4, 4}, {0.5, 0.5}), local_sync(4, 2), [](TrainOptions& o) { o.eval_interval = 6; },
+       {"--eval-interval 6 is not a multiple of H = 4", "--eval-interval 4"}},
+  };
+  for (const Case& c : cases) {
+    TrainOptions o = options(c.name);
+    if (c.tweak) c.tweak(o);
+    const Outcome r = run_ranks(o, c.work, c.engine);
+    EXPECT_NE(r.error, "") << c.name;
+    for (const char* s : c.says) EXPECT_NE(r.error.find(s), std::string::npos) << c.name << ": " << r.error;
+    EXPECT_FALSE(fs::exists(o.out)) << c.name << ": the run folder was made";
+  }
+  EXPECT_THROW(parse_sync("local:x"), InputError);
+  EXPECT_THROW(parse_sync("sometimes"), InputError);
+}
+
+}  // namespace
+}  // namespace gpumix::dist::test
