@@ -17,14 +17,13 @@
 # below), a median 7.5k tokens/s, each rank's peak memory 0.93-0.96x of the plan's.
 # It installs build/'s packages and builds the gpumix program alone (tools/setup.sh --main;
 # the tests, benchmarks and the sanitizer build's clang and llvm are the test command's, on
-# the same build/): 124 of build/'s 239 build steps, 105 of its 175 compiles (13 of them
-# nvcc's, where the CUDA toolkit is installed). Measured loaded (load ~8, other builds
-# running: indicative only), build done, bf16, no cached profile: 2 min 21 s in all:
-# selfcheck 0.7 s, tokenizer 1 s, profiling 22 s, 400 steps 108 s (median 0.24 s),
-# validations and checkpoints ~4 s, sample 4.9 s, plot 0.2 s; validation loss 5.4314.
-# From a fresh clone, quiet (load 0.05 at the start), the packages already installed, no
-# ccache: 4 min 36 s in all (2026-12-03), validation loss 5.4317; the 4-minute target is not
-# met yet (the cold build of the gpumix program is most of it; apt on a new machine adds more).
+# the same build/; the CUDA backend only when DEVICES names a GPU): 111 build steps, 92
+# compiles, the program's own sources as two unity files (tools/meson.build says why).
+# From a fresh clone, quiet (load 0.54 at the start, 2.29 at the end: its own build), the
+# packages already installed, no ccache, bf16: 3 min 27 s in all (2026-12-03): apt's check
+# and meson setup a few seconds, the build 155 s, the training ~45 s (profile, 400 steps at
+# ~0.1 s, validations, checkpoints), selfcheck, sample and plot ~3 s; validation loss 5.4316
+# vs the unigram baseline's 6.9114. On a new machine apt's downloads and installs come on top.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 devices=${DEVICES:-cpu:mem=24MiB,cpu:mem=1GiB:slow=3,cpu:mem=256MiB:slow=1.5}
