@@ -8,13 +8,10 @@
 # run (<out>/run.svg: losses, tokens/s, busy shares; docs/run.svg is one).
 # DEVICES=... overrides the cluster (e.g. DEVICES=cpu for one rank), STEPS the steps.
 # It computes in bf16 where the CPU has avx512_bf16 or AMX (the default of `gpumix train`,
-# fp32 elsewhere; the settings table says which). Measured on the 2-core machine in fp32,
-# build done: 3 min 12 s in all; 400 steps at a median 0.38 s (5.4k tokens/s; the plan
-# predicted 0.386 s, each rank's compute within 0.92-1.00x), validation loss 5.43 vs the
-# unigram baseline's 6.91 (1.48 nats below), no re-plan. In an earlier run the fast rank's
-# core was busy for ~25 steps: it re-planned there and back. In bf16 (measured at load
-# 9-12, other jobs running: times not comparable): validation loss 5.4322 vs 6.9114 (1.48
-# below), a median 7.5k tokens/s, each rank's peak memory 0.93-0.96x of the plan's.
+# fp32 elsewhere; the settings table says which). In fp32 (an earlier build, build done):
+# 400 steps at a median 0.38 s, the plan's prediction 0.386 s, each rank's compute within
+# 0.92-1.00x of it, validation loss 5.43 vs 6.91; a run whose fast rank's core was busy for
+# ~25 steps re-planned there and back.
 # It installs build/'s packages and builds the gpumix program alone (tools/setup.sh --main;
 # the tests, benchmarks and the sanitizer build's clang and llvm are the test command's, on
 # the same build/; the CUDA backend only when DEVICES names a GPU): 111 build steps, 92
