@@ -39,6 +39,23 @@ __device__ __forceinline__ void online_add(MaxSum& a, float x) {
   }
 }
 
+// The block's (max, sum) from each thread's, valid on thread 0: across each warp by
+// shuffles, then across the warps through `sh` (kThreads / 32 entries) in warp order.
+__device__ __forceinline__ MaxSum block_merge(MaxSum a, MaxSum* sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    MaxSum b{__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o)};
+    a = merge(a, b);
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) sh[warp] = a;
+  __syncthreads();
+  MaxSum t = sh[0];
+  if (threadIdx.x == 0)
+    for (int w = 1; w < (int)(blockDim.x / 32); ++w) t = merge(t, sh[w]);
+  return t;
+}
+
 template <bool VEC>
 __global__ void __launch_bounds__(kThreads) crossentropy_forward_kernel(
     float* __restrict__ losses, float* __restrict__ lse, const bf16* __restrict__ logits,
@@ -56,18 +73,9 @@ __global__ void __launch_bounds__(kThreads) crossentropy_forward_kernel(
   } else {
     for (int i = threadIdx.x; i < V; i += blockDim.x) online_add(a, ld_bf16(x[i]));
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    MaxSum b{__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o)};
-    a = merge(a, b);
-  }
   GPUMIX_SHARED(MaxSum, sh, [kThreads / 32]);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) sh[warp] = a;
-  __syncthreads();
+  const MaxSum t = block_merge(a, sh);
   if (threadIdx.x == 0) {
-    MaxSum t = sh[0];
-    for (int w = 1; w < (int)(blockDim.x / 32); ++w) t = merge(t, sh[w]);
     const float l = t.m + logf(t.s);
     lse[row] = l;
     const int32_t target = targets[row];
@@ -129,20 +137,11 @@ __global__ void __launch_bounds__(kThreads) classifier_kernel(
   } else {
     for (int i = threadIdx.x; i < V; i += blockDim.x) online_add(a, ld_bf16(x[i]));
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    MaxSum b{__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o)};
-    a = merge(a, b);
-  }
   GPUMIX_SHARED(MaxSum, sh, [kThreads / 32]);
   GPUMIX_SHARED(float, row_lse, [1]);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) sh[warp] = a;
-  __syncthreads();
+  const MaxSum t = block_merge(a, sh);
   const int32_t target = targets[row];
   if (threadIdx.x == 0) {
-    MaxSum t = sh[0];
-    for (int w = 1; w < (int)(blockDim.x / 32); ++w) t = merge(t, sh[w]);
     const float l = t.m + logf(t.s);
     lse[row] = l;
     row_lse[0] = l;
