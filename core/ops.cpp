@@ -107,6 +107,16 @@ class Args {
   Device device_;
 };
 
+// The (OC, C) of a matmul's weight, a 2-D compute operand.
+struct WeightDims {
+  int64_t OC, C;
+};
+WeightDims weight_dims(const char* op, const Args& args, const Tensor& weight) {
+  args.need("weight", weight, Role::compute);
+  GPUMIX_CHECK(weight.dim() == 2, op, ": weight must be 2-D (OC, C), got ", weight.shape().str());
+  return {weight.size(0), weight.size(1)};
+}
+
 // Rows of a (..., C) tensor whose last dimension must be C.
 int64_t rows_of(const char* op, const char* name, const Tensor& t, int64_t C) {
   GPUMIX_CHECK(t.dim() >= 1 && t.size(-1) == C, op, ": ", name, " ", t.shape().str(),
@@ -119,9 +129,7 @@ int64_t rows_of(const char* op, const char* name, const Tensor& t, int64_t C) {
 void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
   const char* op = "matmul_forward";
   const Args args(op, "inp", inp);
-  args.need("weight", weight, Role::compute);
-  GPUMIX_CHECK(weight.dim() == 2, op, ": weight must be 2-D (OC, C), got ", weight.shape().str());
-  const int64_t OC = weight.size(0), C = weight.size(1);
+  const auto [OC, C] = weight_dims(op, args, weight);
   GPUMIX_CHECK(inp.dim() >= 1 && inp.size(-1) == C, op, ": inp ", inp.shape().str(),
                " and weight ", weight.shape().str(), " do not match: inp's last dimension must be ", C);
   const int64_t N = inp.numel() / C;
@@ -138,9 +146,7 @@ Device check_matmul_backward(const char* op, const Tensor& dinp, const Tensor& d
                              const Tensor& dbias, const Tensor& dout, const Tensor& inp,
                              const Tensor& weight) {
   const Args args(op, "inp", inp);
-  args.need("weight", weight, Role::compute);
-  GPUMIX_CHECK(weight.dim() == 2, op, ": weight must be 2-D (OC, C), got ", weight.shape().str());
-  const int64_t OC = weight.size(0), C = weight.size(1);
+  const auto [OC, C] = weight_dims(op, args, weight);
   const int64_t N = rows_of(op, "inp", inp, C);
   args.need("dout", dout, Role::compute);
   check_numel(op, "dout", dout, N * OC);
@@ -504,9 +510,7 @@ void matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp, const Tens
                          const Tensor& bias) {
   const char* op = "matmul_gelu_forward";
   const Args args(op, "inp", inp);
-  args.need("weight", weight, Role::compute);
-  GPUMIX_CHECK(weight.dim() == 2, op, ": weight must be 2-D (OC, C), got ", weight.shape().str());
-  const int64_t OC = weight.size(0), C = weight.size(1);
+  const auto [OC, C] = weight_dims(op, args, weight);
   const int64_t N = rows_of(op, "inp", inp, C);
   args.need("bias", bias, Role::compute, Shape{OC});
   for (const Tensor* t : {&out, &pre}) {
@@ -523,9 +527,7 @@ void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weigh
                            const Tensor& pre) {
   const char* op = "matmul_backward_dgelu";
   const Args args(op, "pre", pre);
-  args.need("weight", weight, Role::compute);
-  GPUMIX_CHECK(weight.dim() == 2, op, ": weight must be 2-D (OC, C), got ", weight.shape().str());
-  const int64_t OC = weight.size(0), C = weight.size(1);
+  const auto [OC, C] = weight_dims(op, args, weight);
   GPUMIX_CHECK(C % fused_gelu_multiple == 0, op, ": C = ", C, " is not a multiple of ",
                fused_gelu_multiple, " (cuBLASLt's DGELU epilogue needs it); hint: use "
                "matmul_backward and gelu_backward");

@@ -131,7 +131,8 @@ stage() {
   local what="ok"
   [ $rc -ne 0 ] && what="FAILED rc=$rc"
   { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && what="did not finish in ${limit} s"
-  local nogpu=$GPU_STAGES; [ "$EMULATED" = 1 ] && nogpu=$TORCH_STAGES
+  # Emulated, GPUMix's stages run; PyTorch's and compute-sanitizer (a GPU tool) stop there.
+  local nogpu=$GPU_STAGES; [ "$EMULATED" = 1 ] && nogpu="$TORCH_STAGES sanitize "
   if [ "$NO_GPU" = 1 ] && [[ "$nogpu" == *" $name "* ]]; then
     local said; said=$(grep -m1 -ioE "no CUDA[^;]*|no GPU[^;]*|skipping|PyTorch unavailable[^;]*" "$log" | head -1 | cut -c1-160)
     [ -z "$said" ] && said="rc=$rc: $(grep -v '^====' "$log" | tail -n 1 | cut -c1-160)"
@@ -409,7 +410,7 @@ sanitize() {
     { echo "no compute-sanitizer on this machine"; return 3; }
   for tool in memcheck racecheck synccheck; do
     echo "---- compute-sanitizer --tool $tool"
-    timeout -k 2 "$SAN_EACH" "$cs" --tool "$tool" --error-exitcode 9 "$BUILD/tests/cuda/test_cuda_kernels" \
+    timeout -k 2 "$SAN_EACH" "$cs" --tool "$tool" --error-exitcode 9 "$BUILD/tests/cuda/test_cuda" \
       --gtest_filter="$SAN_FILTER" --gtest_brief=1
     local r=$?
     echo "SANITIZE $tool rc $r"
