@@ -205,7 +205,7 @@ LocalSimulation simulate_local(const Profile& profile, int64_t B, const LocalSyn
   if (!l.planned()) return l;
   for (SyncGroupPrediction& g : l.groups) g.wait_s = H * (slowest - g.inner_s);
   l.period_s = H * slowest + l.outer_s;
-  l.step_s = l.period_s / H;
+  l.step_s = slowest + l.outer_s / H;  // period / H, and with one group its inner step to the bit
   double peak = 0;
   for (const RankInfo& r : profile.ranks) peak += profile.device(r.device).peak_flops;
   const CostModel cost(profile);

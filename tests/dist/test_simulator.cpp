@@ -188,7 +188,7 @@ TEST(SimulatorLocal, CrossGroupBytesAreTheLeadersAllGather) {
       EXPECT_EQ((int)g.ranks.size(), 16 / G);
     }
     EXPECT_EQ(rows, 128);  // every row of the global batch in some group
-    EXPECT_EQ(l.step_s, (every * slowest + l.outer_s) / every);
+    EXPECT_DOUBLE_EQ(l.step_s, (every * slowest + l.outer_s) / every);
   }
   // Groups are whole nodes by default: ranks 0-7 and 8-15.
   const LocalSimulation l = simulate_local(p, 128, local(10));
