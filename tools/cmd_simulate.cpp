@@ -70,7 +70,11 @@ int cmd_simulate(int argc, char** argv) {
   if (sync.local) check_sync_groups(sync, profile.num_ranks(), "this cluster", "describe more devices");
   const Simulation sim = simulate(profile, cluster.name, global_batch);
   std::optional<LocalSimulation> local;
-  if (sync.local) local = simulate_local(profile, global_batch, sync);
+  if (sync.local) {
+    local = simulate_local(profile, global_batch, sync);
+    for (const SimEntry& e : sim.entries)
+      if (e.planner == "gpumix" && e.planned) set_every_step_cross_bytes(*local, e.plan);
+  }
   if (!svg_path.empty()) {
     std::vector<Plan> plans;
     for (const SimEntry& e : sim.entries)

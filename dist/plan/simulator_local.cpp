@@ -17,6 +17,8 @@ using nlohmann::json;
 
 namespace {
 
+constexpr int kSplitRounds = 4;  // re-splits of the rows by the groups' planned speeds
+
 // The group as a cluster of its own: its ranks in order, its nodes numbered from 0, the
 // device types it uses in the profile's order, the profile's links.
 Profile group_profile(const Profile& p, const std::vector<int>& ranks) {
@@ -170,14 +172,19 @@ LocalSimulation simulate_local(const Profile& profile, int64_t B, const LocalSyn
     for (int r : l.groups[g].ranks) weight[g] += rate_of[profile.ranks[r].device];
   std::vector<int64_t> rows = split_rows(B, weight);
   double period = period_of(rows);
-  // Once more by the plans' own speeds, kept where the period is shorter.
-  if (std::isfinite(period)) {
-    for (int g = 0; g < G; g++) weight[g] = (double)rows[g] / plan_of(g, rows[g])->plan.predicted.step_s;
+  // Again by the plans' own speeds (a few rounds; a group's communication and memory make its
+  // speed depend on its rows), keeping the split with the shortest period.
+  std::vector<int64_t> at = rows;
+  for (int round = 0; round < kSplitRounds && std::isfinite(period); round++) {
+    for (int g = 0; g < G; g++) weight[g] = (double)at[g] / plan_of(g, at[g])->plan.predicted.step_s;
     const std::vector<int64_t> again = split_rows(B, weight);
-    const double p2 = again == rows ? period : period_of(again);
-    if (p2 < period) {
-      rows = again;
-      period = p2;
+    if (again == at) break;
+    at = again;
+    const double p = period_of(at);
+    if (!std::isfinite(p)) break;
+    if (p < period) {
+      rows = at;
+      period = p;
     }
   }
 
@@ -212,6 +219,37 @@ LocalSimulation simulate_local(const Profile& profile, int64_t B, const LocalSyn
   l.tokens_per_s = (double)B * profile.seq_len / l.step_s;
   l.mfu = peak > 0 ? (double)B * cost.flops_per_sample() / l.step_s / peak : 0;
   return l;
+}
+
+double every_step_cross_bytes(const Plan& p, const std::vector<int>& group_of_rank) {
+  const GPTConfig& m = p.model;
+  const double grad = MemoryParams{}.grad_accum_bytes;
+  // One step's collectives, in bytes of the unit each moves.
+  const double gathers = (double)dtype_size(p.dtype) * (2.0 * m.L * m.block_params() + m.embed_params() + m.head_params());
+  const double reduces = grad * (double)m.total_params();
+  const int N = (int)p.ranks.size();
+  const int g = p.sharding.hybrid() ? p.sharding.group_size : N;
+  double bytes = 0;
+  for (int first = 0; first < N; first += g) {  // within each replica (the one group when full)
+    std::set<int> groups;
+    for (int r = first; r < first + g; r++)
+      if (p.ranks[r].work.takes_part()) groups.insert(group_of_rank[r]);
+    if (!groups.empty()) bytes += (double)(groups.size() - 1) * (gathers + reduces);
+  }
+  if (p.sharding.hybrid())
+    for (int k = 0; k < g; k++) {  // the replicas' all-reduce of position k's slice
+      std::set<int> groups;
+      for (int r = k; r < N; r += g) groups.insert(group_of_rank[r]);
+      bytes += 2.0 * (double)(groups.size() - 1) * p.ranks[k].work.share * reduces;
+    }
+  return bytes;
+}
+
+void set_every_step_cross_bytes(LocalSimulation& l, const Plan& every) {
+  std::vector<int> group_of_rank(every.ranks.size(), 0);
+  for (const SyncGroupPrediction& g : l.groups)
+    for (int r : g.ranks) group_of_rank[r] = g.group;
+  l.every_step_cross_bytes = every_step_cross_bytes(every, group_of_rank);
 }
 
 static std::string fmt(const char* f, double v) {
@@ -263,8 +301,9 @@ std::string local_table(const LocalSimulation& l, const Simulation& s) {
   for (const SimEntry& e : s.entries)
     if (e.planner == "gpumix" && e.planned && e.plan.fits()) best = e.plan.predicted.step_s;
   if (best > 0)
-    out += "every-step (gpumix above): step " + fmt("%.4f s", best) + "; local:" + std::to_string(H) + " is " +
-           fmt("%.2fx", best / l.step_s) + " its speed\n";
+    out += "every-step (gpumix above): step " + fmt("%.4f s", best) + ", across these groups per step " +
+           bytes_text(l.every_step_cross_bytes) + " in all (hierarchical forms); local:" + std::to_string(H) +
+           " is " + fmt("%.2fx", best / l.step_s) + " its speed\n";
   // Groups of the same devices and rows share a row.
   char line[512];
   std::snprintf(line, sizeof line, "%7s %6s %-28s %7s %12s %12s %10s %12s\n", "groups", "first", "devices", "batch",
@@ -324,6 +363,7 @@ json local_to_json(const LocalSimulation& l) {
   j["cross_group_s"] = l.cross_s;
   j["cross_group_bytes_per_step"] = l.cross_bytes;
   j["cross_group_bytes_per_step_per_leader"] = l.cross_bytes_per_leader;
+  j["every_step_cross_group_bytes_per_step"] = l.every_step_cross_bytes;
   return j;
 }
 

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <tuple>
 
 #include "core/error.h"
@@ -213,6 +214,33 @@ TEST(SimulatorLocal, LargerHLowersTheStepOnASlowLink) {
     EXPECT_GT(l.groups[0].batch, l.groups[1].batch);
     EXPECT_EQ(std::min(l.groups[0].wait_s, l.groups[1].wait_s), 0);
   }
+}
+
+// What every-step moves between the groups: each gather and reduce-scatter brings every
+// group what it lacks, (K - 1) units over K groups; hybrid's replicas all-reduce the gradient.
+TEST(SimulatorLocal, EveryStepCrossBytes) {
+  const Profile p = synthesize_profile(two_sites(), gpt_preset("gpt-1.3b"), 2048);
+  const double P = (double)p.model.total_params(), grad = MemoryParams{}.grad_accum_bytes;
+  std::vector<int> sites(16), fours(16), one(16, 0);
+  for (int r = 0; r < 16; r++) {
+    sites[r] = r / 8;
+    fours[r] = r / 4;
+  }
+  const Plan even = plan_even(p, 256);  // every rank takes part, full sharding
+  const double two = every_step_cross_bytes(even, sites);
+  EXPECT_GT(two, P * grad);  // the fp32 gradient once, and the gathers besides
+  EXPECT_DOUBLE_EQ(every_step_cross_bytes(even, fours), 3 * two);
+  EXPECT_EQ(every_step_cross_bytes(even, one), 0);
+  // One replica per site: only the replicas' all-reduce crosses, 2 x the fp32 gradient.
+  const Plan hybrid = plan_hybrid(p, 256, 8);
+  const double allreduce = 2 * P * grad;
+  EXPECT_NEAR(every_step_cross_bytes(hybrid, sites), allreduce, allreduce * 16 * std::numeric_limits<double>::epsilon());
+  // The planner's own every-step plan leaves the A100 site out: nothing crosses.
+  PlannerOptions full;
+  full.group_size = 0;
+  const Plan alone = plan_gpumix(p, 256, full);
+  for (int r = 8; r < 16; r++) ASSERT_TRUE(alone.ranks[r].left_out()) << r;
+  EXPECT_EQ(every_step_cross_bytes(alone, sites), 0);
 }
 
 TEST(SimulatorLocal, BadInputsSayWhatAndHow) {
