@@ -66,15 +66,13 @@ int cmd_simulate(int argc, char** argv) {
   for (const std::string& path : profile_paths) measured.push_back(read_profile(path));
   const Cluster cluster = read_cluster(cluster_path);
   const Profile profile = synthesize_profile(cluster, model, seq, measured, dtype);
-  // Local mode's rules first: a bad H or --groups fails before the planners run.
-  if (sync.local) check_sync_groups(sync, profile.num_ranks(), "this cluster", "describe more devices");
-  const Simulation sim = simulate(profile, cluster.name, global_batch);
+  // Local mode first: a bad H or --groups fails before the planners of the whole cluster run.
   std::optional<LocalSimulation> local;
-  if (sync.local) {
-    local = simulate_local(profile, global_batch, sync);
+  if (sync.local) local = simulate_local(profile, global_batch, sync);
+  const Simulation sim = simulate(profile, cluster.name, global_batch);
+  if (local)
     for (const SimEntry& e : sim.entries)
       if (e.planner == "gpumix" && e.planned) set_every_step_cross_bytes(*local, e.plan);
-  }
   if (!svg_path.empty()) {
     std::vector<Plan> plans;
     for (const SimEntry& e : sim.entries)
