@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include "dist/plan/planner.h"
 #include "dist/plan/profile.h"
 #include "dist/plan/simulator.h"
+#include "dist/plan/sync.h"
 #include "nn/gpt_config.h"
 #include "tools/command.h"
 #include "tools/size_flag.h"
@@ -36,12 +38,26 @@ int cmd_simulate(int argc, char** argv) {
   app.add_flag("--json", as_json, "print the results as JSON on stdout");
   app.add_flag("--plans,-v", verbose, "print each planner's plan table too");
   app.add_option("--svg", svg_path, "write a picture: one per planner");
+  std::string sync_text = "every-step";
+  LocalSync sync;
+  app.add_option("--sync", sync_text,
+                 "every-step (default), or local:H: also predict local updates, groups that meet every H inner "
+                 "steps through an outer optimizer (as gpumix train --sync local:H)");
+  app.add_option("--groups", sync.groups, "with --sync local:H: N groups of consecutive ranks (default: one per node)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   gpumix::tools::check_global_batch_flag(global_batch);
+  {
+    const LocalSync parsed = parse_sync(sync_text);
+    check_local_only_flags(parsed, app.count("--groups") > 0 ? std::vector<std::string>{"--groups"}
+                                                               : std::vector<std::string>{});
+    const int groups = sync.groups;
+    sync = parsed;
+    sync.groups = groups;
+  }
   const std::optional<gpumix::DType> dtype = gpumix::tools::parse_dtype_flag(dtype_text);
   const gpumix::GPTConfig model = gpumix::gpt_preset(model_name);
   if (seq < 1 || seq > model.T)
@@ -50,7 +66,13 @@ int cmd_simulate(int argc, char** argv) {
   for (const std::string& path : profile_paths) measured.push_back(read_profile(path));
   const Cluster cluster = read_cluster(cluster_path);
   const Profile profile = synthesize_profile(cluster, model, seq, measured, dtype);
+  // Local mode first: a bad H or --groups fails before the planners of the whole cluster run.
+  std::optional<LocalSimulation> local;
+  if (sync.local) local = simulate_local(profile, global_batch, sync);
   const Simulation sim = simulate(profile, cluster.name, global_batch);
+  if (local)
+    for (const SimEntry& e : sim.entries)
+      if (e.planner == "gpumix" && e.planned) set_every_step_cross_bytes(*local, e.plan);
   if (!svg_path.empty()) {
     std::vector<Plan> plans;
     for (const SimEntry& e : sim.entries)
@@ -59,7 +81,9 @@ int cmd_simulate(int argc, char** argv) {
                                std::to_string(global_batch), svg_path);
   }
   if (as_json) {
-    std::cout << simulation_to_json(sim).dump(2) << "\n";
+    nlohmann::json j = simulation_to_json(sim);
+    if (local) j["local"] = local_to_json(*local);
+    std::cout << j.dump(2) << "\n";
     return 0;
   }
   std::cout << simulation_table(sim);
@@ -67,6 +91,7 @@ int cmd_simulate(int argc, char** argv) {
     if (!e.planned) std::cout << e.planner << ": " << e.error << "\n";
     else if (verbose) std::cout << "\n" << plan_table(e.plan);
   }
+  if (local) std::cout << local_table(*local, sim);
   return 0;
 }
 

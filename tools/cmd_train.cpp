@@ -13,6 +13,7 @@
 #include "dist/engine/peer_watch.h"
 #include "dist/engine/stop.h"
 #include "dist/plan/plan.h"
+#include "dist/plan/sync.h"
 #include "nn/run_folder.h"
 #include "nn/run_model.h"
 #include "core/log.h"
@@ -164,9 +165,10 @@ int cmd_train(int argc, char** argv) {
   engine.prefetch = !no_prefetch;
   {
     gpumix::dist::LocalSync parsed = gpumix::dist::parse_sync(sync);
+    std::vector<std::string> local_flags;
     for (const char* flag : {"--groups", "--outer-lr", "--outer-momentum", "--outer-no-nesterov"})
-      if (!parsed.local && app.count(flag) > 0)
-        throw std::invalid_argument(std::string(flag) + " sets up local updates: give --sync local:H with it, or drop it");
+      if (app.count(flag) > 0) local_flags.push_back(flag);
+    gpumix::dist::check_local_only_flags(parsed, local_flags);
     parsed.groups = engine.sync.groups;
     parsed.outer_lr = engine.sync.outer_lr;
     parsed.outer_momentum = engine.sync.outer_momentum;

@@ -32,26 +32,11 @@
 
 #include "dist/comm/comm.h"
 #include "dist/engine/engine.h"
+#include "dist/plan/sync.h"  // LocalSync, parse_sync, sync_groups
 #include "dist/plan/work.h"
 #include "nn/train_options.h"
 
 namespace gpumix::dist {
-
-struct LocalSync {
-  bool local = false;     // false: every-step synchronisation (the default, --sync every-step)
-  int every = 0;          // H: inner steps between outer steps (--sync local:H)
-  int groups = 0;         // --groups N: N groups of consecutive ranks; 0: one group per node
-  float outer_lr = 0.7f;  // DiLoCo's published outer optimizer: Nesterov, lr 0.7, momentum 0.9
-  float outer_momentum = 0.9f;
-  bool nesterov = true;
-};
-
-// Parses --sync: "every-step" or "local:H". Throws InputError naming the value and the forms.
-LocalSync parse_sync(const std::string& value);
-
-// The group of each rank: --groups N splits the ranks into N blocks of consecutive ranks,
-// otherwise each node (node_of_rank) is a group, numbered as the nodes are.
-std::vector<int> sync_groups(const LocalSync& sync, const std::vector<int>& node_of_rank);
 
 // Every rule of local mode, before the run folder is touched: H >= 1, more than one rank,
 // --groups dividing the ranks, every group with tokens to train on (its ranks' batches in

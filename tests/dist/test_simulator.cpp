@@ -2,12 +2,17 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
+#include <limits>
+#include <tuple>
 
+#include "core/error.h"
 #include "dist/plan/cluster.h"
 #include "dist/plan/device_catalog.h"
 #include "draw/plan_svg.h"
 #include "dist/plan/planner.h"
 #include "dist/plan/simulator.h"
+#include "dist/plan/sync.h"
 
 namespace gpumix::dist {
 namespace {
@@ -121,6 +126,149 @@ TEST(Simulator, LargeClusterPlans) {
   for (const RankPlan& r : plan.ranks) batch += r.work.batch;
   EXPECT_EQ(batch, 4096);
   RecordProperty("plan_seconds", std::to_string(s));  // for a look, never judged
+}
+
+
+// Local updates (dist/plan/simulator.h, simulate_local).
+
+// Two sites of unequal GPUs joined by 1 Gbit/s (bench/clusters/two-sites-h100-a100-1gbit.json).
+Cluster two_sites() {
+  return cluster_from_json(json::parse(R"({"name": "two sites",
+    "intra_node": {"bandwidth_GBps": 40, "latency_us": 8},
+    "inter_node": {"bandwidth_GBps": 0.125, "latency_us": 5000},
+    "nodes": [{"devices": ["H100:count=8"]}, {"devices": ["A100-40GB:count=8"]}]})"));
+}
+
+LocalSync local(int every, int groups = 0) {
+  LocalSync s = parse_sync("local:" + std::to_string(every));
+  s.groups = groups;
+  return s;
+}
+
+// One group has no outer step: the prediction is every-step full sharding's, to the bit.
+TEST(SimulatorLocal, OneGroupIsEveryStep) {
+  for (const Cluster& c : {one_node(), two_nodes()}) {
+    const Profile p = synthesize_profile(c, gpt_preset("gpt-1.3b"), 512);
+    const int64_t B = c.nodes.size() > 1 ? 64 : 16;  // one node: the exact search, kept small
+    // One node: one group by default, against gpumix's every-step plan (full: hybrid is not
+    // tried on one node); two nodes: --groups 1, against its full-sharding plan (gpumix-full).
+    const bool nodes = c.nodes.size() > 1;
+    PlannerOptions o;
+    if (nodes) o.group_size = 0;
+    const Plan every = plan_gpumix(p, B, o);
+    const LocalSimulation l = simulate_local(p, B, local(10, nodes ? 1 : 0));
+    ASSERT_TRUE(l.planned()) << l.error;
+    ASSERT_EQ(l.groups.size(), 1u);
+    EXPECT_EQ(l.step_s, every.predicted.step_s) << c.name;
+    EXPECT_EQ(l.tokens_per_s, every.predicted.tokens_per_s) << c.name;
+    EXPECT_EQ(l.mfu, every.predicted.mfu) << c.name;
+    EXPECT_EQ(plan_to_json(l.groups[0].plan), plan_to_json(every)) << c.name;
+    EXPECT_EQ(l.outer_s, 0) << c.name;
+    EXPECT_EQ(l.cross_bytes, 0) << c.name;
+    EXPECT_EQ(l.groups[0].batch, B);
+    EXPECT_EQ(l.groups[0].wait_s, 0);
+  }
+}
+
+// Each leader receives the other groups' bf16 vectors once per outer step: 2P(G − 1)/H a step.
+TEST(SimulatorLocal, CrossGroupBytesAreTheLeadersAllGather) {
+  const Profile p = synthesize_profile(two_nodes(), gpt_preset("gpt-1.3b"), 512);
+  const double P = (double)gpt_preset("gpt-1.3b").total_params();
+  for (auto [every, groups, G] : {std::tuple{10, 0, 2}, {50, 4, 4}, {7, 8, 8}}) {
+    const LocalSimulation l = simulate_local(p, 128, local(every, groups));
+    ASSERT_TRUE(l.planned()) << l.error;
+    ASSERT_EQ((int)l.groups.size(), G);
+    EXPECT_EQ(l.cross_bytes_per_leader, 2 * P * (G - 1) / every) << "H " << every << ", G " << G;
+    EXPECT_EQ(l.cross_bytes, G * l.cross_bytes_per_leader);
+    int64_t rows = 0;
+    double slowest = 0;
+    for (const SyncGroupPrediction& g : l.groups) {
+      rows += g.batch;
+      slowest = std::max(slowest, g.inner_s);
+      EXPECT_GE(g.wait_s, 0);
+      EXPECT_EQ((int)g.ranks.size(), 16 / G);
+    }
+    EXPECT_EQ(rows, 128);  // every row of the global batch in some group
+    EXPECT_DOUBLE_EQ(l.step_s, (every * slowest + l.outer_s) / every);
+  }
+  // Groups are whole nodes by default: ranks 0-7 and 8-15.
+  const LocalSimulation l = simulate_local(p, 128, local(10));
+  EXPECT_EQ(l.groups[1].ranks.front(), 8);
+}
+
+// A longer period spreads the outer step over more inner steps: the step falls with H on the
+// slow link, towards the slowest group's inner step and never below it.
+TEST(SimulatorLocal, LargerHLowersTheStepOnASlowLink) {
+  const Profile p = synthesize_profile(two_sites(), gpt_preset("gpt-1.3b"), 2048);
+  double last = 0;
+  for (int every : {1, 10, 50, 100, 1000}) {
+    const LocalSimulation l = simulate_local(p, 256, local(every));
+    ASSERT_TRUE(l.planned()) << l.error;
+    double slowest = 0;
+    for (const SyncGroupPrediction& g : l.groups) slowest = std::max(slowest, g.inner_s);
+    EXPECT_GT(l.step_s, slowest) << "H " << every;
+    EXPECT_GT(l.cross_s, 1.0) << "2P bf16 bytes over 1 Gbit/s take seconds";
+    if (last > 0) EXPECT_LT(l.step_s, last) << "H " << every;
+    last = l.step_s;
+    // The faster site takes more rows, and one of the two waits for nothing.
+    EXPECT_GT(l.groups[0].batch, l.groups[1].batch);
+    EXPECT_EQ(std::min(l.groups[0].wait_s, l.groups[1].wait_s), 0);
+  }
+}
+
+// What every-step moves between the groups: each gather and reduce-scatter brings every
+// group what it lacks, (K - 1) units over K groups; hybrid's replicas all-reduce the gradient.
+TEST(SimulatorLocal, EveryStepCrossBytes) {
+  const Profile p = synthesize_profile(two_sites(), gpt_preset("gpt-1.3b"), 2048);
+  const double P = (double)p.model.total_params(), grad = MemoryParams{}.grad_accum_bytes;
+  std::vector<int> sites(16), fours(16), one(16, 0);
+  for (int r = 0; r < 16; r++) {
+    sites[r] = r / 8;
+    fours[r] = r / 4;
+  }
+  const Plan even = plan_even(p, 256);  // every rank takes part, full sharding
+  const double two = every_step_cross_bytes(even, sites);
+  EXPECT_GT(two, P * grad);  // the fp32 gradient once, and the gathers besides
+  EXPECT_DOUBLE_EQ(every_step_cross_bytes(even, fours), 3 * two);
+  EXPECT_EQ(every_step_cross_bytes(even, one), 0);
+  // One replica per site: only the replicas' all-reduce crosses, 2 x the fp32 gradient.
+  const Plan hybrid = plan_hybrid(p, 256, 8);
+  const double allreduce = 2 * P * grad;
+  EXPECT_NEAR(every_step_cross_bytes(hybrid, sites), allreduce, allreduce * 16 * std::numeric_limits<double>::epsilon());
+  // The planner's own every-step plan leaves the A100 site out: nothing crosses.
+  PlannerOptions full;
+  full.group_size = 0;
+  const Plan alone = plan_gpumix(p, 256, full);
+  for (int r = 8; r < 16; r++) ASSERT_TRUE(alone.ranks[r].left_out()) << r;
+  EXPECT_EQ(every_step_cross_bytes(alone, sites), 0);
+}
+
+TEST(SimulatorLocal, BadInputsSayWhatAndHow) {
+  const Profile p = synthesize_profile(two_nodes(), gpt_preset("gpt-1.3b"), 512);
+  auto message = [&](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto has = [](const std::string& m, const char* s) { return m.find(s) != std::string::npos; };
+  const std::string h0 = message([&] { simulate_local(p, 64, local(0)); });
+  EXPECT_TRUE(has(h0, "--sync local:0") && has(h0, "must be at least 1") && has(h0, "local:50")) << h0;
+  const std::string g3 = message([&] { simulate_local(p, 64, local(10, 3)); });
+  EXPECT_TRUE(has(g3, "--groups 3 does not divide the 16 ranks") && has(g3, "a divisor of 16")) << g3;
+  const std::string b1 = message([&] { simulate_local(p, 3, local(10, 4)); });
+  EXPECT_TRUE(has(b1, "--global-batch 3 gives the 4 groups") && has(b1, "--global-batch 4 or more")) << b1;
+  const Cluster single = cluster_from_json(json::parse(R"({"nodes": [{"devices": ["H100"]}]})"));
+  const std::string one =
+      message([&] { simulate_local(synthesize_profile(single, gpt_preset("gpt-1.3b"), 512), 8, local(10)); });
+  EXPECT_TRUE(has(one, "needs several ranks") && has(one, "this cluster has 1")) << one;
+  const std::string flag = message([] { check_local_only_flags(parse_sync("every-step"), {"--groups"}); });
+  EXPECT_TRUE(has(flag, "--groups sets up local updates") && has(flag, "--sync local:H")) << flag;
+  EXPECT_NO_THROW(check_local_only_flags(parse_sync("local:5"), {"--groups"}));
+  EXPECT_THROW(parse_sync("local:"), InputError);
+  EXPECT_THROW(parse_sync("sometimes"), InputError);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 
 #include "core/runtime.h"
 #include "nn/checkpoint.h"
+#include "nn/gpt_config.h"
 #include "run_gpumix.h"
 
 namespace {
@@ -1059,6 +1060,32 @@ TEST_F(Tools, TokenizerRejectsBadInput) {
                   {"broken.bpe"}, tok_out);
 }
 
+// gpumix simulate --sync local:H: the every-step table as without it, then local updates'
+// prediction (dist/plan/simulator.h); --json adds it as "local".
+TEST_F(Tools, SimulateLocalUpdates) {
+  const std::string cluster =
+      std::string(GPUMIX_TESTS_DATA_DIR) + "/../../bench/clusters/two-sites-h100-a100-1gbit.json";
+  const std::vector<std::string> args = {"simulate", "--cluster", cluster, "--model", "gpt2", "-B", "64", "--seq", "1024"};
+  const Result every = gpumix(args, dir_);
+  ASSERT_EQ(every.code, 0) << show(every);
+  EXPECT_EQ(every.out.find("local updates"), std::string::npos);
+  std::vector<std::string> local = args;
+  local.insert(local.end(), {"--sync", "local:100"});
+  const Result r = gpumix(local, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(r.out.rfind(every.out, 0), 0u) << "the every-step table changed:\n" << r.out;
+  for (const char* part : {"local updates (--sync local:100): 2 groups (one per node)", "8 x H100", "8 x A100-40GB",
+                           "across groups per step", "per leader", "wait (s)"})
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+  local.push_back("--json");
+  const Result j = gpumix(local, dir_);
+  ASSERT_EQ(j.code, 0) << show(j);
+  const nlohmann::json parsed = nlohmann::json::parse(j.out);
+  EXPECT_EQ(parsed.at("local").at("groups").size(), 2u);
+  EXPECT_EQ(parsed.at("local").at("cross_group_bytes_per_step_per_leader").get<double>(),
+            2.0 * (double)gpumix::gpt_preset("gpt2").total_params() / 100);  // 2P(G - 1)/H
+}
+
 TEST_F(Tools, PlanAndSimulateRejectBadInput) {
   const std::string out = path("never_plan.json");
   expect_rejected(gpumix({"plan", "--profile", path("no_profile.json"), "--global-batch", "8", "--out", out}, dir_),
@@ -1625,6 +1652,13 @@ TEST_F(BadInputs, Simulate) {
       {"--svg in a missing folder",
        {"simulate", "--cluster", cluster, "--model", "gpt-1.3b", "-B", "4", "--svg", path("no_dir/x.svg")},
        {"no_dir/x.svg"}, {path("no_dir")}},
+      // Local updates (--sync local:H): the flags' own mistakes, before any planner runs.
+      {"--groups without --sync local:H", simulate(cluster, {"--groups", "2"}),
+       {"--groups sets up local updates", "give --sync local:H"}, {svg}},
+      {"--sync local:0", simulate(cluster, {"--sync", "local:0"}), {"--sync local:0", "must be at least 1"}, {svg}},
+      {"--sync local:x", simulate(cluster, {"--sync", "local:x"}), {"H must be a whole number"}, {svg}},
+      {"--groups not dividing the ranks", simulate(cluster, {"--sync", "local:10", "--groups", "3"}),
+       {"--groups 3 does not divide the 2 ranks", "a divisor of 2"}, {svg}},
   });
 }
 
