@@ -55,7 +55,7 @@ void expect_padding_zero(const std::vector<T>& d, int N, int V, int Vp) {
 class Classifier : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
 
 TEST_P(Classifier, Fp32MatchesUnfusedAndRef) {
-  const auto [N, V, Vp] = GetParam();
+  const int N = std::get<0>(GetParam()), V = std::get<1>(GetParam()), Vp = std::get<2>(GetParam());
   const auto x = padded_logits(N, V, Vp);
   auto targets = random_ints(N, 2, 0, V - 1);
   for (int i = 0; i < N; i += 3) targets[i] = k_ignore;
@@ -95,7 +95,7 @@ TEST_P(Classifier, Fp32MatchesUnfusedAndRef) {
 }
 
 TEST_P(Classifier, Bf16MatchesUnfusedAndRef) {
-  const auto [N, V, Vp] = GetParam();
+  const int N = std::get<0>(GetParam()), V = std::get<1>(GetParam()), Vp = std::get<2>(GetParam());
   const auto x = to_bf16(padded_logits(N, V, Vp));
   auto targets = random_ints(N, 2, 0, V - 1);
   for (int i = 0; i < N; i += 3) targets[i] = k_ignore;
