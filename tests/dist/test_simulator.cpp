@@ -208,7 +208,9 @@ TEST(SimulatorLocal, LargerHLowersTheStepOnASlowLink) {
     for (const SyncGroupPrediction& g : l.groups) slowest = std::max(slowest, g.inner_s);
     EXPECT_GT(l.step_s, slowest) << "H " << every;
     EXPECT_GT(l.cross_s, 1.0) << "2P bf16 bytes over 1 Gbit/s take seconds";
-    if (last > 0) EXPECT_LT(l.step_s, last) << "H " << every;
+    if (last > 0) {
+      EXPECT_LT(l.step_s, last) << "H " << every;
+    }
     last = l.step_s;
     // The faster site takes more rows, and one of the two waits for nothing.
     EXPECT_GT(l.groups[0].batch, l.groups[1].batch);

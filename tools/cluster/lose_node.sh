@@ -4,7 +4,8 @@
 # and plans (the profile, the plan file and its table must name every rank's node), trains
 # the plan GPUMix makes for its unequal devices (profiled at start-up, planned: full or
 # hybrid sharding, whichever its cost model predicts faster) on 2 nodes x 2 ranks through
-# `mpirun --hostfile`, printing its collectives predicted vs measured per kind before the
+# `mpirun --hostfile` (after a short local-update run, `--sync local:2`, one group per node,
+# checked against thread ranks), printing its collectives predicted vs measured per kind before the
 # first step, kills every process of the second node during a step, checks that the
 # surviving ranks end naming the lost node and its ranks, resumes with
 # `gpumix train --resume` on the surviving node alone (2 ranks, re-planned), and tears the
@@ -113,6 +114,25 @@ plan = json.load(open(out + "/plan.json"))
 if [r.get("node_name") for r in plan["ranks"]] != want: sys.exit("FAIL: the plan file does not name the ranks' nodes")
 EOF
 grep -q "$lost" "$out/plan.txt" || fail "the plan table does not name node $lost"
+
+echo "== 1b. local updates (--sync local:2): one group per node, a given uneven plan, against 4 thread ranks in 2 groups"
+# The groups come from the nodes MPI reports (ranks 0, 1 | 2, 3), as --groups 2 makes them
+# on threads: the same losses up to fp32 rounding. Local mode runs a given plan (no planner).
+local_run=(--data "$data" "${model[@]}" --dtype fp32 --steps 4 --lr 3e-3 --warmup 1 --eval-interval 0
+           --eval-windows 2 --seed 7 --threads 1 --ckpt-interval 0 --quiet
+           --batches $((3 * batch / 8)),$((batch / 8)),$((batch / 4)),$((batch / 4))
+           --micro-batches $((3 * batch / 8)),1,$((batch / 8)),$((batch / 4)) --shares 0.4,0.1,0.2,0.3 --sync local:2)
+mpirun --hostfile "$GPUMIX_CLUSTER_HOSTFILE" -np 4 "$gpumix" train "${local_run[@]}" --out "$out/local" \
+  > "$out/local.txt" 2>&1 || { cat "$out/local.txt"; fail "mpirun gpumix train --sync local:2 failed"; }
+"$gpumix" train "${local_run[@]}" --ranks 4 --groups 2 --out "$out/local-threads" > "$out/local-threads.txt" 2>&1 ||
+  { cat "$out/local-threads.txt"; fail "gpumix train --sync local:2 --ranks 4 --groups 2 failed"; }
+python3 - "$out/local/log.jsonl" "$out/local-threads/log.jsonl" <<'EOF2'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p) if '"step"' in l and '"loss"' in l] for p in sys.argv[1:])
+print("  losses: 2 nodes", " ".join("%.6f" % x for x in a), "| threads", " ".join("%.6f" % x for x in b))
+if len(a) != 4 or len(a) != len(b) or any(abs(x - y) > 1e-4 * max(1.0, abs(y)) for x, y in zip(a, b)):
+    sys.exit("FAIL: local updates on 2 nodes and on thread ranks differ by more than 1e-4 relative")
+EOF2
 
 echo "== 2. mpirun --hostfile: 2 nodes x 2 ranks, links $(cat /run/"${GPUMIX_CLUSTER_PREFIX:-gpumix}"-cluster/shaped)"
 echo "     the devices profiled and planned by gpumix train, the plan's collectives checked before step 1"
