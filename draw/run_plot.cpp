@@ -87,6 +87,7 @@ RunLog read_run_log(const std::string& path) {
     s.step = step_it->get<int64_t>();
     GPUMIX_CHECK_INPUT(number_field(j, "loss", &s.loss, where), where, ": step ", s.step, " has no field 'loss'");
     number_field(j, "tokens_per_s", &s.tokens_per_s, where);
+    number_field(j, "ms", &s.ms, where);
     if (number_field(j, "unigram_loss", &value, where)) log.unigram_loss = value;
     if (j.contains("busy")) {
       const json& b = j["busy"];
@@ -183,7 +184,7 @@ constexpr double kWidth = 940, kPlotLeft = 80, kPlotRight = 700, kPanelHeight = 
 // height used. y_lo/y_hi: NaN for "fit the data".
 double draw_panel(std::string& o, double top, const std::string& title, const std::string& y_label,
                   double x_lo, double x_hi, double y_lo, double y_hi, const std::vector<Series>& series,
-                  bool y_counts = false, bool y_percent = false) {
+                  bool y_counts = false, bool y_percent = false, const std::string& x_label = "step") {
   const double plot_top = top + 30, plot_bottom = plot_top + kPlotHeight;
   double lo = y_lo, hi = y_hi;
   if (std::isnan(lo) || std::isnan(hi)) {
@@ -218,7 +219,7 @@ double draw_panel(std::string& o, double top, const std::string& title, const st
     svg_text(o, px(t), plot_bottom + 16, tick_label(t, x_spacing, true), " text-anchor='middle'");
   }
   svg_rect(o, kPlotLeft, plot_top, kPlotRight - kPlotLeft, kPlotHeight, "none", " stroke='black'");
-  svg_text(o, (kPlotLeft + kPlotRight) / 2, plot_bottom + 32, "step", " text-anchor='middle'");
+  svg_text(o, (kPlotLeft + kPlotRight) / 2, plot_bottom + 32, x_label, " text-anchor='middle'");
   char rotate[96];
   std::snprintf(rotate, sizeof rotate, " text-anchor='middle' transform='rotate(-90 %.1f %.1f)'", kPlotLeft - 55,
                 (plot_top + plot_bottom) / 2);
@@ -266,20 +267,21 @@ double draw_panel(std::string& o, double top, const std::string& title, const st
   return kPanelHeight;
 }
 
+const char* const kPalette[] = {"#3b6fb6", "#e8a33d", "#4c9a2a", "#c0392b", "#8e5fb5", "#2aa198", "#b5a06a", "#555555"};
+
 }  // namespace
 
 std::string run_plot_svg(const RunLog& log, const std::string& title) {
   const double x_lo = (double)log.steps.front().step, x_hi = (double)log.steps.back().step;
-  const char* palette[] = {"#3b6fb6", "#e8a33d", "#4c9a2a", "#c0392b", "#8e5fb5", "#2aa198", "#b5a06a", "#555555"};
 
-  Series train{"training loss", palette[0], "train-loss", {}, false, false, "no finite training loss"};
-  Series tokens{"tokens/s", palette[2], "tokens-per-s", {}, false, false, "no tokens/s in the log"};
+  Series train{"training loss", kPalette[0], "train-loss", {}, false, false, "no finite training loss"};
+  Series tokens{"tokens/s", kPalette[2], "tokens-per-s", {}, false, false, "no tokens/s in the log"};
   for (const RunLog::Step& s : log.steps) {
     if (std::isfinite(s.loss)) train.points.emplace_back((double)s.step, s.loss);
     if (std::isfinite(s.tokens_per_s)) tokens.points.emplace_back((double)s.step, s.tokens_per_s);
   }
   // The sampled estimates (the same first N windows each time) and the full ones: two series.
-  Series val{"validation loss", palette[1], "val-loss", {}, true, false,
+  Series val{"validation loss", kPalette[1], "val-loss", {}, true, false,
              "validation loss: none in the log yet"};
   std::set<int64_t> sampled_windows;
   for (const RunLog::Eval& e : log.evals) {
@@ -290,7 +292,7 @@ std::string run_plot_svg(const RunLog& log, const std::string& title) {
     val.name = str("validation, first ", *sampled_windows.begin(), " windows");
   else if (sampled_windows.size() > 1)
     val.name = "validation, first windows (N varies)";
-  Series full_val{"full validation", palette[3], "val-full-loss", {}, true, false, ""};
+  Series full_val{"full validation", kPalette[3], "val-full-loss", {}, true, false, ""};
   for (const RunLog::Eval& e : log.full_evals) full_val.points.emplace_back((double)e.step, e.val_loss);
   if (!log.full_evals.empty()) full_val.name = str("full validation (", log.full_evals.back().total, " windows)");
   std::vector<Series> loss_series = {train};
@@ -332,7 +334,7 @@ std::string run_plot_svg(const RunLog& log, const std::string& title) {
   if (busy_panel) {
     std::vector<Series> ranks;
     for (int r = 0; r < log.ranks; ++r) {
-      Series s{"rank " + std::to_string(r), palette[r % 8], "busy-rank", {}, false, false, ""};
+      Series s{"rank " + std::to_string(r), kPalette[r % 8], "busy-rank", {}, false, false, ""};
       for (const RunLog::Step& st : log.steps)
         if ((int)st.busy.size() > r && std::isfinite(st.busy[r])) s.points.emplace_back((double)st.step, st.busy[r]);
       s.missing = "rank " + std::to_string(r) + ": no busy share";
@@ -341,6 +343,61 @@ std::string run_plot_svg(const RunLog& log, const std::string& title) {
     draw_panel(o, top, "busy share of each rank (compute / step time)", "busy", x_lo, x_hi, 0.0, 1.0, ranks, false,
                true);
   }
+  svg_end(o);
+  return o;
+}
+
+double wall_time_s(const RunLog& log, int64_t step) {
+  double ms = 0;
+  for (const RunLog::Step& s : log.steps) {
+    if (s.step > step) break;
+    ms += s.ms;
+  }
+  return ms / 1e3;
+}
+
+std::string runs_plot_svg(const std::vector<RunLog>& logs, const std::vector<std::string>& labels, Axis x,
+                          const std::string& title) {
+  GPUMIX_CHECK_INPUT(!logs.empty(), "no runs to draw");
+  GPUMIX_CHECK_INPUT(labels.size() == logs.size(), logs.size(), " runs but ", labels.size(),
+                     " labels; give one label per run");
+  std::vector<Series> series;
+  double x_lo = INFINITY, x_hi = -INFINITY;
+  for (size_t i = 0; i < logs.size(); ++i) {
+    const RunLog& log = logs[i];
+    Series s{labels[i], kPalette[i % 8], "run-val-loss", {}, true, false, labels[i] + ": no validation loss"};
+    for (const RunLog::Eval& e : log.evals) {
+      double at = (double)e.step;
+      if (x == Axis::kWallTime) {
+        at = wall_time_s(log, e.step);
+        GPUMIX_CHECK_INPUT(std::isfinite(at), log.path, ": a step up to ", e.step, " has no 'ms' field, so its "
+                           "validation cannot be placed in time; draw it against the step instead");
+      }
+      s.points.emplace_back(at, e.val_loss);
+    }
+    const double end = x == Axis::kWallTime ? wall_time_s(log, log.steps.back().step) : (double)log.steps.back().step;
+    if (std::isfinite(end)) x_hi = std::max(x_hi, end);
+    x_lo = std::min(x_lo, x == Axis::kWallTime ? 0.0 : (double)log.steps.front().step);
+    series.push_back(std::move(s));
+  }
+  if (!logs[0].evals.empty()) {  // the loss every other run is timed to
+    const double target = logs[0].evals.back().val_loss;
+    series.push_back(Series{str(labels[0], "'s last, ", tick_label(target, 0.001, false)), "#777777", "target",
+                            {{x_lo, target}, {x_hi, target}}, false, true, ""});
+  }
+  std::set<int64_t> windows;
+  for (const RunLog& log : logs)
+    for (const RunLog::Eval& e : log.evals) windows.insert(e.windows);
+  const std::string panel =
+      windows.size() == 1 && *windows.begin() > 0 ? str("validation loss, first ", *windows.begin(), " windows")
+                                                  : "validation loss";
+  std::string o;
+  svg_begin(o, kWidth, 60 + kPanelHeight + 10);
+  svg_text(o, kPlotLeft, 24, title, " font-size='15' font-weight='bold'");
+  svg_text(o, kPlotLeft, 42, str(logs.size(), " runs; ", x == Axis::kWallTime ? "training wall time: the sum of "
+                                 "the steps' ms, validation and start-up left out" : "by step"), " fill='#555'");
+  draw_panel(o, 50, panel, "nats/token", x_lo, x_hi, NAN, NAN, series, false, false,
+             x == Axis::kWallTime ? "training wall time, s" : "step");
   svg_end(o);
   return o;
 }

@@ -20,6 +20,7 @@ struct RunLog {
     int64_t step = 0;
     double loss = std::numeric_limits<double>::quiet_NaN();  // NaN: not finite (a skipped step)
     double tokens_per_s = std::numeric_limits<double>::quiet_NaN();
+    double ms = std::numeric_limits<double>::quiet_NaN();  // the step's wall time (validation not included)
     std::vector<double> busy;  // per rank, fractions of the step; empty on one rank
   };
   // A validation estimate: on the first `windows` validation windows (0: the log does not
@@ -45,5 +46,19 @@ struct RunLog {
 RunLog read_run_log(const std::string& path);
 
 std::string run_plot_svg(const RunLog& log, const std::string& title);
+
+// Several runs in one picture (`gpumix plot RUN RUN... --labels`): each run's validation
+// loss (the same first windows at every evaluation) against its training wall time (the
+// sum of its steps' ms up to the evaluation: validation and start-up left out) or against
+// its step, one colour per run, with the first run's last validation loss as a dashed line
+// (the loss the others are timed to). A log without step times (ms) cannot be drawn against
+// time: an InputError naming it.
+enum class Axis { kStep, kWallTime };
+std::string runs_plot_svg(const std::vector<RunLog>& logs, const std::vector<std::string>& labels, Axis x,
+                          const std::string& title);
+
+// Training wall time, in seconds, up to and including `step`: the sum of the logged steps'
+// ms (a resumed run's earlier steps as last logged). NaN when a step lacks its ms.
+double wall_time_s(const RunLog& log, int64_t step);
 
 }  // namespace gpumix::draw

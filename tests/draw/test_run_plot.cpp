@@ -253,5 +253,53 @@ TEST(RunPlot, UnreadableLogsAreClearErrors) {
              "has no step lines");
 }
 
+// A run of `steps` steps of `ms` each, evaluated every `every` with val_loss 7 - step / 100.
+std::string timed_log(int steps, double ms, int every, bool with_ms = true) {
+  std::string s;
+  for (int step = 1; step <= steps; ++step) {
+    s += "{\"step\":" + std::to_string(step) + ",\"loss\":7";
+    if (with_ms) s += ",\"ms\":" + std::to_string(ms);
+    if (step % every == 0) s += ",\"val_loss\":" + std::to_string(7.0 - step / 100.0) + ",\"val_windows\":4";
+    s += "}\n";
+  }
+  return s;
+}
+
+// Several runs against wall time (`gpumix plot A B --labels`): each run's evaluations placed
+// at the sum of its steps' ms, a dashed line at the first run's last validation loss.
+TEST(RunPlot, SeveralRunsAgainstWallTime) {
+  TempFolder t;
+  const RunLog slow = read_run_log(t.write("slow.jsonl", timed_log(20, 500, 10)));
+  const RunLog fast = read_run_log(t.write("fast.jsonl", timed_log(40, 100, 20)));
+  EXPECT_DOUBLE_EQ(wall_time_s(slow, 10), 5.0);
+  EXPECT_DOUBLE_EQ(wall_time_s(fast, 40), 4.0);
+  const std::string svg = runs_plot_svg({slow, fast}, {"every step", "local H=20"}, Axis::kWallTime, "cmp");
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_EQ(count(svg, "class='run-val-loss'"), 2);
+  EXPECT_EQ(polyline_points(svg, "run-val-loss"), 2);  // the first run: steps 10 and 20
+  EXPECT_HAS(svg, "every step&apos;s last, 6.800");  // escaped
+  EXPECT_HAS(svg, "local H=20");
+  EXPECT_HAS(svg, "training wall time, s");
+  EXPECT_HAS(svg, "validation loss, first 4 windows");
+  // The x axis spans the longest run: 20 x 0.5 s = 10 s; a tick at 10 exists.
+  EXPECT_HAS(svg, ">10</text>");
+  // Against step the same runs need no ms.
+  const RunLog untimed = read_run_log(t.write("untimed.jsonl", timed_log(20, 0, 10, false)));
+  EXPECT_TRUE(std::isnan(wall_time_s(untimed, 10)));
+  EXPECT_EQ(xml_problem(runs_plot_svg({untimed, fast}, {"a", "b"}, Axis::kStep, "by step")), "");
+  try {
+    runs_plot_svg({untimed, fast}, {"a", "b"}, Axis::kWallTime, "x");
+    ADD_FAILURE() << "a log without ms drew against time";
+  } catch (const InputError& e) {
+    EXPECT_HAS(std::string(e.what()), "has no 'ms' field");
+  }
+  try {
+    runs_plot_svg({slow, fast}, {"a"}, Axis::kWallTime, "x");
+    ADD_FAILURE() << "a missing label was accepted";
+  } catch (const InputError& e) {
+    EXPECT_HAS(std::string(e.what()), "2 runs but 1 labels");
+  }
+}
+
 }  // namespace
 }  // namespace gpumix::draw
