@@ -371,7 +371,9 @@ case ${1:-} in
     [ $# -gt 0 ] || die "with needs a command after --"
     need_root with
     export GPUMIX_CLUSTER_OWNER=$$
-    trap 'cmd_down' EXIT
+    # Down only if this process made it: an `up` refused because another cluster of this
+    # prefix is up must leave that one alone (it used to tear it down, killing its runs).
+    trap '[ "$(cat "$state/owner" 2>/dev/null)" != $$ ] || cmd_down' EXIT
     trap 'note "interrupted"; exit 130' INT TERM
     cmd_up "${up_args[@]}"
     # In the background with `wait`, so that a signal to this script tears down at once
