@@ -63,6 +63,10 @@ def main():
         runs = {(k, n): read_run(os.path.join(folder, f"r{k}-{n}"), steps, tps)
                 for k in range(1, rounds + 1) for n in names}
         print(f"\n### {nodes} nodes, links at {rate}\n")
+        auto = json.load(open(os.path.join(folder, "plan-auto.json")))
+        kept = [r["node_name"] for r in auto["ranks"] if not r.get("left_out")]
+        print(f"`gpumix plan` left to itself (every-step) keeps {len(kept)} of {len(auto['ranks'])} nodes "
+              f"({', '.join(kept)}), predicted step {auto['predicted']['step_s'] * 1e3:.0f} ms.\n")
         print("| mode | val loss at the budget (all windows) | training wall time, s | vs every-step on all nodes "
               "| bytes across the links per token | reaches the target at, s | vs every-step on all nodes "
               "| most a group waited in an outer period |")
