@@ -132,7 +132,7 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--sync", sync,
                  "every-step (default: every gradient synchronised every step), or local:H: the ranks train "
                  "in groups that exchange their parameter change every H steps through an outer optimizer "
-                 "(DiLoCo-style; no checkpoints yet)");
+                 "(DiLoCo-style; checkpoints right after an outer step)");
   app.add_option("--groups", engine.sync.groups,
                  "with --sync local:H: N groups of consecutive ranks (default: one group per node)");
   app.add_option("--outer-lr", engine.sync.outer_lr, "with --sync local:H: the outer optimizer's learning rate (default 0.7)");
