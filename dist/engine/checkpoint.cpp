@@ -70,7 +70,7 @@ void read_mean_into(const std::vector<ParamInfo>& layout, const CheckpointReader
 
 std::string sync_text(const LocalSync& s) {
   return str("--sync local:", s.every, " (outer lr ", s.outer_lr, ", momentum ", s.outer_momentum,
-             s.nesterov ? ", Nesterov)" : ", plain momentum)");
+             s.nesterov ? ", Nesterov)" : ", plain)");
 }
 
 std::string weights_text(const std::vector<double>& weights) {
@@ -105,8 +105,8 @@ std::string resume_rule(const SavedGroups& saved, const OuterStep* outer) {
     add("no outer state in the checkpoint (an every-step run's): the outer copy starts from its master weights, "
         "the outer momentum from zero");
   } else if (saved.local) {
-    add(str("no outer step in this run: the outer momentum (", saved.outer_steps, " outer steps, ",
-            sync_text(saved.sync), ") is dropped, the master weights are the outer copy"));
+    add(str("no outer step in this run: the outer momentum of ", sync_text(saved.sync), " after ", saved.outer_steps,
+            " outer steps is dropped, the master weights are the outer copy"));
   }
   return rule;
 }
@@ -222,8 +222,9 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
     meta.extra = {{"lr", o.lr}, {"steps", o.steps}, {"seq", o.seq > 0 ? o.seq : (int64_t)config.T}, {"dtype", dtype_name(dtype)}};
     if (outer) {
       const LocalSync& sync = outer->sync();
-      meta.extra["local"] = {{"every", sync.every}, {"outer_lr", sync.outer_lr}, {"outer_momentum", sync.outer_momentum},
-                             {"nesterov", sync.nesterov}, {"groups", outer->groups()}, {"weights", outer->weights()},
+      meta.extra["local"] = {{"every", sync.every}, {"outer_lr", sync.outer_lr},
+                             {"outer_momentum", sync.outer_momentum}, {"nesterov", sync.nesterov},
+                             {"groups", outer->groups()}, {"weights", outer->weights()},
                              {"outer_steps", outer->steps()}};
     }
     attempt([&] {
@@ -253,7 +254,8 @@ int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& e
     for (size_t i = 0; i < slices.size(); ++i) {
       const OwnedSlice& s = slices[i];
       read_into(layout, reader, "master", s.flat_offset, s.master);
-      for (const auto& [name, moment] : {std::pair<const char*, Tensor*>{"adam_m", &s.opt->m()}, {"adam_v", &s.opt->v()}}) {
+      const std::pair<const char*, Tensor*> moments[] = {{"adam_m", &s.opt->m()}, {"adam_v", &s.opt->v()}};
+      for (const auto& [name, moment] : moments) {
         if (saved.groups == groups) read_into(layout, reader, group_array(name, group), s.flat_offset, *moment);
         else read_mean_into(layout, reader, name, saved.weights, s.flat_offset, *moment);
       }
