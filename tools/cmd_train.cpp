@@ -89,7 +89,8 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--eval-interval", o.eval_interval, "steps between validation passes (0: end only)");
   app.add_option("--eval-windows", o.eval_windows, "validation windows of every evaluation, the same first N each time (0: all); the last step "
                  "also measures all of them (logged as val_full_loss)");
-  app.add_option("--ckpt-interval", o.ckpt_interval, "steps between checkpoints (0: end only)");
+  app.add_option("--ckpt-interval", o.ckpt_interval,
+                 "steps between checkpoints (0: end only; with --sync local:H a multiple of H)");
   app.add_option("--keep-checkpoints", o.keep_checkpoints,
                  "keep the newest N checkpoints, deleting older ones once a newer one is complete (0: all)");
   app.add_option("--seed", o.seed, "random seed (initialisation and batch order)");
@@ -132,7 +133,7 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--sync", sync,
                  "every-step (default: every gradient synchronised every step), or local:H: the ranks train "
                  "in groups that exchange their parameter change every H steps through an outer optimizer "
-                 "(DiLoCo-style; no checkpoints yet)");
+                 "(DiLoCo-style; checkpoints right after an outer step)");
   app.add_option("--groups", engine.sync.groups,
                  "with --sync local:H: N groups of consecutive ranks (default: one group per node)");
   app.add_option("--outer-lr", engine.sync.outer_lr, "with --sync local:H: the outer optimizer's learning rate (default 0.7)");

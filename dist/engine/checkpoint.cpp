@@ -1,6 +1,7 @@
 #include "dist/engine/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -24,23 +25,140 @@ Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device
 // Files hold the saved layout (the flat one without the vocabulary's padding, nn/gpt.h
 // gpt_saved_runs): a slice [offset, offset + n) of the flat layout moves run by run; its
 // padding elements are in no file and read as zeros.
-void write_runs(const std::vector<ParamInfo>& layout, const std::string& tmp, const char* name, int64_t offset,
+void write_runs(const std::vector<ParamInfo>& layout, const std::string& tmp, const std::string& name, int64_t offset,
                 const Tensor& src) {
   const Tensor host = host_copy(src);
   for (const SavedRun& r : gpt_saved_runs(layout, offset, src.numel()))
     CheckpointWriter::write_slice(tmp, name, r.saved, host.data<float>() + (r.flat - offset), r.count);
 }
 
-void read_into(const std::vector<ParamInfo>& layout, const CheckpointReader& reader, const char* name,
+// Elements [offset, offset + n) of the flat layout from the array `name`: padding zero.
+void read_runs(const std::vector<ParamInfo>& layout, const CheckpointReader& reader, const std::string& name,
+               int64_t offset, float* host, int64_t n) {
+  std::fill(host, host + n, 0.0f);
+  for (const SavedRun& r : gpt_saved_runs(layout, offset, n))
+    reader.read_slice(name, r.saved, host + (r.flat - offset), r.count);
+}
+
+void read_into(const std::vector<ParamInfo>& layout, const CheckpointReader& reader, const std::string& name,
                int64_t offset, const Tensor& dst) {
+  fill_through_host(dst, [&](float* host, int64_t n) { read_runs(layout, reader, name, offset, host, n); });
+}
+
+// Group g's array of a local-mode checkpoint: group 0's under the usual name (adam_m), the
+// others' beside it (adam_m.g1, ...).
+std::string group_array(const char* name, int group) {
+  return group == 0 ? std::string(name) : str(name, ".g", group);
+}
+
+// The token-weighted mean over the saved groups of their arrays `name`, in double, in group
+// order: the same bits on every rank. One group of weight 1 reads as it is.
+void read_mean_into(const std::vector<ParamInfo>& layout, const CheckpointReader& reader, const char* name,
+                    const std::vector<double>& weights, int64_t offset, const Tensor& dst) {
+  double total = 0;
+  for (double w : weights) total += w;
   fill_through_host(dst, [&](float* host, int64_t n) {
-    std::fill(host, host + n, 0.0f);
-    for (const SavedRun& r : gpt_saved_runs(layout, offset, n))
-      reader.read_slice(name, r.saved, host + (r.flat - offset), r.count);
+    std::vector<double> sum((size_t)n, 0.0);
+    std::vector<float> one((size_t)n);
+    for (size_t g = 0; g < weights.size(); ++g) {
+      read_runs(layout, reader, group_array(name, (int)g), offset, one.data(), n);
+      for (int64_t j = 0; j < n; ++j) sum[j] += weights[g] * (double)one[j];
+    }
+    for (int64_t j = 0; j < n; ++j) host[j] = (float)(sum[j] / total);
   });
 }
 
+std::string sync_text(const LocalSync& s) {
+  return str("--sync local:", s.every, " (outer lr ", s.outer_lr, ", momentum ", s.outer_momentum,
+             s.nesterov ? ", Nesterov)" : ", plain)");
+}
+
+std::string weights_text(const std::vector<double>& weights) {
+  std::string text;
+  for (double w : weights) text += str(text.empty() ? "" : ", ", w);
+  return text;
+}
+
+// What a resume does with a checkpoint's groups in this run (checkpoint.h), in words.
+std::string resume_rule(const SavedGroups& saved, const OuterStep* outer) {
+  const int groups = outer ? outer->groups() : 1;
+  std::string rule;
+  if (saved.groups == groups) {
+    if (groups > 1) rule = str(groups, " groups as saved, each with its own AdamW moments");
+  } else if (saved.groups == 1) {
+    rule = str("the checkpoint's AdamW moments are one group's (every-step training); each of this run's ",
+               groups, " groups starts from them");
+  } else {
+    rule = str("the checkpoint holds the AdamW moments of ", saved.groups, " groups (token weights ",
+               weights_text(saved.weights), "); ",
+               groups == 1 ? std::string("this run trains as one group (every-step training), which starts")
+                           : str("each of this run's ", groups, " groups starts"),
+               " from their token-weighted mean");
+  }
+  auto add = [&](const std::string& part) { rule += str(rule.empty() ? "" : "; ", part); };
+  if (outer && saved.local) {
+    add(str("the outer momentum after ", saved.outer_steps, " outer steps"));
+    if (saved.sync.every != outer->sync().every || saved.sync.outer_lr != outer->sync().outer_lr ||
+        saved.sync.outer_momentum != outer->sync().outer_momentum || saved.sync.nesterov != outer->sync().nesterov)
+      add(str("written with ", sync_text(saved.sync), ", continued with ", sync_text(outer->sync())));
+  } else if (outer) {
+    add("no outer state in the checkpoint (an every-step run's): the outer copy starts from its master weights, "
+        "the outer momentum from zero");
+  } else if (saved.local) {
+    add(str("no outer step in this run: the outer momentum of ", sync_text(saved.sync), " after ", saved.outer_steps,
+            " outer steps is dropped, the master weights are the outer copy"));
+  }
+  return rule;
+}
+
 }  // namespace
+
+SavedGroups saved_groups(const CheckpointReader& reader) {
+  SavedGroups saved;
+  const json& meta = reader.meta();
+  if (!meta.contains("extra") || !meta["extra"].is_object() || !meta["extra"].contains("local")) return saved;
+  const json& l = meta["extra"]["local"];
+  const std::string where = reader.dir() + "/meta.json: extra.local";
+  GPUMIX_CHECK_INPUT(l.is_object(), where, " must be an object, got ", l.dump());
+  auto integer = [&](const char* key, int least) {
+    GPUMIX_CHECK_INPUT(l.contains(key) && l[key].is_number_integer() && l[key].get<int64_t>() >= least &&
+                           l[key].get<int64_t>() <= (1 << 30),
+                       where, ".", key, " must be an integer of at least ", least, ", got ",
+                       l.contains(key) ? l[key].dump() : "nothing");
+    return (int)l[key].get<int64_t>();
+  };
+  auto number = [&](const char* key) {
+    GPUMIX_CHECK_INPUT(l.contains(key) && l[key].is_number() && std::isfinite(l[key].get<double>()), where, ".",
+                       key, " must be a finite number, got ", l.contains(key) ? l[key].dump() : "nothing");
+    return l[key].get<double>();
+  };
+  saved.local = true;
+  saved.groups = integer("groups", 1);
+  saved.sync.local = true;
+  saved.sync.every = integer("every", 1);
+  saved.sync.outer_lr = (float)number("outer_lr");
+  saved.sync.outer_momentum = (float)number("outer_momentum");
+  GPUMIX_CHECK_INPUT(l.contains("nesterov") && l["nesterov"].is_boolean(), where, ".nesterov must be true or false");
+  saved.sync.nesterov = l["nesterov"].get<bool>();
+  saved.outer_steps = integer("outer_steps", 0);
+  const json& w = l.contains("weights") ? l["weights"] : json();
+  GPUMIX_CHECK_INPUT(w.is_array() && (int)w.size() == saved.groups, where, ".weights must hold one number per group (",
+                     saved.groups, "), got ", w.dump());
+  saved.weights.clear();
+  for (const json& x : w) {
+    GPUMIX_CHECK_INPUT(x.is_number() && std::isfinite(x.get<double>()) && x.get<double>() > 0, where,
+                       ".weights must be positive numbers, got ", w.dump());
+    saved.weights.push_back(x.get<double>());
+  }
+  std::vector<std::string> needed = {"outer_momentum"};
+  for (int g = 1; g < saved.groups; ++g)
+    for (const char* name : {"adam_m", "adam_v"}) needed.push_back(group_array(name, g));
+  for (const std::string& name : needed)
+    GPUMIX_CHECK_INPUT(reader.has_array(name), "checkpoint ", reader.dir(), " was written in local mode with ",
+                       saved.groups, " groups (meta.json extra.local) but lists no array '", name, "' (", name,
+                       ".bin): it is incomplete; resume from another checkpoint of the run");
+  return saved;
+}
 
 void fill_through_host(Tensor dst, const std::function<void(float*, int64_t)>& read) {
   Tensor host = dst.device().is_cpu() ? dst : Tensor::empty(dst.shape(), DType::f32, Device::cpu());
@@ -50,7 +168,7 @@ void fill_through_host(Tensor dst, const std::function<void(float*, int64_t)>& r
 
 std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DType dtype,
                             const Work& work, Engine& engine, Comm& comm, int step,
-                            uint64_t tokenizer_hash) {
+                            uint64_t tokenizer_hash, const OuterStep* outer) {
   const int64_t P = config.saved_params();
   const std::vector<ParamInfo> layout = gpt_param_layout(config);
   // The temporary folder's nonce: the step and a number rank 0 draws for this save (a sum
@@ -68,15 +186,25 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
       error = local_error_of(e);
     }
   };
-  if (comm.rank() == 0)
-    attempt([&] { tmp = writer.begin(o.out, step, {{"master", P}, {"adam_m", P}, {"adam_v", P}}, nonce); });
+  // Local mode: every group's moments, group 0's master and outer momentum (checkpoint.h).
+  const int group = outer ? outer->group() : 0;
+  std::vector<CheckpointArraySpec> arrays = {{"master", P}, {"adam_m", P}, {"adam_v", P}};
+  if (outer) {
+    for (int g = 1; g < outer->groups(); ++g)
+      for (const char* name : {"adam_m", "adam_v"}) arrays.push_back({group_array(name, g), P});
+    arrays.push_back({"outer_momentum", P});
+  }
+  if (comm.rank() == 0) attempt([&] { tmp = writer.begin(o.out, step, arrays, nonce); });
   comm.agree("checkpoint: preparing step " + std::to_string(step), {}, error);
   attempt([&] {
     if (!engine.primary_replica()) return;  // the first group writes; replicas hold the same
-    for (const OwnedSlice& s : engine.slices()) {
-      write_runs(layout, tmp, "master", s.flat_offset, s.master);
-      write_runs(layout, tmp, "adam_m", s.flat_offset, s.opt->m());
-      write_runs(layout, tmp, "adam_v", s.flat_offset, s.opt->v());
+    const std::vector<OwnedSlice> slices = engine.slices();
+    for (size_t i = 0; i < slices.size(); ++i) {
+      const OwnedSlice& s = slices[i];
+      if (group == 0) write_runs(layout, tmp, "master", s.flat_offset, s.master);
+      write_runs(layout, tmp, group_array("adam_m", group), s.flat_offset, s.opt->m());
+      write_runs(layout, tmp, group_array("adam_v", group), s.flat_offset, s.opt->v());
+      if (outer && group == 0) write_runs(layout, tmp, "outer_momentum", s.flat_offset, outer->momentum()[i]);
     }
   });
   fault_point(comm.rank(), "checkpoint");
@@ -92,6 +220,13 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
     for (const RankWork& w : work.ranks) ranks.push_back({{"batch", w.batch}, {"micro_batch", w.micro_batch}, {"share", w.share}});
     meta.plan = {{"ranks", ranks}, {"global_batch", o.batch}, {"group_size", work.sharding.group_size}};
     meta.extra = {{"lr", o.lr}, {"steps", o.steps}, {"seq", o.seq > 0 ? o.seq : (int64_t)config.T}, {"dtype", dtype_name(dtype)}};
+    if (outer) {
+      const LocalSync& sync = outer->sync();
+      meta.extra["local"] = {{"every", sync.every}, {"outer_lr", sync.outer_lr},
+                             {"outer_momentum", sync.outer_momentum}, {"nesterov", sync.nesterov},
+                             {"groups", outer->groups()}, {"weights", outer->weights()},
+                             {"outer_steps", outer->steps()}};
+    }
     attempt([&] {
       dir = writer.commit(meta);
       fault_point(comm.rank(), "prune");  // between the commit and the deletion of old ones
@@ -103,7 +238,7 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
 }
 
 int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& engine, Comm& comm,
-                    uint64_t tokenizer_hash) {
+                    uint64_t tokenizer_hash, OuterStep* outer) {
   std::string error;
   int64_t step = -1;
   try {
@@ -113,14 +248,27 @@ int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& e
                        "checkpoint ", reader.dir(), " was trained with another tokenizer; resume with the "
                        "run's own (--tokenizer <run>/tokenizer.bpe)");
     const std::vector<ParamInfo> layout = gpt_param_layout(config);
-    for (const OwnedSlice& s : engine.slices()) {
+    const SavedGroups saved = saved_groups(reader);
+    const int group = outer ? outer->group() : 0, groups = outer ? outer->groups() : 1;
+    const std::vector<OwnedSlice> slices = engine.slices();
+    for (size_t i = 0; i < slices.size(); ++i) {
+      const OwnedSlice& s = slices[i];
       read_into(layout, reader, "master", s.flat_offset, s.master);
-      read_into(layout, reader, "adam_m", s.flat_offset, s.opt->m());
-      read_into(layout, reader, "adam_v", s.flat_offset, s.opt->v());
+      const std::pair<const char*, Tensor*> moments[] = {{"adam_m", &s.opt->m()}, {"adam_v", &s.opt->v()}};
+      for (const auto& [name, moment] : moments) {
+        if (saved.groups == groups) read_into(layout, reader, group_array(name, group), s.flat_offset, *moment);
+        else read_mean_into(layout, reader, name, saved.weights, s.flat_offset, *moment);
+      }
+      if (outer && saved.local) read_into(layout, reader, "outer_momentum", s.flat_offset, outer->momentum()[i]);
+      if (outer && !saved.local) outer->momentum()[i].zero_();
     }
     engine.sync_compute_params();
+    if (outer) outer->restart(engine, saved.local ? saved.outer_steps : 0);
     step = reader.step();
-    if (comm.rank() == 0) log_info("resumed from ", reader.dir(), " (step ", step, ")");
+    if (comm.rank() == 0) {
+      const std::string rule = resume_rule(saved, outer);
+      log_info("resumed from ", reader.dir(), " (step ", step, ")", rule.empty() ? "" : ": ", rule);
+    }
   } catch (const std::exception& e) {
     error = local_error_of(e);
   }

@@ -2,6 +2,23 @@
 // the fp32 master weights and AdamW moments (Engine::slices), so a checkpoint does not
 // depend on the plan that wrote it and resumes under any other, in either compute dtype
 // (a bf16 run's compute copy is rebuilt from the master it reads).
+//
+// Local mode (--sync local:H with more than one group, dist/engine/outer_step.h) saves right
+// after an outer step, where every group's master weights are the outer copy: master.bin
+// holds them all, and beside the usual files (which are group 0's, so every reader of
+// master.bin and adam_*.bin works as before)
+//   adam_m.g1.bin, adam_v.g1.bin, ...   group g's own AdamW moments, g = 1 .. G-1
+//   outer_momentum.bin                  the outer optimizer's momentum
+// each full length and written slice by slice like master.bin; meta.json's extra.local says
+// {every, outer_lr, outer_momentum, nesterov, groups, weights (each group's share of the
+// batch's tokens), outer_steps}. A resume reads the master weights and
+//   - as many groups as saved: group g its own moments (bitwise the run that went on);
+//   - another number of groups (a node lost, --groups changed, every-step mode, which is one
+//     group): every group the token-weighted mean of the saved groups' moments (an
+//     every-step checkpoint is one group of weight 1: its moments as they are);
+//   - the outer momentum where both have one; from an every-step checkpoint zero, the outer
+//     copy the master weights; in a run without an outer step it is dropped.
+// Each case is said on rank 0, as is a change of H or of the outer optimizer's settings.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +29,7 @@
 #include "core/dtype.h"
 #include "dist/comm/comm.h"
 #include "dist/engine/engine.h"
+#include "dist/engine/outer_step.h"
 #include "dist/plan/work.h"
 #include "nn/checkpoint.h"
 #include "nn/gpt_config.h"
@@ -22,14 +40,28 @@ namespace gpumix::dist {
 // Writes step `step` under o.out (rank 0 prepares and commits, every rank writes its
 // slices; all agree on each stage), then keeps only the newest o.keep_checkpoints (when
 // set). Returns the committed folder on rank 0, "" elsewhere. meta.json's "extra" records
-// the compute dtype (checkpoint_dtype).
+// the compute dtype (checkpoint_dtype). `outer`: local mode's outer step, just taken (null:
+// every-step, or one group).
 std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DType dtype,
                             const Work& work, Engine& engine, Comm& comm, int step,
-                            uint64_t tokenizer_hash);
+                            uint64_t tokenizer_hash, const OuterStep* outer = nullptr);
 
-// Reads this rank's slices; returns the checkpoint's step (the same on every rank).
+// Reads this rank's slices; returns the checkpoint's step (the same on every rank). `outer`:
+// this run's outer step (null: one group), restarted from what was read.
 int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& engine, Comm& comm,
-                    uint64_t tokenizer_hash);
+                    uint64_t tokenizer_hash, OuterStep* outer = nullptr);
+
+// What a checkpoint's meta.json says of local mode (extra.local; an every-step checkpoint:
+// one group of weight 1, no outer state). Throws InputError naming a malformed field, and
+// one naming the missing array of a local checkpoint.
+struct SavedGroups {
+  bool local = false;  // written in local mode: it holds the outer momentum
+  int groups = 1;
+  std::vector<double> weights = {1.0};  // each group's share of the batch's tokens
+  LocalSync sync;                       // H and the outer optimizer's settings (local only)
+  int outer_steps = 0;
+};
+SavedGroups saved_groups(const CheckpointReader& reader);
 
 // Fills `dst` (f32, on any device) with read(host, n), which writes n floats at host: in
 // place on a CPU, through a host copy on a GPU (checkpoints, --init-from).

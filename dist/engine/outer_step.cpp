@@ -19,14 +19,12 @@ void check_local_sync(const LocalSync& s, const TrainOptions& o, const Work* wor
   GPUMIX_CHECK_INPUT(!planner, "--sync local:", s.every, " runs a given plan (--batches/--micro-batches/--shares, or "
                      "a plan file); a planner does not size groups yet: drop --plan/--devices' planning or use --sync "
                      "every-step");
-  // Checkpoints would have to hold the outer copy and the momentum as well: refused rather
-  // than written without them.
-  GPUMIX_CHECK_INPUT(o.resume.empty(), "--resume with --sync local:", s.every,
-                     ": local mode's checkpoints (with the outer state) are not written yet, so there is none to "
-                     "resume; use --sync every-step to resume");
-  GPUMIX_CHECK_INPUT(o.ckpt_interval == 0, "--ckpt-interval ", o.ckpt_interval, " with --sync local:", s.every,
-                     ": local mode writes no checkpoints yet (they would lose the outer state); drop --ckpt-interval "
-                     "or use --sync every-step");
+  // Checkpoints are taken right after an outer step, where one master holds every group's
+  // weights (outer_step.h).
+  GPUMIX_CHECK_INPUT(o.ckpt_interval % s.every == 0, "--ckpt-interval ", o.ckpt_interval, " is not a multiple of H = ",
+                     s.every, ": local mode's checkpoints are written right after an outer step, where every group "
+                     "holds the same weights; give --ckpt-interval ", s.every * std::max(1, o.ckpt_interval / s.every),
+                     " (or 0: at the end only)");
   // Between outer steps the groups hold different weights: validation (split over every
   // rank) runs only where they agree.
   GPUMIX_CHECK_INPUT(o.eval_interval % s.every == 0, "--eval-interval ", o.eval_interval, " is not a multiple of H = ",
@@ -57,11 +55,14 @@ void check_local_sync(const LocalSync& s, const TrainOptions& o, const Work* wor
   }
 }
 
-OuterStep::OuterStep(const LocalSync& sync, Comm& comm, Comm& group_comm, double weight, int64_t params,
+OuterStep::OuterStep(const LocalSync& sync, Comm& comm, Comm& group_comm, int group, double weight, int64_t params,
                      Engine& engine, Device host)
-    : sync_(sync), group_(group_comm), weight_(weight), params_(params), host_(host) {
+    : sync_(sync), group_(group_comm), group_id_(group), weight_(weight), params_(params), host_(host) {
   leaders_ = comm.split(group_comm.rank() == 0 ? 0 : 1);
   groups_ = (int)comm.all_reduce_sum(group_comm.rank() == 0 ? 1.0 : 0.0);
+  // Sums of one leader's weight and zeros: exact, the same on every rank.
+  for (int g = 0; g < groups_; ++g)
+    weights_.push_back(comm.all_reduce_sum(group_comm.rank() == 0 && group == g ? weight : 0.0));
   for (const OwnedSlice& s : engine.slices()) {
     outer_.push_back(s.master.device() == host_ ? s.master.clone() : s.master.to(host_));
     momentum_.push_back(Tensor::zeros(s.master.shape(), DType::f32, host_));
@@ -113,6 +114,14 @@ void OuterStep::step(Engine& engine) {
   }
   engine.sync_compute_params();
   ++steps_;
+}
+
+void OuterStep::restart(Engine& engine, int steps) {
+  const std::vector<OwnedSlice> slices = engine.slices();
+  GPUMIX_CHECK(slices.size() == outer_.size(), "outer step: the engine has ", slices.size(), " slices, the outer "
+               "state ", outer_.size(), " (resharded in between?)");
+  for (size_t i = 0; i < slices.size(); ++i) outer_[i].copy_from(slices[i].master);
+  steps_ = steps;
 }
 
 }  // namespace gpumix::dist

@@ -23,6 +23,14 @@
 //      applies the outer optimizer to its own slices.
 // P: the model's parameters. One group has nobody to synchronise with: no outer step, and
 // the run is every-step training exactly.
+//
+// Checkpoints (dist/engine/checkpoint.h) are written only right after an outer step: at
+// --ckpt-interval (a multiple of H), at the last step (which runs an outer step) and on
+// SIGTERM / SIGINT (which runs the outer step early, at the stop step). There every group's
+// master weights equal the outer copy, so one master.bin holds them all, and the state of
+// local mode is what is left: the outer momentum and each group's own AdamW moments (the
+// groups' gradients differed since the start). A resume continues exactly: the outer copy
+// is the master it reads.
 #pragma once
 
 #include <cstdint>
@@ -40,26 +48,39 @@ namespace gpumix::dist {
 
 // Every rule of local mode, before the run folder is touched: H >= 1, more than one rank,
 // --groups dividing the ranks, every group with tokens to train on (its ranks' batches in
-// `work`), and what local mode does not do yet (a planner, hybrid sharding, checkpoints and
-// resume, validation between outer steps). `node_of_rank` empty: the rules that need the
-// groups are left to the call that has them. Throws InputError naming the problem, the
-// numbers and the fix. Does nothing when !sync.local.
+// `work`), and what local mode does not do (a planner, hybrid sharding, checkpoints or
+// validation between outer steps). `node_of_rank` empty: the rules that need the groups are
+// left to the call that has them. Throws InputError naming the problem, the numbers and the
+// fix. Does nothing when !sync.local.
 void check_local_sync(const LocalSync& sync, const TrainOptions& o, const Work* work, int ranks,
                       const std::vector<int>& node_of_rank, bool planner);
 
 // One rank's part of the outer step. Collective over `comm` (every rank of the run).
 class OuterStep {
  public:
-  // `group_comm`: this rank's group; `weight`: its group's share of the global batch's
-  // tokens; `host`: the host memory the exchange goes through. Takes the engine's current
-  // master weights as the first outer copy.
-  OuterStep(const LocalSync& sync, Comm& comm, Comm& group_comm, double weight, int64_t params, Engine& engine,
-            Device host);
+  // `group_comm`: this rank's group, number `group` of the run's (0, 1, ...); `weight`: its
+  // group's share of the global batch's tokens; `host`: the host memory the exchange goes
+  // through. Takes the engine's current master weights as the first outer copy, and every
+  // group's weight from its leader.
+  OuterStep(const LocalSync& sync, Comm& comm, Comm& group_comm, int group, double weight, int64_t params,
+            Engine& engine, Device host);
 
   bool due(int step, int last) const { return step % sync_.every == 0 || step == last; }
   // The exchange and the outer optimizer; the engine's master weights become the new outer copy.
   void step(Engine& engine);
-  int steps() const { return steps_; }  // outer steps so far
+  int steps() const { return steps_; }  // outer steps so far (a resumed run's include the checkpoint's)
+  const LocalSync& sync() const { return sync_; }
+  int group() const { return group_id_; }
+  int groups() const { return groups_; }
+  // Every group's share of the global batch's tokens, by group (they sum to 1).
+  const std::vector<double>& weights() const { return weights_; }
+  // The outer momentum, per owned slice of the engine (slices()' order), on the host: what
+  // a checkpoint writes and a resume reads.
+  std::vector<Tensor>& momentum() { return momentum_; }
+  const std::vector<Tensor>& momentum() const { return momentum_; }
+  // After a resume wrote the engine's master weights (and momentum()): they are the outer
+  // copy (checkpoints are taken right after an outer step), `steps` outer steps done.
+  void restart(Engine& engine, int steps);
   // Bytes this rank sent to other groups in outer steps so far (0 but on a group's leader).
   int64_t cross_group_bytes() const { return cross_bytes_; }
 
@@ -67,8 +88,9 @@ class OuterStep {
   LocalSync sync_;
   Comm& group_;
   std::unique_ptr<Comm> leaders_;  // the groups' first ranks (on the others: unused)
-  int groups_;
+  int group_id_, groups_;
   double weight_;
+  std::vector<double> weights_;
   int64_t params_;
   Device host_;
   std::vector<Tensor> outer_, momentum_;  // per owned slice of the engine, on host_

@@ -192,6 +192,7 @@ class Training {
   void save_if_due(int step);
   void save_checkpoint_now(int step);
   bool stop_if_requested(int step);
+  void outer_step_now(int step);
 
   double evaluate(int64_t total);
   void take_rows();
@@ -262,6 +263,7 @@ class Training {
   std::vector<int> group_of_rank_;
   double group_weight_ = 1;
   std::unique_ptr<OuterStep> outer_;
+  int outer_at_ = -1;  // the step of the last outer step (local mode's checkpoints follow one)
   int start_ = 0;  // the step the run starts after (the checkpoint's when resuming)
   int saved_step_ = -1;  // the step of the checkpoint written last by this call
   RunReport report_;
@@ -418,8 +420,8 @@ void Training::make_engine() {
   const int groups =
       group_of_rank_.empty() ? 1 : *std::max_element(group_of_rank_.begin(), group_of_rank_.end()) + 1;
   if (groups > 1)
-    outer_ = std::make_unique<OuterStep>(engine_options_.sync, comm_, *group_comm_, group_weight_,
-                                         config_.total_params(), *engine_, host_);
+    outer_ = std::make_unique<OuterStep>(engine_options_.sync, comm_, *group_comm_, group_of_rank_[rank_],
+                                         group_weight_, config_.total_params(), *engine_, host_);
 }
 
 // --sync local:H: the ranks' groups, each with its communicator and its rows' share of the
@@ -443,7 +445,7 @@ void Training::form_groups() {
                                "with: every-step training")
                          : str("--sync local:", sync.every, ": ", groups, " groups, an outer step every ", sync.every,
                                " steps (outer lr ", sync.outer_lr, ", momentum ", sync.outer_momentum,
-                               sync.nesterov ? ", Nesterov" : "", "); local mode writes no checkpoints yet"));
+                               sync.nesterov ? ", Nesterov" : "", ")"));
 }
 
 // --init-from: every rank reads its own slices of the folder's weights (a resume reads the
@@ -465,7 +467,8 @@ void Training::init_from() {
 
 void Training::resume() {
   if (!resuming_) return;
-  start_ = load_checkpoint(o_.resume, config_, *engine_, comm_, run_.tokenizer_hash);
+  start_ = load_checkpoint(o_.resume, config_, *engine_, comm_, run_.tokenizer_hash, outer_.get());
+  outer_at_ = start_;  // a checkpoint is taken right after an outer step (outer_step.h)
   GPUMIX_CHECK_INPUT(start_ < o_.steps, "the checkpoint is at step ", start_, ", not before --steps ", o_.steps,
                      "; pass a larger --steps to train further");
 }
@@ -527,11 +530,10 @@ void Training::run_steps() {
 bool Training::stop_if_requested(int step) {
   const int signo = ranks_ > 1 ? (int)comm_.all_reduce_max((double)stop_requested()) : stop_requested();
   if (signo == 0) return false;
-  if (engine_options_.sync.local) {  // no checkpoint holds the outer state yet: said, not dropped silently
-    result_.stop_signal = signo;
-    if (lead_) log_info("step ", step, ": ", signal_name(signo), ": stopped after this step without a checkpoint "
-                        "(--sync local writes none yet)");
-    return true;
+  if (outer_ && outer_at_ != step) {  // local mode saves after an outer step: this one comes early
+    if (lead_) log_info("step ", step, ": ", signal_name(signo), ": the outer step of --sync local:",
+                        engine_options_.sync.every, " runs now, before the checkpoint");
+    outer_step_now(step);
   }
   if (saved_step_ != step) save_checkpoint_now(step);
   result_.stop_signal = signo;
@@ -554,12 +556,7 @@ void Training::run_step(int step) {
   }
   StepOutcome s = forward_backward(step);
   update(step, s);
-  if (outer_ && outer_->due(step, last_)) {
-    TraceSpan span(&tracer_, "outer step", "phase");
-    const double outer_t0 = detail::now_seconds();
-    outer_->step(*engine_);
-    engine_->wait_s += detail::seconds_since(outer_t0);  // mostly the exchange: a wait, not busy time
-  }
+  if (outer_ && outer_->due(step, last_)) outer_step_now(step);
   const StepTime t = time_step(t0);
   result_.train_loss = s.loss;
   std::optional<RunStart> first;  // the first step's line says what the whole run shares
@@ -571,6 +568,14 @@ void Training::run_step(int step) {
   save_if_due(step);
   result_.step = step;
   if (tracer_.complete(step)) write_trace();
+}
+
+void Training::outer_step_now(int step) {
+  TraceSpan span(&tracer_, "outer step", "phase");
+  const double t0 = detail::now_seconds();
+  outer_->step(*engine_);
+  engine_->wait_s += detail::seconds_since(t0);  // mostly the exchange: a wait, not busy time
+  outer_at_ = step;
 }
 
 void Training::write_trace() {
@@ -707,14 +712,18 @@ void Training::adopt(Work work) {
   memory().reset_peak();  // the final line compares the peak with the plan now running
 }
 
+// Local mode's --ckpt-interval is a multiple of H and its last step runs an outer step
+// (check_local_sync), so each of its checkpoints follows one.
 void Training::save_if_due(int step) {
-  if (engine_options_.sync.local) return;  // not yet: it would lose the outer state (check_local_sync)
   if ((o_.ckpt_interval > 0 && step % o_.ckpt_interval == 0) || step == last_) save_checkpoint_now(step);
 }
 
 void Training::save_checkpoint_now(int step) {
+  GPUMIX_CHECK(!outer_ || outer_at_ == step, "a checkpoint of step ", step, " in local mode, whose last outer step "
+               "was at ", outer_at_, ": it would lose the groups' weights");
   TraceSpan span(&tracer_, "checkpoint", "phase");
-  result_.checkpoint = save_checkpoint(o_, config_, dtype_.dtype, work_, *engine_, comm_, step, run_.tokenizer_hash);
+  result_.checkpoint = save_checkpoint(o_, config_, dtype_.dtype, work_, *engine_, comm_, step, run_.tokenizer_hash,
+                                       outer_.get());
   saved_step_ = step;
 }
 

@@ -13,15 +13,28 @@
 // - the outer step's arithmetic, exactly: three ranks in two groups of different layouts,
 //   numbers exact in bf16 but one (rounded to nearest even, as it is sent), two outer steps
 //   (the momentum's turn);
-// - every bad combination fails before the run folder exists, naming the numbers and the fix.
+// - every bad combination fails before the run folder exists, naming the numbers and the fix;
+// - checkpoints (dist/engine/checkpoint.h), taken right after an outer step, hold every
+//   group's moments and the outer momentum: a resume on the same groups continues bitwise,
+//   on other ranks with the same groups within the layouts' rounding; SIGTERM mid-period
+//   runs the outer step early and saves what --stop-at there saves; another number of
+//   groups (a node lost, every-step mode) starts from the token-weighted mean of the saved
+//   moments, exactly; an every-step checkpoint starts the outer state from its master
+//   weights; a local checkpoint missing a file or a field is refused by name.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <csignal>
+#include <cstring>
+#include <fstream>
 #include <mutex>
 
 #include "dist/comm/comm.h"
+#include "dist/engine/checkpoint.h"
 #include "dist/engine/outer_step.h"
+#include "dist/engine/stop.h"
 #include "dist/engine/trainer.h"
+#include "dist/engine/whole_model_engine.h"
 #include "engine_test_util.h"
 
 namespace gpumix::dist::test {
@@ -186,7 +199,7 @@ TEST(OuterStep, ExactOnTwoGroupsOfDifferentLayouts) {
     std::vector<float> mine(x0.begin() + begin, x0.begin() + end);
     SliceEngine engine(begin, mine);
     std::unique_ptr<Comm> group_comm = comm.split(group);
-    OuterStep outer(sync, comm, *group_comm, group == 0 ? 0.75 : 0.25, 4, engine, Device::cpu());
+    OuterStep outer(sync, comm, *group_comm, group, group == 0 ? 0.75 : 0.25, 4, engine, Device::cpu());
     for (int step = 0; step < 2; ++step) {  // each group moves by its delta from the outer copy
       for (int64_t j = begin; j < end; ++j) engine.data()[j - begin] -= delta[group][j];
       outer.step(engine);
@@ -221,8 +234,8 @@ TEST_F(LocalSyncTest, BadCombinationsFailBeforeTheRunFolder) {
        {"--groups 2 does not divide the 3 ranks", "a divisor of 3"}},
       {"no_tokens", make_work({8, 0}, {8, 1}, {0.5, 0.5}), local_sync(2, 2), {},
        {"group 1 (ranks 1) has no rows of the batch", "--batches"}},
-      {"ckpt", make_work({4, 4}, {4, 4}, {0.5, 0.5}), local_sync(2, 2), [](TrainOptions& o) { o.ckpt_interval = 2; },
-       {"--ckpt-interval 2 with --sync local:2", "writes no checkpoints yet"}},
+      {"ckpt", make_work({4, 4}, {4, 4}, {0.5, 0.5}), local_sync(4, 2), [](TrainOptions& o) { o.ckpt_interval = 6; },
+       {"--ckpt-interval 6 is not a multiple of H = 4", "right after an outer step", "--ckpt-interval 4"}},
       {"eval", make_work({4, 4}, {4, 4}, {0.5, 0.5}), local_sync(4, 2), [](TrainOptions& o) { o.eval_interval = 6; },
        {"--eval-interval 6 is not a multiple of H = 4", "--eval-interval 4"}},
   };
@@ -236,6 +249,234 @@ TEST_F(LocalSyncTest, BadCombinationsFailBeforeTheRunFolder) {
   }
   EXPECT_THROW(parse_sync("local:x"), InputError);
   EXPECT_THROW(parse_sync("sometimes"), InputError);
+}
+
+// ---- checkpoints and resume -------------------------------------------------------------
+
+// Four ranks in two groups of different layouts and token weights: {0, 1} with 5 of the 8
+// rows, {2, 3} with 3.
+Work four_ranks() { return make_work({3, 2, 2, 1}, {3, 2, 2, 1}, {0.3, 0.2, 0.25, 0.25}); }
+
+// The resumes' reference: 8 steps (2 of warm-up), an outer step every 2, a checkpoint every 4.
+TrainOptions straight_options(TrainOptions o) {
+  o.steps = 8;
+  o.warmup = 2;
+  o.ckpt_interval = 4;
+  return o;
+}
+
+std::vector<std::string> sorted_arrays(const std::string& ckpt) {
+  std::vector<std::string> names = CheckpointReader(ckpt).array_names();
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Every array of two checkpoints, bit for bit.
+void expect_same_arrays(const std::string& a, const std::string& b) {
+  ASSERT_EQ(sorted_arrays(a), sorted_arrays(b));
+  for (const std::string& name : sorted_arrays(a)) {
+    const std::vector<float> x = read_array(a, name), y = read_array(b, name);
+    ASSERT_EQ(x.size(), y.size());
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0) << name << " differs";
+  }
+}
+
+// The log of `resumed` (steps from + 1 on) against the same steps of `straight`, bit for bit.
+void expect_continues_bitwise(const std::string& resumed, const std::string& straight, int from) {
+  const std::vector<LogStep> a = read_log(resumed), b = read_log(straight);
+  ASSERT_EQ(a.size() + from, b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].step, b[i + from].step);
+    EXPECT_EQ(a[i].loss, b[i + from].loss) << "step " << a[i].step;
+    EXPECT_EQ(a[i].norm, b[i + from].norm) << "step " << a[i].step;
+  }
+}
+
+// A resume's first step computes its loss on the checkpoint's weights, whatever it does with
+// the moments: the straight run's loss of that step up to the layouts' rounding. Then it
+// keeps training: every later loss finite and below the straight run's first.
+void expect_resumes_from_the_weights(const std::string& resumed, const std::string& straight, int from) {
+  const std::vector<LogStep> a = read_log(resumed), b = read_log(straight);
+  ASSERT_EQ(a.size() + from, b.size());
+  EXPECT_NEAR(a[0].loss, b[from].loss, kLossRtol * b[from].loss) << "step " << a[0].step;
+  for (const LogStep& s : a) {
+    EXPECT_TRUE(std::isfinite(s.loss)) << "step " << s.step;
+    EXPECT_LT(s.loss, b[0].loss) << "step " << s.step;
+  }
+}
+
+TEST_F(LocalSyncTest, CheckpointsHoldEveryGroupAndResumeBitwise) {
+  const TrainOptions o = straight_options(options("straight"));
+  const Outcome straight = run_ranks(o, four_ranks(), local_sync(2, 2));
+  ASSERT_EQ(straight.error, "");
+  const std::string ckpt4 = o.out + "/ckpt-000004";
+  EXPECT_EQ(sorted_arrays(ckpt4), (std::vector<std::string>{"adam_m", "adam_m.g1", "adam_v", "adam_v.g1", "master",
+                                                            "outer_momentum"}));
+  const SavedGroups saved = saved_groups(CheckpointReader(ckpt4));
+  EXPECT_TRUE(saved.local);
+  EXPECT_EQ(saved.groups, 2);
+  EXPECT_EQ(saved.weights, (std::vector<double>{0.625, 0.375}));
+  EXPECT_EQ(saved.sync.every, 2);
+  EXPECT_EQ(saved.outer_steps, 2);
+  EXPECT_NE(read_array(ckpt4, "adam_m"), read_array(ckpt4, "adam_m.g1"));  // each group's own
+
+  // The same groups and ranks: steps 5-8 and every array as if never stopped.
+  TrainOptions r = o;
+  r.out = tmp_.file("resumed");
+  r.resume = ckpt4;
+  const Outcome resumed = run_ranks(r, four_ranks(), local_sync(2, 2));
+  ASSERT_EQ(resumed.error, "");
+  expect_continues_bitwise(r.out, o.out, 4);
+  expect_same_arrays(resumed.result.checkpoint, straight.result.checkpoint);
+  EXPECT_EQ(saved_groups(CheckpointReader(resumed.result.checkpoint)).outer_steps, 4);
+
+  // The same groups on two ranks, one each (whole-model engines), with the same rows: the
+  // same training up to the layouts' rounding, as GroupsWithDifferentLayoutsReduceAsEqualOnes.
+  r.out = tmp_.file("two_ranks");
+  ASSERT_EQ(run_ranks(r, make_work({5, 3}, {5, 3}, {0.5, 0.5}), local_sync(2, 2)).error, "");
+  const std::vector<double> straight_losses = losses_of(read_log(o.out));
+  const Mismatch m = compare(losses_of(read_log(r.out)),
+                             std::vector<double>(straight_losses.begin() + 4, straight_losses.end()), kLossRtol, 0);
+  EXPECT_LE(m.excess, 1) << describe(m, "losses");
+}
+
+TEST_F(LocalSyncTest, SigtermRunsTheOuterStepEarlyAndSaves) {
+  // A stop asked before the run: every rank stops after step 1, mid-period (H = 2). Its
+  // checkpoint is what --stop-at 1 saves (the last step runs the outer step too).
+  TrainOptions stop = options("sigterm"), at = options("stop_at");
+  stop.steps = at.steps = 6;
+  at.stop_at = 1;
+  request_stop(SIGTERM);
+  const Outcome stopped = run_ranks(stop, four_ranks(), local_sync(2, 2));
+  clear_stop_request();
+  ASSERT_EQ(stopped.error, "");
+  EXPECT_EQ(stopped.result.stop_signal, SIGTERM);
+  EXPECT_EQ(stopped.result.step, 1);
+  const Outcome ended = run_ranks(at, four_ranks(), local_sync(2, 2));
+  ASSERT_EQ(ended.error, "");
+  expect_same_arrays(stopped.result.checkpoint, ended.result.checkpoint);
+  EXPECT_EQ(saved_groups(CheckpointReader(stopped.result.checkpoint)).outer_steps, 1);
+  stop.resume = stop.out;
+  const Outcome rest = run_ranks(stop, four_ranks(), local_sync(2, 2));
+  ASSERT_EQ(rest.error, "");
+  EXPECT_EQ(rest.result.step, 6);
+  EXPECT_EQ(rest.result.stop_signal, 0);
+}
+
+TEST_F(LocalSyncTest, OtherNumbersOfGroupsStartFromTheMeanOfTheMoments) {
+  const TrainOptions o = straight_options(options("straight"));
+  ASSERT_EQ(run_ranks(o, four_ranks(), local_sync(2, 2)).error, "");
+  const std::string ckpt4 = o.out + "/ckpt-000004";
+
+  // The rule, exactly: one rank of one group reads master.bin and (5/8 m_0 + 3/8 m_1) / 1 in
+  // double, rounded once (checkpoint.h).
+  const GPTConfig config = config_from_json(CheckpointReader(ckpt4).model(), ckpt4);
+  run_local(1, [&](Comm& comm) {
+    AdamWConfig adam;
+    adam.weight_decay = o.weight_decay;
+    WholeModelEngine engine(config, Device::cpu(), DType::f32, o.seed, adam, false);
+    EXPECT_EQ(load_checkpoint(ckpt4, config, engine, comm, 0), 4);
+    const OwnedSlice slice = engine.slices()[0];
+    const std::vector<ParamInfo> layout = gpt_param_layout(config);
+    for (const char* name : {"master", "adam_m", "adam_v"}) {
+      const bool moment = name[0] == 'a';
+      const std::vector<float> g0 = read_array(ckpt4, name);
+      const std::vector<float> g1 = moment ? read_array(ckpt4, std::string(name) + ".g1") : g0;
+      const Tensor& got = !moment ? slice.master : name[5] == 'm' ? slice.opt->m() : slice.opt->v();
+      const float* x = got.data<float>();
+      int64_t wrong = 0;
+      for (const SavedRun& run : gpt_saved_runs(layout, 0, got.numel()))
+        for (int64_t j = 0; j < run.count; ++j) {
+          const int64_t k = run.saved + j;
+          const float want = moment ? (float)((0.625 * (double)g0[k] + 0.375 * (double)g1[k]) / 1.0) : g0[k];
+          wrong += x[run.flat + j] != want;
+        }
+      EXPECT_EQ(wrong, 0) << name;
+    }
+  });
+
+  // Three groups with another H (allowed, said); the node of a 2-node run lost (2 ranks on
+  // one node: one group, every-step training); every-step mode on 3 ranks. Each starts on
+  // the checkpoint's weights and trains on.
+  struct Resume {
+    const char* name;
+    Work work;
+    EngineOptions engine;
+    std::vector<int> nodes;
+    int groups_saved;  // in the final checkpoint (1: an every-step one)
+  };
+  const Resume resumes[] = {
+      {"three_groups", make_work({3, 3, 2}, {3, 3, 2}, {0.4, 0.3, 0.3}), local_sync(4, 3), {}, 3},
+      {"node_lost", make_work({4, 4}, {4, 4}, {0.5, 0.5}), local_sync(2, 0), {0, 0}, 1},
+      {"every_step", make_work({3, 3, 2}, {3, 3, 2}, {0.4, 0.3, 0.3}), {}, {}, 1},
+  };
+  for (const Resume& c : resumes) {
+    SCOPED_TRACE(c.name);
+    TrainOptions r = o;
+    r.out = tmp_.file(c.name);
+    r.resume = ckpt4;
+    const Outcome out = run_ranks(r, c.work, c.engine, c.nodes);
+    ASSERT_EQ(out.error, "");
+    expect_resumes_from_the_weights(r.out, o.out, 4);
+    const SavedGroups saved = saved_groups(CheckpointReader(out.result.checkpoint));
+    EXPECT_EQ(saved.groups, c.groups_saved);
+    if (c.groups_saved > 1) {
+      EXPECT_EQ(saved.outer_steps, 3);  // 2 saved, 1 at step 8 (H = 4)
+    }
+  }
+}
+
+TEST_F(LocalSyncTest, AnEveryStepCheckpointStartsTheOuterStateFromItsWeights) {
+  const TrainOptions o = straight_options(options("every_step"));
+  ASSERT_EQ(run_ranks(o, four_ranks(), {}).error, "");
+  TrainOptions r = o;
+  r.out = tmp_.file("local");
+  r.resume = o.out + "/ckpt-000004";
+  const Outcome local = run_ranks(r, four_ranks(), local_sync(2, 2));
+  ASSERT_EQ(local.error, "");
+  expect_resumes_from_the_weights(r.out, o.out, 4);
+  const SavedGroups saved = saved_groups(CheckpointReader(local.result.checkpoint));
+  EXPECT_EQ(saved.groups, 2);
+  EXPECT_EQ(saved.outer_steps, 2);  // steps 6 and 8: counted from this run's start
+}
+
+TEST_F(LocalSyncTest, BrokenLocalCheckpointsAreRefusedByName) {
+  TrainOptions o = options("straight");
+  o.steps = 4;
+  ASSERT_EQ(run_ranks(o, four_ranks(), local_sync(2, 2)).error, "");
+  const std::string ckpt = o.out + "/ckpt-000004";
+  struct Case {
+    const char* name;
+    std::function<void(const std::string& dir, nlohmann::json& meta)> breaks;
+    std::vector<const char*> says;
+  };
+  const std::vector<Case> cases = {
+      {"no_outer_file", [](const std::string& dir, nlohmann::json&) { fs::remove(dir + "/outer_momentum.bin"); },
+       {"outer_momentum.bin is missing"}},
+      {"unlisted_group", [](const std::string&, nlohmann::json& meta) {
+         nlohmann::json kept = nlohmann::json::array();
+         for (const nlohmann::json& a : meta["arrays"])
+           if (a["name"] != "adam_v.g1") kept.push_back(a);
+         meta["arrays"] = kept;
+       }, {"written in local mode with 2 groups", "lists no array 'adam_v.g1' (adam_v.g1.bin)", "another checkpoint"}},
+      {"weights", [](const std::string&, nlohmann::json& meta) { meta["extra"]["local"]["weights"] = {1.0}; },
+       {"meta.json: extra.local.weights must hold one number per group (2), got [1.0]"}},
+  };
+  for (const Case& c : cases) {
+    const std::string dir = tmp_.file(std::string("broken_") + c.name);
+    fs::copy(ckpt, dir);
+    nlohmann::json meta;
+    std::ifstream(dir + "/meta.json") >> meta;
+    c.breaks(dir, meta);
+    std::ofstream(dir + "/meta.json") << meta.dump(1);
+    TrainOptions r = o;
+    r.steps = 6;
+    r.out = tmp_.file(std::string("resumed_") + c.name);
+    r.resume = dir;
+    const Outcome out = run_ranks(r, four_ranks(), local_sync(2, 2));
+    EXPECT_NE(out.error, "") << c.name;
+    for (const char* s : c.says) EXPECT_NE(out.error.find(s), std::string::npos) << c.name << ": " << out.error;
+  }
 }
 
 }  // namespace
