@@ -909,6 +909,7 @@ TrainResult train(const TrainOptions& o, const Work& given_work, Comm& comm,
   // Local mode's rules before the run folder is touched (form_groups checks the plan it runs).
   check_local_sync(engine_options.sync, o, engine_options.planner.empty() ? &given_work : nullptr, comm.size(),
                    comm.node_of_rank());
+  check_local_sharding(engine_options.sync, engine_options.sharding);
   Training run(o, comm, engine_options);
   run.prepare_run_folder();
   run.load_data();

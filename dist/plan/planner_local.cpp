@@ -80,15 +80,19 @@ std::string ranks_text(const std::vector<int>& ranks) {
 
 }  // namespace
 
+void check_local_sharding(const LocalSync& sync, int group_size) {
+  GPUMIX_CHECK_INPUT(!sync.local || group_size <= 0, "--sharding ", group_size, " with --sync local:", sync.every,
+                     ": each group of local updates shards its state fully over its own ranks; drop --sharding "
+                     "(or choose the groups with --groups)");
+}
+
 LocalPlan plan_local(const Profile& profile, int64_t B, const LocalSync& sync, const std::string& planner,
                      const PlannerOptions& opts) {
   GPUMIX_CHECK_INPUT(sync.local, "plan_local needs --sync local:H, got every-step");
   const std::vector<std::string> names = planner_names();
   GPUMIX_CHECK_INPUT(std::find(names.begin(), names.end(), planner) != names.end(), "unknown planner '", planner,
                      "' for --sync local:", sync.every, "; give gpumix (auto), even, proportional or cephalo");
-  GPUMIX_CHECK_INPUT(opts.group_size <= 0, "--sharding ", opts.group_size, " with --sync local:", sync.every,
-                     ": each group of local updates shards its state fully over its own ranks; drop --sharding "
-                     "(or choose the groups with --groups)");
+  check_local_sharding(sync, opts.group_size);
   const int N = profile.num_ranks();
   check_sync_groups(sync, N, "this cluster", "describe more devices in the cluster file");
   LocalPlan l;

@@ -68,6 +68,10 @@ struct LocalPlan {
   bool planned() const { return error.empty(); }
 };
 
+// Hybrid sharding (group_size > 0, --sharding G) with local updates: an InputError naming the
+// flag and the fix (each group shards fully). Nothing when !sync.local.
+void check_local_sharding(const LocalSync& sync, int group_size);
+
 // Throws InputError for a bad --sync / --groups (dist/plan/sync.h: H < 1, one rank, groups
 // not dividing the ranks), a global batch that gives a group no rows, hybrid sharding asked
 // for (opts.group_size > 0: each group shards fully) and an unknown planner. A group that no
