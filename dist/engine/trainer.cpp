@@ -417,8 +417,7 @@ void Training::choose_plan(const Work& given_work) {
 // of them, which only an outer step could do; not done yet, and said so.
 void Training::plan_groups(Profile profile, const std::string& name) {
   const LocalSync& sync = engine_options_.sync;
-  PlannerOptions options;
-  options.allow_leave_out = false;  // the engine keeps every rank of a group in its collectives
+  PlannerOptions options;  // plan_local keeps every rank of a group, as the engine does
   options.group_size = engine_options_.sharding;
   local_plan_ = std::make_unique<LocalPlan>(plan_local(profile, o_.batch, sync, name, options));
   GPUMIX_CHECK_INPUT(local_plan_->planned(), "--sync local:", sync.every, ": ", local_plan_->error);

@@ -145,6 +145,10 @@ LocalPlan plan_local(const Profile& profile, int64_t B, const LocalSync& sync, c
   std::map<std::string, std::shared_ptr<const GroupPlan>> plans;
   PlannerOptions inside = opts;
   inside.group_size = 0;  // full sharding inside a group, as the engine's groups shard
+  // Every rank of a group takes part: the engine keeps them all in their group's collectives
+  // (dist/engine/replan.h), so a rank left out would still hold gathered units its memory
+  // model does not count; and the simulator predicts what a run runs.
+  inside.allow_leave_out = false;
   auto plan_of = [&](size_t g, int64_t rows) {
     std::shared_ptr<const GroupPlan>& slot = plans[group_key(profiles[g], rows)];
     if (!slot) {

@@ -6,7 +6,8 @@
 // The ranks form groups (sync_groups: one per node, or N of consecutive ranks). Each group is
 // an every-step run of its own: the planner's plan for the group as a cluster of its own (its
 // ranks, their links; full sharding inside, as the engine's groups shard) on its rows of
-// every global batch, priced by the one cost model. All groups take H inner steps between
+// every global batch, priced by the one cost model; every rank of a group takes part, as the
+// engine runs them. All groups take H inner steps between
 // outer steps, so a group's rows decide when it reaches the outer step: the rows are split in
 // proportion to the groups' speeds, first the sum of their ranks' compute rates (samples/s of
 // a whole step at a micro-batch of min(8, B/ranks)), then for up to kSplitRounds rounds in
