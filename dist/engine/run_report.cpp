@@ -58,8 +58,12 @@ std::string local_groups_text(const json& j) {
                 "wait ms per period", "wait % of period");
   text += row;
   for (const json& g : j["groups"]) {
-    std::string ranks;
-    for (const json& r : g["ranks"]) ranks += (ranks.empty() ? "" : ",") + std::to_string(r.get<int>());
+    const std::vector<int> members = g["ranks"].get<std::vector<int>>();
+    std::string ranks;  // "0-3" for consecutive ranks, as the plan's table
+    if (members.size() > 1 && members.back() - members.front() + 1 == (int)members.size())
+      ranks = str(members.front(), "-", members.back());
+    else
+      for (size_t i = 0; i < members.size(); ++i) ranks += str(i ? "," : "", members[i]);
     std::snprintf(row, sizeof row, "%5d %-12s %6lld %22s %22s %18s\n", g["group"].get<int>(), ranks.c_str(),
                   (long long)g["rows"].get<int64_t>(), pm(g["inner_ms"], "%.2f").c_str(),
                   pm(g["wait_ms"], "%.1f").c_str(), pm(g["wait_pct"], "%.1f").c_str());

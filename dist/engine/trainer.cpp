@@ -517,9 +517,10 @@ void Training::print_settings() const {
 }
 
 // Before the first step, the planned collectives against the same ones timed on the layout
-// that will run (so that a run stopped early, or a node lost, has shown them too).
+// that will run (so that a run stopped early, or a node lost, has shown them too); none in
+// local mode's groups of one rank (the whole model, no collectives).
 void Training::check_collectives() {
-  if (predicting_plan() && ranks_ > 1) collectives_ = collectives_vs_plan();
+  if (predicting_plan() && step_comm().size() > 1) collectives_ = collectives_vs_plan();
 }
 
 void Training::open_log() { report_.open_log(log_path_.string()); }
@@ -759,7 +760,7 @@ TrainResult Training::finish() {
   // The first 2 steps, which warm up, left out when there are more than 3.
   summary.step_s = median_after_warm_up(step_history_s_);
   // Measured again only when a re-plan changed the layout since the start.
-  if (collectives_.is_null() && summary.plan && ranks_ > 1) collectives_ = collectives_vs_plan();
+  if (collectives_.is_null() && summary.plan && step_comm().size() > 1) collectives_ = collectives_vs_plan();
   summary.collectives = collectives_;
   if (outer_) {
     std::vector<int64_t> rows;
