@@ -1,14 +1,7 @@
 // Local updates in the simulator (dist/plan/simulator.h: the model, term by term).
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <limits>
-#include <map>
-#include <memory>
 #include <set>
 
-#include "core/error.h"
-#include "dist/comm/collective_cost.h"
 #include "dist/plan/simulator.h"
 
 namespace gpumix::dist {
