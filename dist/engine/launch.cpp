@@ -14,6 +14,7 @@
 #include "core/precision.h"
 #include "core/runtime.h"
 #include "dist/plan/plan.h"
+#include "dist/plan/planner_local.h"
 
 namespace gpumix::dist {
 
@@ -313,8 +314,8 @@ Launch prepare_launch(const LaunchRequest& request, Comm* comm, int node_ranks) 
   }
   launch.work = plan_work(plan, devices > 0, o.batch, launch.ranks, launch.engine);
   // Local mode's rules that need no nodes (train() checks the groups with them).
-  check_local_sync(launch.engine.sync, o, launch.engine.planner.empty() ? &launch.work : nullptr, launch.ranks, {},
-                   !launch.engine.planner.empty());
+  check_local_sync(launch.engine.sync, o, launch.engine.planner.empty() ? &launch.work : nullptr, launch.ranks, {});
+  check_local_sharding(launch.engine.sync, launch.engine.sharding);
   // A bound of a profile that is never measured would be silently ignored.
   if (launch.engine.planner.empty() && !request.profile_bounds_given.empty()) {
     const std::string& flag = request.profile_bounds_given[0];

@@ -9,16 +9,13 @@
 namespace gpumix::dist {
 
 void check_local_sync(const LocalSync& s, const TrainOptions& o, const Work* work, int ranks,
-                      const std::vector<int>& node_of_rank, bool planner) {
+                      const std::vector<int>& node_of_rank) {
   if (!s.local) return;
   check_sync_groups(s, ranks, "this run", "start more ranks (--ranks, mpirun -np)");
   GPUMIX_CHECK_INPUT(std::isfinite(s.outer_lr) && s.outer_lr > 0, "--outer-lr must be positive and finite, got ",
                      s.outer_lr, "; DiLoCo's is 0.7");
   GPUMIX_CHECK_INPUT(std::isfinite(s.outer_momentum) && s.outer_momentum >= 0 && s.outer_momentum < 1,
                      "--outer-momentum must be in [0, 1), got ", s.outer_momentum, "; DiLoCo's is 0.9, 0 for none");
-  GPUMIX_CHECK_INPUT(!planner, "--sync local:", s.every, " runs a given plan (--batches/--micro-batches/--shares, or "
-                     "a plan file); a planner does not size groups yet: drop --plan/--devices' planning or use --sync "
-                     "every-step");
   // Checkpoints are taken right after an outer step, where one master holds every group's
   // weights (outer_step.h).
   GPUMIX_CHECK_INPUT(o.ckpt_interval % s.every == 0, "--ckpt-interval ", o.ckpt_interval, " is not a multiple of H = ",

@@ -48,12 +48,12 @@ namespace gpumix::dist {
 
 // Every rule of local mode, before the run folder is touched: H >= 1, more than one rank,
 // --groups dividing the ranks, every group with tokens to train on (its ranks' batches in
-// `work`), and what local mode does not do (a planner, hybrid sharding, checkpoints or
-// validation between outer steps). `node_of_rank` empty: the rules that need the groups are
-// left to the call that has them. Throws InputError naming the problem, the numbers and the
-// fix. Does nothing when !sync.local.
+// `work`; null when a planner makes it, dist/plan/planner_local.h), and what local mode does
+// not do (hybrid sharding, checkpoints or validation between outer steps). `node_of_rank`
+// empty: the rules that need the groups are left to the call that has them. Throws
+// InputError naming the problem, the numbers and the fix. Does nothing when !sync.local.
 void check_local_sync(const LocalSync& sync, const TrainOptions& o, const Work* work, int ranks,
-                      const std::vector<int>& node_of_rank, bool planner);
+                      const std::vector<int>& node_of_rank);
 
 // One rank's part of the outer step. Collective over `comm` (every rank of the run).
 class OuterStep {

@@ -44,8 +44,12 @@ Replanner::Replanner(Profile profile, std::string name, int64_t global_batch, co
   watch();
 }
 
+Replanner::Replanner(Profile profile, std::string name, Plan plan)
+    : profile_(std::move(profile)), name_(std::move(name)), global_batch_(plan.global_batch), plan_(std::move(plan)),
+      fixed_(true) {}
+
 bool Replanner::observe(const std::vector<double>& busy_s) {
-  if (name_ == "even") return false;  // even shares ignore speed: nothing to re-plan
+  if (fixed_ || name_ == "even") return false;  // even shares ignore speed: nothing to re-plan
   const std::vector<double> factors = monitor_->observe(busy_s);
   if (factors.empty()) return false;
   profile_ = corrected_profile(profile_, factors);

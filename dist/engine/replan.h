@@ -32,6 +32,9 @@ class Replanner {
 
   // `sharding`: the gpumix planner's (PlannerOptions::group_size; -1 it chooses).
   Replanner(Profile profile, std::string name, int64_t global_batch, const DriftOptions& drift, int sharding = -1);
+  // A plan made elsewhere from `profile` (local updates' combined plan, dist/plan/planner_local.h),
+  // kept for the whole run: observe() never re-plans.
+  Replanner(Profile profile, std::string name, Plan plan);
 
   const Plan& plan() const { return plan_; }
   const Profile& profile() const { return profile_; }
@@ -41,6 +44,7 @@ class Replanner {
   // One step's compute seconds per rank. True when drift was confirmed: the profile is
   // corrected and, if the planner then finds a plan at least 5% faster than the running
   // one (both predicted on the corrected profile), it becomes the plan (last_change()).
+  // Always false for a plan made elsewhere.
   bool observe(const std::vector<double>& busy_s);
 
  private:
@@ -54,6 +58,7 @@ class Replanner {
   Plan plan_;
   std::unique_ptr<DriftMonitor> monitor_;
   Change change_;
+  bool fixed_ = false;  // a plan made elsewhere: never re-planned
 };
 
 // The median of per-step values, the first 2 (warming up) left out when there are more

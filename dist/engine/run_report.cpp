@@ -1,5 +1,6 @@
 #include "dist/engine/run_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -40,7 +41,95 @@ std::string collectives_text(const json& collectives) {
   return text;
 }
 
+// "predicted vs measured, per group of local mode", one row per group.
+std::string local_groups_text(const json& j) {
+  const json& l = j["local"];
+  auto pm = [](const json& x, const char* f) {  // "predicted / measured", "-" for a missing prediction
+    char a[64], b[64];
+    std::snprintf(a, sizeof a, f, x.contains("predicted") ? x["predicted"].get<double>() : 0.0);
+    std::snprintf(b, sizeof b, f, x["measured"].get<double>());
+    return (x.contains("predicted") ? std::string(a) : std::string("-")) + " / " + b;
+  };
+  std::string text = str("predicted vs measured, per group of local mode (--sync local:", l["every"].get<int>(),
+                         "; predicted / measured): outer step ", pm(l["outer_ms"], "%.2f"), " ms, period ",
+                         pm(l["period_ms"], "%.1f"), " ms\n");
+  char row[256];
+  std::snprintf(row, sizeof row, "%5s %-12s %6s %22s %22s %18s\n", "group", "ranks", "rows", "inner step ms",
+                "wait ms per period", "wait % of period");
+  text += row;
+  for (const json& g : j["groups"]) {
+    const std::vector<int> members = g["ranks"].get<std::vector<int>>();
+    std::string ranks;  // "0-3" for consecutive ranks, as the plan's table
+    if (members.size() > 1 && members.back() - members.front() + 1 == (int)members.size())
+      ranks = str(members.front(), "-", members.back());
+    else
+      for (size_t i = 0; i < members.size(); ++i) ranks += str(i ? "," : "", members[i]);
+    std::snprintf(row, sizeof row, "%5d %-12s %6lld %22s %22s %18s\n", g["group"].get<int>(), ranks.c_str(),
+                  (long long)g["rows"].get<int64_t>(), pm(g["inner_ms"], "%.2f").c_str(),
+                  pm(g["wait_ms"], "%.1f").c_str(), pm(g["wait_pct"], "%.1f").c_str());
+    text += row;
+  }
+  return text;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 }  // namespace
+
+json local_groups_vs_plan(const LocalRunSummary& local, const std::vector<std::vector<double>>& busy_history) {
+  const std::vector<int>& group_of = local.group_of_rank;
+  const int G = *std::max_element(group_of.begin(), group_of.end()) + 1;
+  const int H = local.every;
+  std::vector<double> inner(G, 0);
+  std::vector<int64_t> rows(G, 0);
+  std::vector<std::vector<int>> ranks(G);
+  for (size_t r = 0; r < group_of.size(); ++r) {
+    ranks[group_of[r]].push_back((int)r);
+    rows[group_of[r]] += local.rows[r];
+  }
+  for (int g = 0; g < G; ++g) {
+    std::vector<double> per_step;
+    for (const std::vector<double>& step : busy_history) {
+      double longest = 0;
+      for (int r : ranks[g]) longest = std::max(longest, step[r]);
+      per_step.push_back(longest);
+    }
+    inner[g] = median_after_warm_up(per_step);
+  }
+  const double slowest = *std::max_element(inner.begin(), inner.end());
+  const double outer = median(local.outer_s), period = H * slowest + outer;
+  const LocalPlan* plan = local.plan;
+  auto pair = [](double measured, const double* predicted) {
+    json x = {{"measured", measured}};
+    if (predicted) x["predicted"] = *predicted;
+    return x;
+  };
+  json groups = json::array();
+  for (int g = 0; g < G; ++g) {
+    const SyncGroupPrediction* p = nullptr;  // the plan's group g (plan_local keeps sync_groups' numbers)
+    if (plan)
+      for (const SyncGroupPrediction& q : plan->groups)
+        if (q.group == g) p = &q;
+    const double wait = H * (slowest - inner[g]);
+    const double p_inner = p ? 1e3 * p->inner_s : 0, p_wait = p ? 1e3 * p->wait_s : 0;
+    const double p_pct = p && plan->period_s > 0 ? 100 * p->wait_s / plan->period_s : 0;
+    json j = {{"group", g}, {"ranks", ranks[g]}, {"rows", rows[g]},
+              {"inner_ms", pair(1e3 * inner[g], p ? &p_inner : nullptr)},
+              {"wait_ms", pair(1e3 * wait, p ? &p_wait : nullptr)},
+              {"wait_pct", pair(period > 0 ? 100 * wait / period : 0.0, p ? &p_pct : nullptr)}};
+    if (p) j["outer_comm_ms"] = {{"predicted", 1e3 * (p->exchange_s + plan->cross_s)}};
+    groups.push_back(j);
+  }
+  const double p_outer = plan ? 1e3 * plan->outer_s : 0, p_period = plan ? 1e3 * plan->period_s : 0;
+  return {{"local", {{"every", H}, {"outer_steps", local.outer_s.size()},
+                     {"outer_ms", pair(1e3 * outer, plan ? &p_outer : nullptr)},
+                     {"period_ms", pair(1e3 * period, plan ? &p_period : nullptr)}}},
+          {"groups", groups}};
+}
 
 std::string work_text(const Work& work) {
   std::string text;
@@ -100,6 +189,7 @@ void RunReport::settings(const RunSettings& s, const Plan* predicting, const jso
       {"out", o_.out},
   });
   if (predicting) log_info(plan_table(*predicting));
+  if (s.local) log_info(local_plan_table(*s.local));
   if (!collectives.is_null()) log_info(collectives_text(collectives));
 }
 
@@ -185,6 +275,12 @@ void RunReport::finish(const RunSummary& s) {
     final_line["busy_ms"] = {{"predicted", ms_of(predicted_busy_s(*plan))}, {"measured", measured}};
   }
   if (!s.collectives.is_null()) final_line["collectives"] = s.collectives;
+  json groups;  // local mode: per group, predicted vs measured
+  if (s.local && !s.busy_history.empty()) {
+    groups = local_groups_vs_plan(*s.local, s.busy_history);
+    final_line["local"] = groups["local"];
+    final_line["groups"] = groups["groups"];
+  }
   // The step: the plan's prediction against the median measured since it started.
   if (plan && s.step_s > 0)
     final_line["step_ms"] = {{"predicted", plan->predicted.step_s * 1e3}, {"measured", s.step_s * 1e3},
@@ -206,6 +302,7 @@ void RunReport::finish(const RunSummary& s) {
     log_info(row);
   }
   if (!s.collectives.is_null()) log_info(collectives_text(s.collectives));
+  if (!groups.is_null()) log_info(local_groups_text(groups));
   if (validated) {
     char line[256];
     std::snprintf(line, sizeof line, "validation loss %.4f nats/token (%lld windows) vs unigram baseline %.4f "

@@ -17,6 +17,7 @@
 #include "core/dtype.h"
 #include "dist/engine/profiler.h"
 #include "dist/plan/plan.h"
+#include "dist/plan/planner_local.h"
 #include "dist/plan/work.h"
 #include "nn/optim.h"
 #include "nn/run_data.h"
@@ -61,6 +62,7 @@ struct RunSettings {
   const ProfilerOptions* profiled = nullptr;  // the planner's start-up profile; null: no planner
   Device device;
   int threads = 1;  // OpenMP's, per rank
+  const LocalPlan* local = nullptr;  // --sync local:H with a planner: the groups' plan (its table follows the plan's)
 };
 
 // What the whole run shares, in the log line of its first step.
@@ -77,6 +79,15 @@ struct StepLine {
   std::vector<std::string> notes;  // shown even with --quiet: a re-plan and the new plan's table
 };
 
+// Local mode's groups as a run measured them (--sync local:H, dist/engine/outer_step.h).
+struct LocalRunSummary {
+  int every = 0;                    // H
+  std::vector<int> group_of_rank;
+  std::vector<int64_t> rows;        // per rank: its rows of every global batch
+  std::vector<double> outer_s;      // each outer step's seconds on rank 0
+  const LocalPlan* plan = nullptr;  // the groups' plan, whose predictions they are measured against (null: none)
+};
+
 // The end of the run as the step loop measured it.
 struct RunSummary {
   TrainResult result;
@@ -86,7 +97,17 @@ struct RunSummary {
   std::vector<std::vector<double>> busy_history;  // per step since the plan started: per rank
   double step_s = 0;                     // the median measured step since the plan started
   nlohmann::json collectives;            // the planned collectives against the timed (null: not measured)
+  std::optional<LocalRunSummary> local;  // local mode with several groups
 };
+
+// Local mode, per group: its rows, its inner step (each step its ranks' longest busy time;
+// the median after warm-up) and its wait per outer period, H x (the slowest group's inner
+// step - its own), also as a share of the period (H x the slowest inner step + the outer
+// step's median), measured and, with a local plan, predicted; the outer step and the
+// period likewise. The groups meet at every step's loss all-reduce too, so a faster group's
+// wait is spread over the inner steps: per period it adds up to the same. The final log
+// line's "groups" and "local".
+nlohmann::json local_groups_vs_plan(const LocalRunSummary& local, const std::vector<std::vector<double>>& busy_history);
 
 // "5/1/0.73, 4/1/0.11": each rank's batch / micro-batch / state share (hybrid: and the groups).
 std::string work_text(const Work& work);

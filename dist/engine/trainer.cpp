@@ -31,6 +31,7 @@
 #include "dist/engine/sharded_engine.h"
 #include "dist/engine/trace.h"
 #include "dist/engine/whole_model_engine.h"
+#include "dist/plan/planner_local.h"
 #include "dist/plan/simulator.h"
 #include "nn/data/loader.h"
 #include "nn/hf/gpt2.h"
@@ -168,6 +169,7 @@ class Training {
   void choose_device();
   void choose_dtype();
   void choose_plan(const Work& given_work);
+  void plan_groups(Profile profile, const std::string& name);
   void form_groups();
   void make_engine();
   void init_from();
@@ -264,6 +266,8 @@ class Training {
   double group_weight_ = 1;
   std::unique_ptr<OuterStep> outer_;
   int outer_at_ = -1;  // the step of the last outer step (local mode's checkpoints follow one)
+  std::unique_ptr<LocalPlan> local_plan_;  // local mode with a planner: the groups' plan (planner_ runs it combined)
+  std::vector<double> outer_history_s_;    // each outer step's seconds on this rank
   int start_ = 0;  // the step the run starts after (the checkpoint's when resuming)
   int saved_step_ = -1;  // the step of the checkpoint written last by this call
   RunReport report_;
@@ -385,15 +389,18 @@ void Training::choose_dtype() {
   if (lead_ && !dtype_.note.empty()) log_info("note: ", dtype_.note);
 }
 
-// The work as given, or the planner's on a profile of the ranks.
+// The work as given, or the planner's on a profile of the ranks (in local mode, per group).
 void Training::choose_plan(const Work& given_work) {
   work_ = given_work;
   if (engine_options_.planner.empty()) return;
-  planner_ = std::make_unique<Replanner>(
-      profile_cluster(config_, (int)seq_, dtype_.dtype, engine_options_.device_label, device_, engine_comm(),
-                      engine_options_.profiler),
-      engine_options_.planner == "auto" ? "gpumix" : engine_options_.planner, o_.batch, engine_options_.drift,
-      engine_options_.sharding);
+  Profile profile = profile_cluster(config_, (int)seq_, dtype_.dtype, engine_options_.device_label, device_,
+                                    engine_comm(), engine_options_.profiler);
+  const std::string name = engine_options_.planner == "auto" ? "gpumix" : engine_options_.planner;
+  if (engine_options_.sync.local)
+    plan_groups(std::move(profile), name);
+  else
+    planner_ = std::make_unique<Replanner>(std::move(profile), name, o_.batch, engine_options_.drift,
+                                           engine_options_.sharding);
   work_ = planner_->plan().work();
   validate_work(work_, o_.batch, ranks_);
   if (lead_) {  // what the run planned from, for `gpumix plan --profile` and a look later
@@ -403,6 +410,24 @@ void Training::choose_plan(const Work& given_work) {
   if (lead_ && !planner_->plan().fits())
     log_warn("warning: the ", planner_->name(), " plan does not fit its memory model: ",
              planner_->plan().oom_message());
+}
+
+// --sync local:H with a planner: each group planned as a cluster of its own, the rows split
+// between the groups by their speed so that they reach the outer step together
+// (dist/plan/planner_local.h), the groups' plans run as one (local_combined_plan). Kept for
+// the whole run: re-planning on drift would move rows between the groups and re-shard each
+// of them, which only an outer step could do; not done yet, and said so.
+void Training::plan_groups(Profile profile, const std::string& name) {
+  const LocalSync& sync = engine_options_.sync;
+  PlannerOptions options;  // plan_local keeps every rank of a group, as the engine does
+  options.group_size = engine_options_.sharding;
+  local_plan_ = std::make_unique<LocalPlan>(plan_local(profile, o_.batch, sync, name, options));
+  GPUMIX_CHECK_INPUT(local_plan_->planned(), "--sync local:", sync.every, ": ", local_plan_->error);
+  Plan combined = local_combined_plan(*local_plan_, profile);
+  planner_ = std::make_unique<Replanner>(std::move(profile), name, std::move(combined));
+  if (lead_ && engine_options_.drift.threshold > 0)
+    log_info("note: --sync local:", sync.every, ": the plan is kept for the whole run (no re-planning on drift: it "
+             "would move rows between the groups and re-shard each one)");
 }
 
 // One rank: the whole model; several: the uneven sharded engine.
@@ -429,7 +454,7 @@ void Training::make_engine() {
 void Training::form_groups() {
   const LocalSync& sync = engine_options_.sync;
   if (!sync.local) return;
-  check_local_sync(sync, o_, &work_, ranks_, comm_.node_of_rank(), planner_ != nullptr);
+  check_local_sync(sync, o_, &work_, ranks_, comm_.node_of_rank());
   group_of_rank_ = sync_groups(sync, comm_.node_of_rank());
   const int group = group_of_rank_[rank_];
   group_comm_ = comm_.split(group);
@@ -488,15 +513,17 @@ void Training::print_settings() const {
   settings.backend = comm_.backend();
   settings.work = work_;
   settings.profiled = planner_ ? &engine_options_.profiler : nullptr;
+  settings.local = local_plan_.get();
   settings.device = device_;
   settings.threads = omp_get_max_threads();
   report_.settings(settings, predicting_plan(), collectives_);
 }
 
 // Before the first step, the planned collectives against the same ones timed on the layout
-// that will run (so that a run stopped early, or a node lost, has shown them too).
+// that will run (so that a run stopped early, or a node lost, has shown them too); none in
+// local mode's groups of one rank (the whole model, no collectives).
 void Training::check_collectives() {
-  if (predicting_plan() && ranks_ > 1) collectives_ = collectives_vs_plan();
+  if (predicting_plan() && step_comm().size() > 1) collectives_ = collectives_vs_plan();
 }
 
 void Training::open_log() { report_.open_log(log_path_.string()); }
@@ -574,7 +601,8 @@ void Training::outer_step_now(int step) {
   TraceSpan span(&tracer_, "outer step", "phase");
   const double t0 = detail::now_seconds();
   outer_->step(*engine_);
-  engine_->wait_s += detail::seconds_since(t0);  // mostly the exchange: a wait, not busy time
+  outer_history_s_.push_back(detail::seconds_since(t0));
+  engine_->wait_s += outer_history_s_.back();  // mostly the exchange: a wait, not busy time
   outer_at_ = step;
 }
 
@@ -741,8 +769,13 @@ TrainResult Training::finish() {
   // The first 2 steps, which warm up, left out when there are more than 3.
   summary.step_s = median_after_warm_up(step_history_s_);
   // Measured again only when a re-plan changed the layout since the start.
-  if (collectives_.is_null() && summary.plan && ranks_ > 1) collectives_ = collectives_vs_plan();
+  if (collectives_.is_null() && summary.plan && step_comm().size() > 1) collectives_ = collectives_vs_plan();
   summary.collectives = collectives_;
+  if (outer_) {
+    std::vector<int64_t> rows;
+    for (const RankWork& w : work_.ranks) rows.push_back(w.batch);
+    summary.local = LocalRunSummary{engine_options_.sync.every, group_of_rank_, rows, outer_history_s_, local_plan_.get()};
+  }
   summary.result = result_;
   report_.finish(summary);
   return result_;
@@ -823,7 +856,9 @@ json Training::collectives_vs_plan() {
     return e;
   };
   const int nodes = comm_.nodes();
-  json j = {{"over", str(ranks_, " ranks on ", nodes, nodes == 1 ? " node" : " nodes")},
+  // Local mode: the engine's collectives run in rank 0's group (the combined plan predicts that group's).
+  json j = {{"over", group_comm_ ? str(group_comm_->size(), " ranks of group ", group_of_rank_[rank_], " of local mode")
+                                 : str(ranks_, " ranks on ", nodes, nodes == 1 ? " node" : " nodes")},
             {"all_gather", entry(p.ag_s, t.all_gather_s, t.all_gather_form)},
             {"reduce_scatter", entry(p.rs_s, t.reduce_scatter_s, t.reduce_scatter_form)}};
   if (work_.sharding.hybrid()) j["all_reduce"] = entry(p.ar_s, t.all_reduce_s, "");
@@ -882,7 +917,8 @@ TrainResult train(const TrainOptions& o, const Work& given_work, Comm& comm,
   if (engine_options.planner.empty()) validate_work(given_work, o.batch, comm.size());
   // Local mode's rules before the run folder is touched (form_groups checks the plan it runs).
   check_local_sync(engine_options.sync, o, engine_options.planner.empty() ? &given_work : nullptr, comm.size(),
-                   comm.node_of_rank(), !engine_options.planner.empty());
+                   comm.node_of_rank());
+  check_local_sharding(engine_options.sync, engine_options.sharding);
   Training run(o, comm, engine_options);
   run.prepare_run_folder();
   run.load_data();

@@ -24,6 +24,7 @@
 #include "dist/plan/cluster.h"
 #include "dist/plan/plan.h"
 #include "dist/plan/planner.h"
+#include "dist/plan/planner_local.h"
 #include "dist/plan/profile.h"
 #include "dist/plan/sync.h"
 
@@ -58,54 +59,18 @@ Simulation simulate(const Profile& profile, const std::string& cluster_name, int
                     const PlannerOptions& opts = {});
 
 // Local updates (`gpumix simulate --sync local:H [--groups N]`), as dist/engine/outer_step.h
-// runs them. The ranks form groups (sync_groups: one per node, or N of consecutive ranks).
-// Each group is an every-step run of its own: the gpumix planner's plan for the group as a
-// cluster of its own (its ranks, their links; full sharding inside, as the engine's groups
-// shard) on its rows of every global batch, priced by the one cost model. The rows are split
-// between the groups in proportion to their speed: first the sum of their ranks' compute
-// rates (samples/s of a whole step at a micro-batch of min(8, B/ranks)), then for up to 4
-// rounds in proportion to the tokens/s of the groups' plans at the last split, keeping the
-// split with the shortest period (a group's communication and memory change its speed; the
-// planner does not yet size the groups itself, issue 29 item 2). Every H inner steps, the outer step:
-//   exchange_g = ring all-reduce of 4P fp32 bytes + tree broadcast of 4P bytes inside group g
-//                (its node's link, or the inter-node one when it spans nodes)
-//   cross      = the leaders' ring all-gather of 2P bf16 bytes each: (G − 1)·latency +
-//                2P(G − 1) / bandwidth on the link between nodes (intra when every leader
-//                shares one node); each leader receives 2P(G − 1) bytes
-//   outer      = max_g exchange_g + cross
-//   period     = max_g H · inner_g + outer,   wait_g = max_h H · inner_h − H · inner_g
-//   step       = period / H; tokens/s and MFU per step as every-step's (model FLOPs of the
-//                global batch over the step and the sum of every rank's peak)
-// P: the model's parameters (total_params, the engine's flat vector). Not modelled: the outer
-// optimizer's compute (a few passes over P per outer step), any overlap of the exchange with
-// the inner steps, and the bf16 rounding's effect on the loss. One group has no outer step:
-// its prediction is every-step full sharding's exactly.
-struct SyncGroupPrediction {
-  int group = 0;
-  std::vector<int> ranks;   // of the cluster, ascending
-  int64_t batch = 0;        // its rows of every global batch
-  bool planned = false;     // false: no plan fits the group (error says why)
-  std::string error;
-  Plan plan;                // its own plan, its ranks numbered from 0
-  double inner_s = 0;       // one inner step: its plan's step
-  double exchange_s = 0;    // its part of the outer step inside the group
-  double wait_s = 0;        // at each outer step, for the slowest group's H inner steps
-};
-
-struct LocalSimulation {
-  LocalSync sync;
-  int64_t params = 0;       // P
-  std::vector<SyncGroupPrediction> groups;
-  std::string error;        // "": every group planned
-  double cross_s = 0;       // the leaders' all-gather, once per outer step
-  double outer_s = 0;       // the whole exchange of an outer step
-  double period_s = 0;      // H inner steps and the outer step
-  double step_s = 0, tokens_per_s = 0, mfu = 0;
+// runs them and `gpumix train --sync local:H` plans them: the gpumix planner's local plan
+// (dist/plan/planner_local.h: the groups, their rows and plans, the outer step, the waits),
+// and per step tokens/s and MFU as every-step's (model FLOPs of the global batch over the
+// step and the sum of every rank's peak) and the bytes across groups. Not modelled besides
+// what planner_local.h leaves out: the bf16 rounding's effect on the loss. One group has no
+// outer step: its prediction is every-step full sharding's exactly.
+struct LocalSimulation : LocalPlan {
+  double tokens_per_s = 0, mfu = 0;
   double cross_bytes_per_leader = 0;  // per step: 2P(G − 1)/H, what each leader receives
   double cross_bytes = 0;             // per step, every leader: G times that
   // The same cut for the every-step plan of the cluster (gpumix's; every_step_cross_bytes).
   double every_step_cross_bytes = 0;
-  bool planned() const { return error.empty(); }
 };
 
 // Bytes an every-step plan moves between the groups (group_of_rank) in one step, received by
@@ -118,8 +83,7 @@ struct LocalSimulation {
 // the flat forms, which cross a boundary more often.
 double every_step_cross_bytes(const Plan& plan, const std::vector<int>& group_of_rank);
 
-// Throws InputError for a bad --sync / --groups (dist/plan/sync.h: H < 1, one rank, groups
-// not dividing the ranks) and when the global batch gives a group no rows.
+// Throws as plan_local (dist/plan/planner_local.h) does.
 LocalSimulation simulate_local(const Profile& profile, int64_t global_batch, const LocalSync& sync,
                                const PlannerOptions& opts = {});
 // every_step_cross_bytes of `every` (the every-step plan on the same profile) across l's groups.

@@ -11,6 +11,7 @@
 #include "dist/plan/device_catalog.h"
 #include "draw/plan_svg.h"
 #include "dist/plan/planner.h"
+#include "dist/plan/planner_local.h"
 #include "dist/plan/simulator.h"
 #include "dist/plan/sync.h"
 
@@ -145,7 +146,9 @@ LocalSync local(int every, int groups = 0) {
   return s;
 }
 
-// One group has no outer step: the prediction is every-step full sharding's, to the bit.
+// One group has no outer step: the prediction is every-step full sharding's, to the bit, as
+// `gpumix train` plans it (every rank kept: the engine keeps all in its collectives; on
+// two_nodes the simulator's own every-step plan leaves the A10Gs out).
 TEST(SimulatorLocal, OneGroupIsEveryStep) {
   for (const Cluster& c : {one_node(), two_nodes()}) {
     const Profile p = synthesize_profile(c, gpt_preset("gpt-1.3b"), 512);
@@ -154,6 +157,7 @@ TEST(SimulatorLocal, OneGroupIsEveryStep) {
     // tried on one node); two nodes: --groups 1, against its full-sharding plan (gpumix-full).
     const bool nodes = c.nodes.size() > 1;
     PlannerOptions o;
+    o.allow_leave_out = false;
     if (nodes) o.group_size = 0;
     const Plan every = plan_gpumix(p, B, o);
     const LocalSimulation l = simulate_local(p, B, local(10, nodes ? 1 : 0));
@@ -271,6 +275,90 @@ TEST(SimulatorLocal, BadInputsSayWhatAndHow) {
   EXPECT_NO_THROW(check_local_only_flags(parse_sync("local:5"), {"--groups"}));
   EXPECT_THROW(parse_sync("local:"), InputError);
   EXPECT_THROW(parse_sync("sometimes"), InputError);
+}
+
+// The local planner (dist/plan/planner_local.h) on a given profile: two nodes of two H100s,
+// the second's twice as slow. All groups take H inner steps, so the slower group gets
+// about half the rows, and neither waits long at the outer step.
+Cluster fast_and_slow() {
+  return cluster_from_json(json::parse(R"({"name": "fast and slow",
+    "intra_node": {"bandwidth_GBps": 40, "latency_us": 8},
+    "inter_node": {"bandwidth_GBps": 1, "latency_us": 100},
+    "nodes": [{"devices": ["H100:count=2"]}, {"devices": ["H100:slow=2:count=2"]}]})"));
+}
+
+TEST(PlannerLocal, ASlowerGroupGetsProportionallyFewerRows) {
+  const Profile p = synthesize_profile(fast_and_slow(), gpt_preset("gpt2"), 512);
+  const int64_t B = 48;
+  const LocalPlan l = plan_local(p, B, local(10));
+  ASSERT_TRUE(l.planned()) << l.error;
+  ASSERT_EQ(l.groups.size(), 2u);
+  const SyncGroupPrediction &fast = l.groups[0], &slow = l.groups[1];
+  EXPECT_EQ(fast.batch + slow.batch, B);
+  const double ratio = (double)fast.batch / (double)slow.batch;
+  EXPECT_GT(ratio, 1.6) << fast.batch << " vs " << slow.batch << " rows";
+  EXPECT_LT(ratio, 2.4) << fast.batch << " vs " << slow.batch << " rows";
+  for (const SyncGroupPrediction& g : l.groups) {
+    EXPECT_GE(g.wait_s, 0);
+    EXPECT_LE(g.wait_s, 0.1 * l.period_s) << "group " << g.group << " waits " << g.wait_s << " s of " << l.period_s;
+    EXPECT_GT(g.exchange_s, 0);
+  }
+  EXPECT_DOUBLE_EQ(l.period_s, 10 * std::max(fast.inner_s, slow.inner_s) + l.outer_s);
+  // The simulator predicts exactly this plan.
+  const LocalSimulation s = simulate_local(p, B, local(10));
+  for (size_t g = 0; g < 2; g++) {
+    EXPECT_EQ(s.groups[g].batch, l.groups[g].batch);
+    EXPECT_EQ(plan_to_json(s.groups[g].plan), plan_to_json(l.groups[g].plan));
+  }
+  EXPECT_EQ(s.period_s, l.period_s);
+  // even ignores speed: the same rows for every rank.
+  const LocalPlan even = plan_local(p, B, local(10), "even");
+  ASSERT_TRUE(even.planned()) << even.error;
+  EXPECT_EQ(even.groups[0].batch, 24);
+  EXPECT_EQ(even.groups[1].batch, 24);
+  EXPECT_GT(even.groups[0].wait_s, 0.1 * even.period_s);  // the fast group waits for the slow one
+}
+
+// The combined plan is every rank's work as one valid plan (what `gpumix train` runs and
+// writes), each group's ranks in place, and the table names every group.
+TEST(PlannerLocal, CombinedPlanAndTable) {
+  const Profile p = synthesize_profile(fast_and_slow(), gpt_preset("gpt2"), 512);
+  const LocalPlan l = plan_local(p, 48, local(10));
+  ASSERT_TRUE(l.planned()) << l.error;
+  const Plan c = local_combined_plan(l, p);
+  EXPECT_NO_THROW(validate_work(c.work(), 48, 4));
+  for (const SyncGroupPrediction& g : l.groups)
+    for (size_t k = 0; k < g.ranks.size(); k++) {
+      const RankPlan& r = c.ranks[g.ranks[k]];
+      EXPECT_EQ(r.rank, g.ranks[k]);
+      EXPECT_EQ(r.work.batch, g.plan.ranks[k].work.batch);
+      EXPECT_EQ(r.work.share, g.plan.ranks[k].work.share / 2);  // renormalised within the group by the run
+      EXPECT_EQ(r.node, p.ranks[g.ranks[k]].node);
+    }
+  EXPECT_EQ(c.predicted.step_s, std::max(l.groups[0].inner_s, l.groups[1].inner_s));
+  const std::string table = local_plan_table(l);
+  for (const char* s : {"group", "rows", "inner step ms", "outer comm ms", "wait %", "0-1", "2-3"})
+    EXPECT_NE(table.find(s), std::string::npos) << s << " in\n" << table;
+}
+
+TEST(PlannerLocal, BadInputsSayWhatAndHow) {
+  const Profile p = synthesize_profile(fast_and_slow(), gpt_preset("gpt2"), 512);
+  auto message = [&](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  PlannerOptions hybrid;
+  hybrid.group_size = 2;
+  const std::string h = message([&] { plan_local(p, 48, local(10), "gpumix", hybrid); });
+  EXPECT_NE(h.find("--sharding 2 with --sync local:10"), std::string::npos) << h;
+  EXPECT_NE(h.find("drop --sharding"), std::string::npos) << h;
+  const std::string u = message([&] { plan_local(p, 48, local(10), "fastest"); });
+  EXPECT_NE(u.find("unknown planner 'fastest'"), std::string::npos) << u;
+  EXPECT_NO_THROW(check_local_sharding(parse_sync("every-step"), 2));
 }
 
 }  // namespace

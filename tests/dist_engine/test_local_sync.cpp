@@ -13,7 +13,6 @@
 // - the outer step's arithmetic, exactly: three ranks in two groups of different layouts,
 //   numbers exact in bf16 but one (rounded to nearest even, as it is sent), two outer steps
 //   (the momentum's turn);
-// - every bad combination fails before the run folder exists, naming the numbers and the fix;
 // - checkpoints (dist/engine/checkpoint.h), taken right after an outer step, hold every
 //   group's moments and the outer momentum: a resume on the same groups continues bitwise,
 //   on other ranks with the same groups within the layouts' rounding; SIGTERM mid-period
@@ -21,6 +20,11 @@
 //   groups (a node lost, every-step mode) starts from the token-weighted mean of the saved
 //   moments, exactly; an every-step checkpoint starts the outer state from its master
 //   weights; a local checkpoint missing a file or a field is refused by name.
+// - with a planner (dist/plan/planner_local.h) on emulated devices, a slower group gets fewer
+//   rows; the run's plan is the planner's on the run's own profile, and the simulator's split
+//   of that profile is the same; the final log line has each group's predicted and measured
+//   inner step and wait;
+// - every bad combination fails before the run folder exists, naming the numbers and the fix.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -35,6 +39,10 @@
 #include "dist/engine/stop.h"
 #include "dist/engine/trainer.h"
 #include "dist/engine/whole_model_engine.h"
+#include "dist/engine/launch.h"
+#include "dist/engine/run_report.h"
+#include "dist/plan/planner_local.h"
+#include "dist/plan/simulator.h"
 #include "engine_test_util.h"
 
 namespace gpumix::dist::test {
@@ -160,6 +168,54 @@ TEST_F(LocalSyncTest, PlainAveragingEveryStepStartsAsSynchronousAndTrains) {
   EXPECT_LT(b.result.val_loss, std::log((double)kTinyVocab));
 }
 
+// Ranks 2 and 3 four times slower (emulated: each kernel followed by a sleep of 3 times its
+// own time), in groups {0, 1} and {2, 3}: the planner gives the slow group fewer rows so that
+// both reach the outer step together.
+TEST_F(LocalSyncTest, PlannerGivesASlowerGroupFewerRows) {
+  TrainOptions o = options("planned");
+  o.steps = 4;
+  EngineOptions engine = local_sync(2, 2);
+  engine.planner = "auto";
+  engine.profiler.cache_dir = "-";  // this run's devices, measured
+  engine.profiler.show_progress = false;
+  engine.profiler.repeats = 1;
+  ASSERT_NO_THROW(train_local(o, 4, parse_devices("cpu,cpu,cpu:slow=4,cpu:slow=4"), {}, engine, 1));
+  const Plan ran = read_plan(o.out + "/plan.json");
+  const Profile profile = read_profile(o.out + "/profile.json");
+  const Work work = ran.work();
+  ASSERT_EQ(work.ranks.size(), 4u);
+  const int64_t fast = work.ranks[0].batch + work.ranks[1].batch, slow = work.ranks[2].batch + work.ranks[3].batch;
+  EXPECT_EQ(fast + slow, o.batch);
+  EXPECT_LT(slow, fast) << "plan " << work_text(work);
+  EXPECT_GT(slow, 0) << "plan " << work_text(work);
+  // The same planner on the run's profile makes the plan the run ran, and the simulator
+  // (`gpumix simulate --sync local:2 --groups 2`) splits the rows alike.
+  const LocalPlan again = plan_local(profile, o.batch, engine.sync);
+  ASSERT_TRUE(again.planned()) << again.error;
+  EXPECT_EQ(work_text(local_combined_plan(again, profile).work()), work_text(work));
+  const LocalSimulation sim = simulate_local(profile, o.batch, engine.sync);
+  ASSERT_TRUE(sim.planned()) << sim.error;
+  EXPECT_EQ(sim.groups[0].batch, fast);
+  EXPECT_EQ(sim.groups[1].batch, slow);
+  // The final line: per group its rows, inner step and wait, predicted and measured.
+  const nlohmann::json last = read_log_lines(o.out).back();
+  ASSERT_TRUE(last.contains("final") && last.contains("groups") && last.contains("local")) << last.dump();
+  EXPECT_EQ(last["local"]["outer_steps"], 2);  // steps 2 and 4
+  EXPECT_GT(last["local"]["period_ms"]["predicted"].get<double>(), 0);
+  ASSERT_EQ(last["groups"].size(), 2u);
+  for (int g = 0; g < 2; ++g) {
+    const nlohmann::json& j = last["groups"][g];
+    EXPECT_EQ(j["ranks"], (std::vector<int>{2 * g, 2 * g + 1}));
+    EXPECT_EQ(j["rows"], g == 0 ? fast : slow);
+    EXPECT_DOUBLE_EQ(j["inner_ms"]["predicted"].get<double>(), 1e3 * again.groups[g].inner_s);
+    EXPECT_GT(j["inner_ms"]["measured"].get<double>(), 0);
+    for (const char* what : {"predicted", "measured"}) {
+      EXPECT_GE(j["wait_pct"][what].get<double>(), 0) << what;
+      EXPECT_LT(j["wait_pct"][what].get<double>(), 100) << what;
+    }
+  }
+}
+
 // An engine that is only a slice of master weights: [offset, offset + values.size()).
 class SliceEngine final : public Engine {
  public:
@@ -226,6 +282,9 @@ TEST_F(LocalSyncTest, BadCombinationsFailBeforeTheRunFolder) {
   };
   EngineOptions h0 = local_sync(1, 2);
   h0.sync.every = 0;
+  EngineOptions planned_hybrid = local_sync(2, 2);  // the planner, told to shard in pairs
+  planned_hybrid.planner = "gpumix";
+  planned_hybrid.sharding = 2;
   const std::vector<Case> cases = {
       {"h0", make_work({4, 4}, {4, 4}, {0.5, 0.5}), h0, {},
        {"H (inner steps between outer steps) must be at least 1", "local:50"}},
@@ -238,6 +297,8 @@ TEST_F(LocalSyncTest, BadCombinationsFailBeforeTheRunFolder) {
        {"--ckpt-interval 6 is not a multiple of H = 4", "right after an outer step", "--ckpt-interval 4"}},
       {"eval", make_work({4, 4}, {4, 4}, {0.5, 0.5}), local_sync(4, 2), [](TrainOptions& o) { o.eval_interval = 6; },
        {"--eval-interval 6 is not a multiple of H = 4", "--eval-interval 4"}},
+      {"hybrid", make_work({2, 2, 2, 2}, {2, 2, 2, 2}, {0.25, 0.25, 0.25, 0.25}), planned_hybrid, {},
+       {"--sharding 2 with --sync local:2", "drop --sharding"}},
   };
   for (const Case& c : cases) {
     TrainOptions o = options(c.name);
