@@ -89,6 +89,7 @@ std::vector<Tensor> ShardedEngine::forward_backward(const Tensor& inputs, const 
     ops::embedding_backward(dwte, dwpe, dx[j], inputs.slice(r0, r1));
   });
   reduce(0, g0);
+  finish_all_reduce();
   release(0);
   embedding_ = Tensor();
   return losses;
@@ -283,6 +284,7 @@ Tensor ShardedEngine::fetch(int unit, int next) {
 
 Engine::CollectiveTimes ShardedEngine::time_collectives(int unit, int repeats) {
   GPUMIX_CHECK(!pending_, "time_collectives: a prefetched gather of unit ", pending_unit_, " is in flight");
+  GPUMIX_CHECK(!pending_ar_, "time_collectives: the all-reduce of unit ", pending_ar_unit_, " is in flight");
   auto fastest = [&](const std::function<void()>& op) { return fastest_collective(comm_, device_, repeats, op); };
   const std::vector<int64_t> counts = layout_.counts(unit);
   Tensor mine;
@@ -302,16 +304,44 @@ Engine::CollectiveTimes ShardedEngine::time_collectives(int unit, int repeats) {
   return t;
 }
 
+// The unit's gradient reduce-scattered within the group (waited for), then, under hybrid
+// sharding, its slice all-reduced across the groups: with prefetch, issued and left in
+// flight behind the next unit's backward (nothing reads the slice before the optimizer),
+// waited for at the next reduce or at the end of the backward (finish_all_reduce).
 void ShardedEngine::reduce(int unit, const Tensor& full_grad) {
   fault_point(comm_.rank(), "collective");
-  TraceSpan span(tracer, "reduce-scatter", "collective", unit);
+  finish_all_reduce();
   const double t0 = detail::now_seconds();
   Tensor mine = grad_slice(unit);
-  shard_->reduce_scatter_v(full_grad, mine, layout_.counts(unit));
-  if (replicas_ && mine.numel() > 0) {  // every replica of the slice gets the sum over the groups
-    TraceSpan ar(tracer, "all-reduce across groups", "collective", unit);
-    replicas_->all_reduce_sum(mine);
+  {
+    TraceSpan span(tracer, "reduce-scatter", "collective", unit);
+    shard_->reduce_scatter_v(full_grad, mine, layout_.counts(unit));
   }
+  if (replicas_ && mine.numel() > 0) {  // every replica of the slice gets the sum over the groups
+    if (prefetch_) {
+      TraceSpan span(tracer, "issue all-reduce across groups", "collective", unit);
+      pending_ar_issued_ = detail::now_seconds();
+      pending_ar_ = replicas_->all_reduce_sum_async(mine);
+      pending_ar_unit_ = unit;
+    } else {
+      TraceSpan span(tracer, "all-reduce across groups", "collective", unit);
+      replicas_->all_reduce_sum(mine);
+    }
+  }
+  wait_s += detail::seconds_since(t0);
+}
+
+void ShardedEngine::finish_all_reduce() {
+  if (!pending_ar_) return;
+  const double t0 = detail::now_seconds();
+  {
+    TraceSpan span(tracer, "wait for all-reduce across groups", "wait", pending_ar_unit_);
+    pending_ar_->wait();
+  }
+  if (tracer)
+    tracer->add("all-reduce across groups", "collective", pending_ar_issued_, detail::now_seconds(),
+                Tracer::kCollectives, pending_ar_unit_);
+  pending_ar_.reset();
   wait_s += detail::seconds_since(t0);
 }
 

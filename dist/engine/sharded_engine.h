@@ -15,7 +15,10 @@
 // every group holds the whole state that way, the units are gathered and their gradients
 // reduce-scattered within the group, and each gradient slice is then all-reduced among the
 // ranks of its position across the groups (the replicas), so that every replica takes the
-// same optimizer step. Full sharding (g = 0): one group of every rank, no replicas.
+// same optimizer step. Full sharding (g = 0): one group of every rank, no replicas. With
+// prefetch, a unit's all-reduce across the groups stays in flight behind the next unit's
+// backward and is waited for at the next unit's reduce (the last one's at the end of the
+// backward): a GPU moves it on its comm stream meanwhile.
 //
 // Precision: the master shard, the gradients (accumulated over micro-batches and
 // reduce-scattered) and the AdamW moments are fp32 (16 bytes per parameter of the shard in
@@ -88,6 +91,7 @@ class ShardedEngine final : public Engine {
   void release(int unit) { model_.unbind_unit(unit); }
   Tensor fetch(int unit, int next);
   void reduce(int unit, const Tensor& full_grad);
+  void finish_all_reduce();  // waits for the all-reduce across groups left in flight, if any
 
   GPTConfig config_;
   ShardLayout layout_;
@@ -109,6 +113,9 @@ class ShardedEngine final : public Engine {
   Tensor pending_full_;
   int pending_unit_ = -1;
   double pending_issued_ = 0;  // when the pending gather was issued (its trace span)
+  CommRequestPtr pending_ar_;  // hybrid: the last reduced unit's all-reduce across groups
+  int pending_ar_unit_ = -1;
+  double pending_ar_issued_ = 0;
 };
 
 }  // namespace gpumix::dist

@@ -35,7 +35,6 @@ CostModel::CostModel(const Profile& profile, MemoryParams memory, int64_t max_m,
   block_rs_bytes_ = (double)g.block_params() * grad;
   embed_ag_bytes_ = (double)g.embed_params() * dtype;
   embed_rs_bytes_ = (double)g.embed_params() * grad;
-  head_ag_bytes_ = (double)g.head_params() * dtype;
   head_rs_bytes_ = (double)g.head_params() * grad;
 }
 
@@ -87,7 +86,6 @@ CommTimes CostModel::unit_comm(const std::vector<int>& ranks, const std::vector<
   c.rs = times(CollectiveKind::reduce_scatter, rs, block_rs_bytes_, &c.rs_staged);
   c.embed_ag = times(CollectiveKind::all_gather, ag, embed_ag_bytes_, nullptr);
   c.embed_rs = times(CollectiveKind::reduce_scatter, rs, embed_rs_bytes_, nullptr);
-  c.head_ag = times(CollectiveKind::all_gather, ag, head_ag_bytes_, nullptr);
   c.head_rs = times(CollectiveKind::reduce_scatter, rs, head_rs_bytes_, nullptr);
   return c;
 }
@@ -136,7 +134,7 @@ CommTimes CostModel::comm_for(const std::vector<RankWork>& work) const {
       }
     const CommTimes t = unit_comm(members, shares);
     for (auto [x, y] : {std::pair{&c.ag, t.ag}, {&c.rs, t.rs}, {&c.embed_ag, t.embed_ag}, {&c.embed_rs, t.embed_rs},
-                        {&c.head_ag, t.head_ag}, {&c.head_rs, t.head_rs}})
+                        {&c.head_rs, t.head_rs}})
       *x = std::max(*x, y);
     c.ag_staged = c.ag_staged || t.ag_staged;
     c.rs_staged = c.rs_staged || t.rs_staged;
@@ -154,6 +152,10 @@ CommTimes CostModel::comm_for(const std::vector<RankWork>& work) const {
   for (int i = 0; i < N; i++) load = std::max(load, node_share[node_of_rank_[i]] += work[i].share);
   const TopologyLinks l = links(false);
   const TopologyLink& link = ring_nodes > 1 ? l.leader_link() : l.intra;
+  // ψ: the all-reduce in flight behind the next unit's backward moves on a GPU's comm stream.
+  bool gpus = true;
+  for (int i = 0; i < N; i++) gpus = gpus && (!work[i].takes_part() || table(i).device->kind == "gpu");
+  c.ar_overlap = gpus ? 1 : 0;
   c.ar = all_reduce_time(link, G, block_rs_bytes_ * load);
   c.embed_ar = all_reduce_time(link, G, embed_rs_bytes_ * load);
   c.head_ar = all_reduce_time(link, G, head_rs_bytes_ * load);
@@ -181,7 +183,7 @@ RankTimes CostModel::compute_times(int rank, int64_t b, int64_t m, bool offload)
 void CostModel::apply_comm(RankTimes& t, const CommTimes& c) {
   const double f = std::max(t.fwd, t.offload), g = std::max(t.bwd, t.offload);
   t.block_fwd = f + c.exposed(f);
-  t.block_bwd = g + c.exposed(g) + c.rs + c.ar;
+  t.block_bwd = g + c.exposed(g) + c.rs + c.exposed_ar(g);
   t.block = t.block_fwd + t.block_bwd;
   t.head = t.head_compute + c.head();
 }

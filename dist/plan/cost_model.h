@@ -14,7 +14,7 @@
 // thread moves a large message mostly inside the wait), so of AG, AG − φ·min(AG, x) is
 // exposed behind compute x. Per block:
 //   fwd_i = F'_i + exposed(AG, F'_i)                     F'_i = max(F_i, X_i)
-//   bwd_i = G'_i + exposed(AG, G'_i) + RS + AR           G'_i = max(G_i, X_i)
+//   bwd_i = G'_i + exposed(AG, G'_i) + RS + exposed_AR(G'_i)   G'_i = max(G_i, X_i)
 //   t_i   = fwd_i + bwd_i
 // The ranks synchronise at every block's collectives, at the embedding / head and at the
 // optimizer, so
@@ -22,10 +22,14 @@
 // with H_i the embedding + head + loss compute of the rank's micro-batches and C_head the
 // collectives outside the blocks, none of them overlapped: the embedding unit's gather at
 // the start of the step (it stays gathered until the end of the backward: the LM head is
-// tied to it), its reduce-scatter at the end, and the head unit's (the final layernorm,
-// latency only) gather and reduce-scatter. (Each block's forward and backward wait for
-// their own slowest rank; L · max_i t_i charges the slowest rank's sum, the same where one
-// rank is the slowest in both.)
+// tied to it), the first block's gather (issued when the embedding's gather returns, it has
+// only the embedding's lookup to hide behind: charged whole), the embedding's
+// reduce-scatter at the end, and the head unit's (the final layernorm, latency only)
+// reduce-scatter. The head unit's gather is issued before the last block's forward and
+// hides behind it: the last block's exposed(AG, F'_i) already charges at least as much
+// (the head unit is smaller than a block), so C_head leaves it out. (Each block's forward
+// and backward wait for their own slowest rank; L · max_i t_i charges the slowest rank's
+// sum, the same where one rank is the slowest in both.)
 //
 // The collectives: AG moves a block's parameters in the compute dtype, RS its fp32
 // gradients, over the ranks that take part (b > 0 or r > 0), in the form the engine runs
@@ -37,7 +41,13 @@
 //
 // Hybrid sharding (Sharding, dist/plan/work.h): AG and RS run within a group (its ranks that take part,
 // on the nodes the group spans), and the gradient slices are then all-reduced across the
-// groups, AR, after the group's reduce-scatter. AR is a ring all-reduce (a reduce-scatter
+// groups, AR, after the group's reduce-scatter. The engine leaves that all-reduce in
+// flight behind the next unit's backward (waiting for it at the next unit's reduce): on a
+// GPU it moves on the comm stream, after the gather issued behind the same compute, so
+// exposed_AR(x) = AR − ψ·min(AR, x − φ·min(AG, x)) with ψ = 1 where every rank is a GPU;
+// elsewhere ψ = 0 (MPI's nonblocking all-reduce moves mostly inside the wait, and no
+// figure says how far: not credited). The last block's all-reduce, followed only by the
+// embedding's backward, is charged whole in C_head. AR is a ring all-reduce (a reduce-scatter
 // and an all-gather) over the G groups: 2(G−1) latencies, and through each node's link
 // 2(G−1)/G × (the sum of the shares of that node's ranks) × the fp32 gradient, since the
 // rings of all positions on a node share its link (a node-wide NIC, as the emulated nodes
@@ -61,14 +71,29 @@ namespace gpumix::dist {
 struct CommTimes {
   double ag = 0, rs = 0;              // one block
   double embed_ag = 0, embed_rs = 0;  // the embedding unit
-  double head_ag = 0, head_rs = 0;    // the head unit (the final layernorm)
+  double head_rs = 0;                 // the head unit (the final layernorm); its gather: see head()
   double ar = 0, embed_ar = 0, head_ar = 0;  // hybrid: the all-reduce across groups (0 when full)
   bool ag_staged = false, rs_staged = false;  // a block's collectives run hierarchically
   double overlap = 1;                 // of a prefetched gather (the profile's comm.overlap)
+  double ar_overlap = 0;              // ψ: of the all-reduce across groups left in flight (see above)
   // The part of a gather of time `ag` that compute of time x leaves exposed.
   double exposed(double x) const { return ag - overlap * std::min(ag, x); }
-  // C_head: the collectives outside the blocks, none overlapped.
-  double head() const { return embed_ag + embed_rs + embed_ar + head_ag + head_rs + head_ar; }
+  // The part of the previous unit's all-reduce across groups that backward compute of time
+  // x leaves exposed: it shares the link with the gather in flight behind the same
+  // compute, so it hides only behind what the gather left.
+  double exposed_ar(double x) const {
+    return ar - ar_overlap * std::min(ar, std::max(0.0, x - overlap * std::min(ag, x)));
+  }
+  // C_head: the collectives outside the blocks, none overlapped: the embedding's, the first
+  // block's gather (only the embedding's lookup before it), the head unit's reduce-scatter
+  // (its gather hides behind the last block's forward, charged there as a block's).
+  // Under hybrid sharding the all-reduces across groups: the embedding's (waited for at the
+  // end), and with them in flight (ψ) the first block's, which only the embedding's
+  // backward follows, in place of the head unit's, which hides behind the last block's
+  // backward (charged there as a block's).
+  double head() const {
+    return embed_ag + ag + embed_rs + embed_ar + head_rs + head_ar + ar_overlap * (ar - head_ar);
+  }
 };
 
 struct RankTimes {
@@ -148,8 +173,7 @@ class CostModel {
   std::vector<int> node_of_rank_;
   Sharding sharding_;
   // Unit sizes in bytes: AG (compute dtype), RS (fp32 accumulated gradients).
-  double block_ag_bytes_ = 0, block_rs_bytes_ = 0, embed_ag_bytes_ = 0, embed_rs_bytes_ = 0, head_ag_bytes_ = 0,
-         head_rs_bytes_ = 0;
+  double block_ag_bytes_ = 0, block_rs_bytes_ = 0, embed_ag_bytes_ = 0, embed_rs_bytes_ = 0, head_rs_bytes_ = 0;
   // The collectives over `ranks` holding `shares` (of the unit), in the cheaper form;
   // even_shares as collective_times takes it.
   CommTimes unit_comm(const std::vector<int>& ranks, const std::vector<double>& shares, int even_shares = -1) const;

@@ -91,7 +91,7 @@ Plan plan_cephalo(const Profile& profile, int64_t B, const PlannerOptions& opts)
     std::vector<int> all(N);
     std::iota(all.begin(), all.end(), 0);
     assumed = cost.comm_members(all, true);
-    for (double* x : {&assumed.ag, &assumed.rs, &assumed.embed_ag, &assumed.embed_rs, &assumed.head_ag, &assumed.head_rs})
+    for (double* x : {&assumed.ag, &assumed.rs, &assumed.embed_ag, &assumed.embed_rs, &assumed.head_rs})
       *x *= 1.25 * opts.cephalo_comm_scale;
   }
   // Fastest micro-batch per (rank, b) whose compute memory fits.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <limits>
 #include <random>
 
 #include "dist/plan/plan.h"
@@ -397,6 +398,48 @@ TEST(Planner, HybridPlanFilesRoundTripAndAreChecked) {
   EXPECT_NE(check_sharding(Sharding{5}, 16).find("divides the 16 ranks"), std::string::npos);
   EXPECT_NE(check_sharding(Sharding{16}, 16).find("at least 2 groups"), std::string::npos);
   EXPECT_EQ(check_sharding(Sharding{0}, 16), "");
+}
+
+// The collectives a step waits for outside the blocks, as ShardedEngine::forward_backward
+// runs them: the embedding's gather, then the first block's (issued when the embedding's
+// returns, with only the embedding's lookup to hide behind), the embedding's and the head
+// unit's reduce-scatters; the head unit's gather is prefetched behind the last block's
+// forward. Compute far above the collectives hides every other gather, so the step is the
+// compute plus L reduce-scatters plus those.
+TEST(CostModel, ExposesTheFirstBlocksGatherAndHidesTheHeadUnits) {
+  const GPTConfig model = tiny_model(2);
+  const Profile p = fake_profile(model, 32, {{"gpu", 8 * MiB, 1e-2}}, {0, 0, 0, 0}, 1e8, 1e-5, 1.1, {0, 0, 1, 1});
+  const CostModel cost(p, {}, 8);
+  std::vector<RankWork> work(4, RankWork{2, 2, 0.25, false});
+  const CostModel::Step s = cost.evaluate(work);
+  const RankTimes& t = s.ranks[0];
+  ASSERT_GT(s.comm.ag, 0);
+  ASSERT_LT(s.comm.ag, std::min(t.fwd, t.bwd)) << "every block's gather must hide behind compute";
+  const double compute = model.L * (t.fwd + t.bwd) + t.head_compute + s.optimizer;
+  const double exposed = model.L * s.comm.rs + s.comm.embed_ag + s.comm.ag + s.comm.embed_rs + s.comm.head_rs;
+  EXPECT_NEAR(s.step, compute + exposed, 64 * std::numeric_limits<double>::epsilon() * s.step);
+}
+
+// Hybrid sharding: ShardedEngine leaves each unit's all-reduce across the groups in flight
+// behind the next unit's backward. On GPUs (their comm stream moves it) it hides there
+// behind what the gather left; the last block's, followed only by the embedding's
+// backward, stays exposed. On CPUs (MPI's nonblocking all-reduce moves inside the wait)
+// every one is charged whole, and the head unit's besides.
+TEST(CostModel, AllReducesAcrossGroupsHideBehindTheNextBlocksBackwardOnGpusOnly) {
+  const GPTConfig model = tiny_model(3);
+  Profile p = fake_profile(model, 32, {{"gpu", 8 * MiB, 1e-2}}, {0, 0, 0, 0}, 1e8, 1e-5, 1.1, {0, 0, 1, 1});
+  const std::vector<RankWork> work(4, RankWork{2, 2, 0.5, false});
+  const CostModel::Step gpu = CostModel(p, {}, 8, Sharding{2}).evaluate(work);
+  p.devices[0].kind = "cpu";
+  const CostModel::Step cpu = CostModel(p, {}, 8, Sharding{2}).evaluate(work);
+  const RankTimes& t = gpu.ranks[0];
+  ASSERT_GT(gpu.comm.ar, gpu.comm.head_ar);
+  ASSERT_LT(gpu.comm.ag + gpu.comm.ar, t.bwd) << "the gather and the all-reduce must hide behind a block's backward";
+  const double compute = model.L * (t.fwd + t.bwd) + t.head_compute + gpu.optimizer;
+  const double outside = gpu.comm.embed_ag + gpu.comm.ag + gpu.comm.embed_rs + gpu.comm.embed_ar + gpu.comm.head_rs;
+  const double tol = 64 * std::numeric_limits<double>::epsilon() * cpu.step;
+  EXPECT_NEAR(gpu.step, compute + model.L * gpu.comm.rs + outside + gpu.comm.ar, tol);
+  EXPECT_NEAR(cpu.step, compute + model.L * (cpu.comm.rs + cpu.comm.ar) + outside + cpu.comm.head_ar, tol);
 }
 
 }  // namespace

@@ -5,7 +5,7 @@ RUN_DIR is a `gpumix train` run folder (its plan.json: the predictions), TRACE t
 `--trace` wrote. For the rank with the most compute, the median over the traced steps of
   compute      the spans of category compute (forward, backward, head) and the optimizer
   collectives  the time it spent in or waiting for collectives: blocking gathers, issuing and
-               waiting for prefetched ones, reduce-scatters (with hybrid all-reduces), the
+               waiting for prefetched ones, reduce-scatters, hybrid all-reduces (issuing and waiting), the
                step's loss and norm all-reduces
   other        the rest of the step (loading the batch, bookkeeping)
 against the plan's busy time (compute) and its comm + idle (the step's prediction without
@@ -30,8 +30,9 @@ def main():
             a, b = step["ts"], step["ts"] + step["dur"]
             inside = [e for e in mine if e is not step and a <= e["ts"] and e["ts"] + e["dur"] <= b + 1]
             compute = sum(e["dur"] for e in inside if e["cat"] == "compute" or e["name"] == "optimizer")
-            # Top-level collective and wait spans only: a hybrid all-reduce nests in its reduce-scatter.
-            waits = [e for e in inside if e["cat"] in ("collective", "wait") and e["name"] != "all-reduce across groups"]
+            # The rank's own thread (tid 0): its collectives and waits, none nested in another (a
+            # prefetched gather's or all-reduce's flight is on the collectives' track).
+            waits = [e for e in inside if e["cat"] in ("collective", "wait")]
             comm = sum(e["dur"] for e in waits)
             rows.append((step["dur"] / 1e3, compute / 1e3, comm / 1e3))
         per_rank[r] = [statistics.median(x) for x in zip(*rows)]
