@@ -6,11 +6,12 @@
 #
 #   every-step, full sharding      the plan gpumix makes for the devices (--sharding full)
 #   every-step, hybrid             groups of one node, replicated across them (--sharding 1)
-#   local updates, H in --H        the full plan's rows (each group's share by its speed),
-#                                  --sync local:H, one group per node
+#   local updates, H in --H        --sync local:H, one group per node, planned by gpumix at
+#                                  start-up (each group's rows by its measured speed)
 #
-# all under `mpirun --hostfile`, each from one profile measured on the cluster before the
-# runs (so no run's bytes include profiling). Each run logs its steps (log.jsonl); around it
+# and the fast node alone (what `gpumix plan` picks left to itself on slow links), all under
+# `mpirun --hostfile`; the every-step plans from one profile measured on the cluster before
+# the runs. Each run logs its steps (log.jsonl); around it
 # the bytes every node's link sent (the veth's counters: everything that crossed the switch)
 # are read at its start, once its step 1 is logged, and at its end: bytes per token count
 # steps 2 on, so that start-up (MPI's launch, a planner's profile) is left out. The rounds interleave the modes (every mode once per
@@ -22,14 +23,14 @@
 # (`gpumix plot`). The load average at the start and the end is in the report.
 #
 #   local_sync_runs.sh [--gpumix PATH] [--data CORPUS] [--steps N] [--rates "1gbit 100mbit"]
-#                      [--H "10 50 100"] [--nodes K] [--rounds R] --out DIR
+#                      [--H "10 50 100"] [--nodes K] [--rounds R] [--outer "LR MOMENTUM"] --out DIR
 #
 # Needs root (network namespaces); exits 77 where they cannot be made.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 gpumix=$root/build/tools/gpumix data=/usr/share/games/fortunes steps=200 rates="1gbit 100mbit" hs="10 50 100"
-nodes=2 rounds=1 out="" inside="" rate=""
+nodes=2 rounds=1 out="" inside="" rate="" outer_lr_mom="0.7 0.9"
 while [ $# -gt 0 ]; do
   case $1 in
     --gpumix) gpumix=$2; shift 2 ;;
@@ -39,9 +40,10 @@ while [ $# -gt 0 ]; do
     --H) hs=$2; shift 2 ;;
     --nodes) nodes=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --outer) outer_lr_mom=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --inside) inside=1; rate=$2; shift 2 ;;
-    *) echo "local_sync_runs.sh: unknown option '$1'; the options are --gpumix --data --steps --rates --H --nodes --rounds --out" >&2; exit 2 ;;
+    *) echo "local_sync_runs.sh: unknown option '$1'; the options are --gpumix --data --steps --rates --H --nodes --rounds --outer --out" >&2; exit 2 ;;
   esac
 done
 die() { echo "local_sync_runs.sh: $*" >&2; exit 1; }
@@ -55,6 +57,8 @@ for h in $hs; do
   [[ $h =~ ^[0-9]+$ ]] && [ "$h" -ge 1 ] && [ $((steps % h)) = 0 ] ||
     die "--H: $h must divide --steps $steps (validation runs after outer steps only)"
 done
+read -r outer_lr outer_mom <<< "$outer_lr_mom"
+outer=(--outer-lr "$outer_lr" --outer-momentum "$outer_mom")  # DiLoCo's 0.7 0.9 unless --outer
 batch=16 seq=128
 # The first node's device is 2x slower; one rank per node.
 devices=cpu:mem=1GiB:slow=2
@@ -71,7 +75,7 @@ if [ -z "$inside" ]; then
   for r in $rates; do
     "$here/emulated_cluster.sh" with --nodes "$nodes" --slots 1 --rate "$r" -- \
       "$0" --inside "$r" --gpumix "$gpumix" --data "$data" --steps "$steps" --H "$hs" --nodes "$nodes" \
-      --rounds "$rounds" --out "$out" > "$out/cluster-$r.txt" 2>&1 || { tail -30 "$out/cluster-$r.txt"; exit 1; }
+      --rounds "$rounds" --outer "$outer_lr_mom" --out "$out" > "$out/cluster-$r.txt" 2>&1 || { tail -30 "$out/cluster-$r.txt"; exit 1; }
   done
   end_load=$(load)
   for r in $rates; do  # one picture per rate: every run of the last round
@@ -85,6 +89,7 @@ if [ -z "$inside" ]; then
   python3 "$here/local_sync_report.py" "$out" "$rates" "$rounds" "$steps" $((batch * seq)) "$nodes"
   echo
   echo "($(nproc) cores; gpt-nano, $batch x $seq tokens per step, $steps steps, devices $devices, one rank per node;"
+  echo " local updates with --outer-lr $outer_lr --outer-momentum $outer_mom, Nesterov;"
   echo " start $start_load; end $end_load)"
   exit 0
 fi
@@ -140,7 +145,6 @@ for ((round = 1; round <= rounds; round++)); do
   run "r$round-every-step-full" "${all[@]}" -- --devices "$devices" --plan "$work/plan-full.json" --eval-interval 10
   run "r$round-every-step-hybrid" "${all[@]}" -- --devices "$devices" --plan "$work/plan-1.json" --eval-interval 10
   for h in $hs; do
-    run "r$round-local-H$h" "${all[@]}" -- --devices "$devices" --plan "$work/plan-full.json" --eval-interval "$h" \
-      --sync "local:$h"
+    run "r$round-local-H$h" "${all[@]}" -- --devices "$devices" --eval-interval "$h" --sync "local:$h" "${outer[@]}"
   done
 done
