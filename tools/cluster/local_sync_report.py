@@ -55,6 +55,7 @@ def group_wait(run, h, steps):
 def main():
     out, rates, rounds, steps, tps, nodes = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4]), \
         int(sys.argv[5]), int(sys.argv[6])
+    longer = [int(x) for x in sys.argv[7].split()] if len(sys.argv) > 7 else []
     for rate in rates:
         folder = os.path.join(out, rate)
         names = sorted({d.split("-", 1)[1] for d in os.listdir(folder)
@@ -95,6 +96,26 @@ def main():
               "\"every-step on all nodes\": the faster of full and hybrid sharding in the same round)")
         if rounds > 1:
             print(f"\n(each cell: round 1 / round 2 / ...; the rounds ran the modes in turn)")
+        if longer:  # local runs past the budget: when they reach the every-step loss
+            k = rounds
+            target = max(runs[(k, m)]["evals"][-1][1] for m in names if m.startswith("every"))
+            peer = min((runs[(k, m)] for m in names if m in ("every-step-full", "every-step-hybrid")),
+                       key=lambda e: e["wall"])
+            alone = runs.get((k, "every-step-one-fast-node"))
+            print(f"\nLocal runs of more steps (each its own learning-rate schedule to its end), against round {k}'s "
+                  f"every-step target {target:.4f} (the fastest every-step run on all nodes took {peer['wall']:.1f} s"
+                  + (f", the fast node alone {alone['wall']:.1f} s" if alone else "") + "):\n")
+            print("| run | steps (tokens vs the budget) | val loss at its end (all windows) | reaches the target at step "
+                  "| at, s | vs every-step on all nodes | vs the fast node alone |")
+            print("|---|---|---|---|---|---|---|")
+            for n in sorted(d for d in os.listdir(folder) if d.startswith("longer-") and os.path.isdir(os.path.join(folder, d))):
+                L = int(n.rsplit("-", 1)[1])
+                r = read_run(os.path.join(folder, n), L, tps)
+                hit = next(((s, r["at"][s]) for s, v in r["evals"] if v <= target), None)
+                print(f"| {n} | {L} ({L / steps:.1f}x) | {r['val_full']:.4f} | " +
+                      ("not reached | - | - | -" if hit is None else
+                       f"{hit[0]} | {hit[1]:.1f} | {hit[1] / peer['wall']:.2f}x | " +
+                       (f"{hit[1] / alone['wall']:.2f}x" if alone else "-")) + " |")
         # Bytes across the links: every-step hybrid against each local run (the medians).
         med = {n: statistics.median(runs[(k, n)]["bytes_per_token"] for k in range(1, rounds + 1)) for n in names}
         for base in ("every-step-hybrid", "every-step-full"):

@@ -23,14 +23,19 @@
 # (`gpumix plot`). The load average at the start and the end is in the report.
 #
 #   local_sync_runs.sh [--gpumix PATH] [--data CORPUS] [--steps N] [--rates "1gbit 100mbit"]
-#                      [--H "10 50 100"] [--nodes K] [--rounds R] [--outer "LR MOMENTUM"] --out DIR
+#                      [--H "10 50 100"] [--nodes K] [--rounds R] [--outer "LR MOMENTUM"]
+#                      [--longer "300 400" [--longer-only]] --out DIR
+#
+# --longer: local runs of more steps as well (each its own schedule to its end), to time
+# when local updates reach the every-step runs' final validation loss where they do not
+# within the budget. --longer-only: only those, added to the runs already in --out.
 #
 # Needs root (network namespaces); exits 77 where they cannot be made.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 gpumix=$root/build/tools/gpumix data=/usr/share/games/fortunes steps=200 rates="1gbit 100mbit" hs="10 50 100"
-nodes=2 rounds=1 out="" inside="" rate="" outer_lr_mom="0.7 0.9"
+nodes=2 rounds=1 out="" inside="" rate="" outer_lr_mom="0.7 0.9" longer="" longer_only=0
 while [ $# -gt 0 ]; do
   case $1 in
     --gpumix) gpumix=$2; shift 2 ;;
@@ -41,9 +46,11 @@ while [ $# -gt 0 ]; do
     --nodes) nodes=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --outer) outer_lr_mom=$2; shift 2 ;;
+    --longer) longer=$2; shift 2 ;;
+    --longer-only) longer_only=1; shift ;;
     --out) out=$2; shift 2 ;;
     --inside) inside=1; rate=$2; shift 2 ;;
-    *) echo "local_sync_runs.sh: unknown option '$1'; the options are --gpumix --data --steps --rates --H --nodes --rounds --outer --out" >&2; exit 2 ;;
+    *) echo "local_sync_runs.sh: unknown option '$1'; the options are --gpumix --data --steps --rates --H --nodes --rounds --outer --longer --longer-only --out" >&2; exit 2 ;;
   esac
 done
 die() { echo "local_sync_runs.sh: $*" >&2; exit 1; }
@@ -53,7 +60,11 @@ die() { echo "local_sync_runs.sh: $*" >&2; exit 1; }
 [[ $steps =~ ^[0-9]+$ ]] && [ "$steps" -ge 10 ] || die "--steps $steps: give at least 10"
 [[ $nodes =~ ^[0-9]+$ ]] && [ "$nodes" -ge 2 ] || die "--nodes $nodes: local updates need at least 2 nodes"
 [[ $rounds =~ ^[0-9]+$ ]] && [ "$rounds" -ge 1 ] || die "--rounds $rounds: give at least 1"
+for l in $longer; do
+  [[ $l =~ ^[0-9]+$ ]] && [ "$l" -gt "$steps" ] || die "--longer: $l must be a number of steps above --steps $steps"
+done
 for h in $hs; do
+  for l in $longer; do [ $((l % h)) = 0 ] || die "--longer: $l is not a multiple of H = $h"; done
   [[ $h =~ ^[0-9]+$ ]] && [ "$h" -ge 1 ] && [ $((steps % h)) = 0 ] ||
     die "--H: $h must divide --steps $steps (validation runs after outer steps only)"
 done
@@ -65,7 +76,7 @@ devices=cpu:mem=1GiB:slow=2
 for ((i = 1; i < nodes; i++)); do devices+=,cpu:mem=1GiB; done
 # Validation on the same first 16 windows every 10 steps (every H in local mode: only after
 # an outer step do the groups hold the same weights), on all windows at the end.
-common=(--data "$data" --model gpt-nano --seq $seq --batch $batch --steps "$steps" --eval-windows 16 --seed 7
+common=(--data "$data" --model gpt-nano --seq $seq --batch $batch --eval-windows 16 --seed 7
         --threads 1 --ckpt-interval 0 --drift-threshold 0 --quiet)
 
 if [ -z "$inside" ]; then
@@ -73,20 +84,23 @@ if [ -z "$inside" ]; then
   load() { echo "$(date -u +%H:%M:%SZ) load $(cut -d' ' -f1-3 /proc/loadavg)"; }
   start_load=$(load)
   for r in $rates; do
+    [ $longer_only = 0 ] || [ -d "$out/$r" ] || die "--longer-only: no runs at $r in $out to add to"
+    log="$out/cluster-$r$([ $longer_only = 0 ] || echo -longer).txt"
     "$here/emulated_cluster.sh" with --nodes "$nodes" --slots 1 --rate "$r" -- \
       "$0" --inside "$r" --gpumix "$gpumix" --data "$data" --steps "$steps" --H "$hs" --nodes "$nodes" \
-      --rounds "$rounds" --outer "$outer_lr_mom" --out "$out" > "$out/cluster-$r.txt" 2>&1 || { tail -30 "$out/cluster-$r.txt"; exit 1; }
+      --rounds "$rounds" --outer "$outer_lr_mom" --longer "$longer" $([ $longer_only = 0 ] || echo --longer-only) --out "$out" > "$log" 2>&1 || { tail -30 "$log"; exit 1; }
   done
   end_load=$(load)
   for r in $rates; do  # one picture per rate: every run of the last round
     runs=() labels=()
-    for d in "$out/$r"/r"$rounds"-*/; do
-      name=$(basename "$d"); runs+=("$d"); labels+=("${name#r"$rounds"-}")
+    for d in "$out/$r"/r"$rounds"-*/ "$out/$r"/longer-*/; do
+      [ -d "$d" ] || continue
+      name=$(basename "$d"); name=${name#r"$rounds"-}; runs+=("$d"); labels+=("${name/longer-local-H/local-H}")
     done
     "$gpumix" plot "${runs[@]}" --labels "$(IFS=,; echo "${labels[*]}")" --svg "$out/loss-vs-time-$r.svg" \
       --title "gpt-nano, $nodes nodes (one 2x slower), links $r: validation loss against training wall time" >/dev/null
   done
-  python3 "$here/local_sync_report.py" "$out" "$rates" "$rounds" "$steps" $((batch * seq)) "$nodes"
+  python3 "$here/local_sync_report.py" "$out" "$rates" "$rounds" "$steps" $((batch * seq)) "$nodes" "$longer"
   echo
   echo "($(nproc) cores; gpt-nano, $batch x $seq tokens per step, $steps steps, devices $devices, one rank per node;"
   echo " local updates with --outer-lr $outer_lr --outer-momentum $outer_mom, Nesterov;"
@@ -112,7 +126,8 @@ run() {  # NAME MPIRUN-ARGS... -- TRAIN-ARGS...: one training run; its link byte
   while [ "$1" != -- ]; do launch+=("$1"); shift; done
   shift
   before=$(link_bytes)
-  mpirun "${launch[@]}" "$gpumix" train "${common[@]}" "$@" --out "$work/$name" > "$work/$name.txt" 2>&1 &
+  mpirun "${launch[@]}" "$gpumix" train "${common[@]}" --steps "${run_steps:-$steps}" "$@" --out "$work/$name" \
+    > "$work/$name.txt" 2>&1 &
   pid=$!
   # The bytes once step 1 is logged: what follows is the training's (steps 2 on), without
   # the start-up's (launch, tokenizer, a planner's profile).
@@ -128,6 +143,7 @@ run() {  # NAME MPIRUN-ARGS... -- TRAIN-ARGS...: one training run; its link byte
   echo "$name: $((after - first)) bytes across the links after step 1 ($((after - before)) in all)"
 }
 all=(--hostfile "$GPUMIX_CLUSTER_HOSTFILE" -np "$nodes")  # a rank on every node
+[ $longer_only = 1 ] || {
 echo "== profile and plans ($(cat /run/"${GPUMIX_CLUSTER_PREFIX:-gpumix}"-cluster/shaped))"
 mpirun --hostfile "$GPUMIX_CLUSTER_HOSTFILE" -np "$nodes" "$gpumix" profile --devices "$devices" --model gpt-nano \
   --seq $seq --cache - --out "$work/profile.json" > "$work/profile.txt" 2>&1 || { cat "$work/profile.txt"; die "profile failed"; }
@@ -146,5 +162,11 @@ for ((round = 1; round <= rounds; round++)); do
   run "r$round-every-step-hybrid" "${all[@]}" -- --devices "$devices" --plan "$work/plan-1.json" --eval-interval 10
   for h in $hs; do
     run "r$round-local-H$h" "${all[@]}" -- --devices "$devices" --eval-interval "$h" --sync "local:$h" "${outer[@]}"
+  done
+done
+}
+for run_steps in $longer; do
+  for h in $hs; do
+    run "longer-local-H$h-$run_steps" "${all[@]}" -- --devices "$devices" --eval-interval "$h" --sync "local:$h" "${outer[@]}"
   done
 done
