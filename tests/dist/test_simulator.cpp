@@ -18,6 +18,16 @@
 namespace gpumix::dist {
 namespace {
 
+// What f throws as an InputError ("no error" when it returns).
+std::string message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 using nlohmann::json;
 
 Cluster one_node() {
@@ -251,14 +261,6 @@ TEST(SimulatorLocal, EveryStepCrossBytes) {
 
 TEST(SimulatorLocal, BadInputsSayWhatAndHow) {
   const Profile p = synthesize_profile(two_nodes(), gpt_preset("gpt-1.3b"), 512);
-  auto message = [&](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   auto has = [](const std::string& m, const char* s) { return m.find(s) != std::string::npos; };
   const std::string h0 = message([&] { simulate_local(p, 64, local(0)); });
   EXPECT_TRUE(has(h0, "--sync local:0") && has(h0, "must be at least 1") && has(h0, "local:50")) << h0;
@@ -343,14 +345,6 @@ TEST(PlannerLocal, CombinedPlanAndTable) {
 
 TEST(PlannerLocal, BadInputsSayWhatAndHow) {
   const Profile p = synthesize_profile(fast_and_slow(), gpt_preset("gpt2"), 512);
-  auto message = [&](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   PlannerOptions hybrid;
   hybrid.group_size = 2;
   const std::string h = message([&] { plan_local(p, 48, local(10), "gpumix", hybrid); });
