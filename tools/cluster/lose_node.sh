@@ -5,8 +5,8 @@
 # the plan GPUMix makes for its unequal devices (profiled at start-up, planned: full or
 # hybrid sharding, whichever its cost model predicts faster) on 2 nodes x 2 ranks through
 # `mpirun --hostfile` (after a short local-update run, `--sync local:2`, one group per node,
-# checked against thread ranks), printing its collectives predicted vs measured per kind before the
-# first step, kills every process of the second node during a step, checks that the
+# checked against thread ranks, its checkpoint resumed on one node as one group), printing
+# its collectives predicted vs measured per kind before the first step, kills every process of the second node during a step, checks that the
 # surviving ranks end naming the lost node and its ranks, resumes with
 # `gpumix train --resume` on the surviving node alone (2 ranks, re-planned), and tears the
 # cluster down. The losses of both parts must equal one process's (4 thread ranks, the
@@ -133,6 +133,17 @@ print("  losses: 2 nodes", " ".join("%.6f" % x for x in a), "| threads", " ".joi
 if len(a) != 4 or len(a) != len(b) or any(abs(x - y) > 1e-4 * max(1.0, abs(y)) for x, y in zip(a, b)):
     sys.exit("FAIL: local updates on 2 nodes and on thread ranks differ by more than 1e-4 relative")
 EOF2
+# Its checkpoint (written after the last outer step: 2 groups' moments, the outer momentum)
+# resumed on one node's 2 ranks: one group now, starting from the groups' token-weighted mean.
+mpirun --host "$left:2" -np 2 "$gpumix" train --data "$data" "${model[@]}" --dtype fp32 --steps 6 --lr 3e-3 \
+  --warmup 1 --eval-interval 0 --eval-windows 2 --seed 7 --threads 1 --ckpt-interval 0 --batches $((batch / 2)),$((batch / 2)) \
+  --micro-batches $((batch / 2)),$((batch / 2)) --shares 0.5,0.5 --sync local:2 --resume "$out/local" \
+  --out "$out/local-resumed" > "$out/local-resumed.txt" 2>&1 ||
+  { cat "$out/local-resumed.txt"; fail "the local-update checkpoint did not resume on node $left"; }
+grep -q "holds the AdamW moments of 2 groups.*token-weighted mean" "$out/local-resumed.txt" ||
+  { cat "$out/local-resumed.txt"; fail "the resume did not say it starts from the 2 groups' token-weighted mean"; }
+grep -q '"step":6,' "$out/local-resumed/log.jsonl" || fail "the resumed local-update run did not reach step 6"
+echo "  resumed on $left alone (one group): $(grep -o 'the checkpoint holds the AdamW moments of 2 groups[^;]*' "$out/local-resumed.txt" | head -1)"
 
 echo "== 2. mpirun --hostfile: 2 nodes x 2 ranks, links $(cat /run/"${GPUMIX_CLUSTER_PREFIX:-gpumix}"-cluster/shaped)"
 echo "     the devices profiled and planned by gpumix train, the plan's collectives checked before step 1"
