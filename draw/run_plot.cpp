@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -334,7 +335,7 @@ std::string run_plot_svg(const RunLog& log, const std::string& title) {
   if (busy_panel) {
     std::vector<Series> ranks;
     for (int r = 0; r < log.ranks; ++r) {
-      Series s{"rank " + std::to_string(r), kPalette[r % 8], "busy-rank", {}, false, false, ""};
+      Series s{"rank " + std::to_string(r), kPalette[r % std::size(kPalette)], "busy-rank", {}, false, false, ""};
       for (const RunLog::Step& st : log.steps)
         if ((int)st.busy.size() > r && std::isfinite(st.busy[r])) s.points.emplace_back((double)st.step, st.busy[r]);
       s.missing = "rank " + std::to_string(r) + ": no busy share";
@@ -365,11 +366,16 @@ std::string runs_plot_svg(const std::vector<RunLog>& logs, const std::vector<std
   double x_lo = INFINITY, x_hi = -INFINITY;
   for (size_t i = 0; i < logs.size(); ++i) {
     const RunLog& log = logs[i];
-    Series s{labels[i], kPalette[i % 8], "run-val-loss", {}, true, false, labels[i] + ": no validation loss"};
+    Series s{labels[i], kPalette[i % std::size(kPalette)], "run-val-loss", {}, true, false,
+             labels[i] + ": no validation loss"};
+    // The training wall time up to each step, summed once (evaluations come in step order).
+    auto step = log.steps.begin();
+    double ms = 0;
     for (const RunLog::Eval& e : log.evals) {
       double at = (double)e.step;
       if (x == Axis::kWallTime) {
-        at = wall_time_s(log, e.step);
+        for (; step != log.steps.end() && step->step <= e.step; ++step) ms += step->ms;
+        at = ms / 1e3;
         GPUMIX_CHECK_INPUT(std::isfinite(at), log.path, ": a step up to ", e.step, " has no 'ms' field, so its "
                            "validation cannot be placed in time; draw it against the step instead");
       }
