@@ -1,6 +1,7 @@
 // The CPU op table: every op in f32 and bf16 through kernels/cpu (the fp32 kernels or their
 // bf16 overloads, whose per-argument dtypes are core/op_table.h's). Tensors arrive
 // validated by ops.cpp.
+#include <algorithm>
 #include <cstring>
 
 #include "core/op_table.h"
@@ -19,27 +20,30 @@ namespace k = kernels::cpu;
 float* opt(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 float* f32(const Tensor& t) { return t.data<float>(); }
 const int32_t* i32(const Tensor& t) { return t.data<int32_t>(); }
-uint16_t* bf(const Tensor& t) { return reinterpret_cast<uint16_t*>(t.data<bf16>()); }
+bf16* bf(const Tensor& t) { return t.data<bf16>(); }
 
-// The pointers of compute-dtype tensors as the kernels take them: `float` for f32, bf16
-// bits (`uint16_t`) for bf16. Each op's body is written once over a Compute<T> and the
+// The pointers of compute-dtype tensors as the kernels take them: `float` for f32, `bf16`
+// for bf16. Each op's body is written once over a Compute<T> and the
 // kernels' overloads pick the fp32 or the bf16 kernel.
 template <class T> struct Compute;
 template <> struct Compute<float> {
   float* operator()(const Tensor& t) const { return f32(t); }
   float* opt(const Tensor& t) const { return gpumix::opt(t); }
 };
-template <> struct Compute<uint16_t> {
-  uint16_t* operator()(const Tensor& t) const { return bf(t); }
-  uint16_t* opt(const Tensor& t) const { return t.defined() ? bf(t) : nullptr; }
+template <> struct Compute<bf16> {
+  bf16* operator()(const Tensor& t) const { return bf(t); }
+  bf16* opt(const Tensor& t) const { return t.defined() ? bf(t) : nullptr; }
 };
 
 // Runs fn(Compute<T>{}) for the dtype of `anchor`, the op's compute dtype (ops.cpp checked
 // that it is f32 or bf16 and that the other compute arguments agree).
 template <class F>
 void in_compute_dtype(const Tensor& anchor, F&& fn) {
+  GPUMIX_CHECK_INPUT(anchor.dtype() != DType::f16, "f16 ", anchor.shape().str(), " on ", anchor.device().str(),
+                     ": the CPU backend computes in f32 and bf16 only (f16 is a storage dtype there: "
+                     "convert it with Tensor::to); compute in bf16 or f32, or on a CUDA device");
   if (anchor.dtype() == DType::bf16)
-    fn(Compute<uint16_t>{});
+    fn(Compute<bf16>{});
   else
     fn(Compute<float>{});
 }
@@ -201,11 +205,17 @@ class CpuOps final : public OpTable {
   std::vector<float> read_scalars(const std::vector<Tensor>& ts) const override {
     std::vector<float> out;
     for (const Tensor& t : ts)
-      out.push_back(t.dtype() == DType::f32 ? *f32(t) : (float)*t.data<bf16>());
+      out.push_back(t.dtype() == DType::f32    ? *f32(t)
+                    : t.dtype() == DType::f16 ? (float)*t.data<f16>()
+                                              : (float)*t.data<bf16>());
     return out;
   }
 
   void fill(Tensor& t, float value) const override {
+    if (t.dtype() == DType::f16) {  // storage only on the CPU: the value rounded once
+      std::fill(t.data<f16>(), t.data<f16>() + t.numel(), f16(value));
+      return;
+    }
     if (t.dtype() != DType::i32) {
       in_compute_dtype(t, [&](auto c) { k::fill(c(t), value, t.numel()); });
       return;
@@ -219,10 +229,19 @@ class CpuOps final : public OpTable {
   }
   void convert(Tensor& out, const Tensor& in) const override {
     if (out.dtype() == in.dtype()) return copy(out, in);
-    if (in.dtype() == DType::f32)
+    if (in.dtype() != DType::f32 && out.dtype() != DType::f32) {  // bf16 <-> f16, through fp32
+      Tensor wide = Tensor::empty(in.shape(), DType::f32, in.device());
+      convert(wide, in);
+      return convert(out, wide);
+    }
+    if (out.dtype() == DType::bf16)
       k::f32_to_bf16(bf(out), f32(in), in.numel());
-    else
+    else if (out.dtype() == DType::f16)
+      k::f32_to_f16(out.data<f16>(), f32(in), in.numel());
+    else if (in.dtype() == DType::bf16)
       k::bf16_to_f32(f32(out), bf(in), in.numel());
+    else
+      k::f16_to_f32(f32(out), in.data<f16>(), in.numel());
   }
   void uniform_(Tensor& t, uint64_t key, uint64_t offset, float low, float high) const override {
     generate(t, [&](int64_t i) { return low + (high - low) * philox_uniform_at(key, offset + i); });
@@ -278,6 +297,10 @@ class CpuOps final : public OpTable {
       float* p = f32(t);
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < n; ++i) p[i] = value_at(i);
+    } else if (t.dtype() == DType::f16) {
+      f16* p = t.data<f16>();
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) p[i] = f16(value_at(i));
     } else {
       bf16* p = t.data<bf16>();
 #pragma omp parallel for schedule(static)

@@ -1,25 +1,42 @@
 #include "core/dtype.h"
 
 #include <cstring>
+#include <string>
 
 #include "core/error.h"
 
 namespace gpumix {
 
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-  }
-  return "?";
+namespace {
+constexpr bool table_in_enum_order() {
+  for (int i = 0; i < kNumDTypes; ++i)
+    if ((int)kDTypes[i].dtype != i) return false;
+  return true;
+}
+static_assert(table_in_enum_order(), "kDTypes must list the dtypes in the order of the enum");
+static_assert(dtype_size(DType::bf16) == sizeof(bf16) && dtype_size(DType::f16) == sizeof(f16) &&
+                  dtype_size(DType::f32) == sizeof(float) && dtype_size(DType::i32) == sizeof(int32_t),
+              "kDTypes' sizes are those of the C++ storage types");
+}  // namespace
+
+const char* dtype_name(DType t) { return (int)t < kNumDTypes ? dtype_info(t).name : "?"; }
+
+const char* dtype_names() {
+  static const std::string names = [] {
+    std::string s;
+    for (const DTypeInfo& d : kDTypes) {
+      s += (s.empty() ? "" : ", ") + std::string(d.name);
+      if (d.alias) s += std::string(" (or ") + d.alias + ")";
+    }
+    return s;
+  }();
+  return names.c_str();
 }
 
 DType dtype_from_name(const char* name) {
-  for (DType t : {DType::f32, DType::bf16, DType::i32})
-    if (!std::strcmp(name, dtype_name(t))) return t;
-  if (!std::strcmp(name, "fp32")) return DType::f32;
-  GPUMIX_CHECK_INPUT(false, "unknown dtype '", name, "'; valid: f32 (or fp32), bf16, i32");
+  for (const DTypeInfo& d : kDTypes)
+    if (!std::strcmp(name, d.name) || (d.alias && !std::strcmp(name, d.alias))) return d.dtype;
+  GPUMIX_CHECK_INPUT(false, "unknown dtype '", name, "'; valid: ", dtype_names());
 }
 
 }  // namespace gpumix

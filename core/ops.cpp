@@ -28,7 +28,7 @@ void check_defined(const char* op, const char* name, const Tensor& t) {
 void check_float(const char* op, const char* name, const Tensor& t) {
   check_defined(op, name, t);
   GPUMIX_CHECK(is_compute_dtype(t.dtype()), op, ": ", name, " must be a floating-point tensor "
-               "(f32 or bf16), got ", dtype_name(t.dtype()), " ", t.shape().str());
+               "(f32, bf16 or f16), got ", dtype_name(t.dtype()), " ", t.shape().str());
 }
 
 void check_dtype(const char* op, const char* name, const Tensor& t, DType dtype) {

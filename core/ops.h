@@ -3,7 +3,7 @@
 // in exactly one place (ops.cpp) to that device's op table (core/op_table.h), which calls
 // kernels/ on the device's compute stream.
 //
-// Dtypes: each op computes in the dtype of its main input (f32 or bf16), and every other
+// Dtypes: each op computes in the dtype of its main input (f32, bf16 or f16), and every other
 // argument's dtype follows from its role (core/precision.h; core/op_table.h lists the roles
 // op by op): activations, weights as used in compute and activation gradients in the
 // compute dtype; parameter gradients, losses, lse, mean and rstd always fp32. A wrong
@@ -102,7 +102,7 @@ void add(Tensor& out, const Tensor& a, const Tensor& b, Stream stream = Stream::
 void scale(Tensor& out, const Tensor& a, float s);
 void axpy(Tensor& out, const Tensor& a, float s);
 
-// Reductions over all elements (f32 or bf16), accumulated in double.
+// Reductions over all elements (f32, bf16 or f16), accumulated in double.
 double sum(const Tensor& a);
 double sum_squares(const Tensor& a);
 // out (one f32 element on a's device) = (float)(scale * sum(a)), bit for bit, without a
@@ -110,7 +110,7 @@ double sum_squares(const Tensor& a);
 void sum_to(Tensor& out, const Tensor& a, double scale);
 
 // For one host synchronisation per step: each tensor's sum_squares (exactly the values
-// that sum_squares gives, bit for bit), and each one-element tensor's value (f32 or bf16).
+// that sum_squares gives, bit for bit), and each one-element tensor's value (f32, bf16 or f16).
 // All tensors on one device; on a cuda device every result lands in one device array,
 // copied back with one synchronisation.
 std::vector<double> sum_squares_many(const std::vector<Tensor>& ts);

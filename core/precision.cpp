@@ -11,13 +11,15 @@
 namespace gpumix {
 
 void check_compute_dtype(DType t, const char* what) {
-  GPUMIX_CHECK(is_compute_dtype(t), what, ": the compute dtype must be f32 or bf16, got ",
+  GPUMIX_CHECK(is_compute_dtype(t), what, ": the compute dtype must be f32, bf16 or f16, got ",
                dtype_name(t));
 }
 
 DType compute_dtype_from_name(const std::string& name, const char* what) {
   if (name == "bf16") return DType::bf16;
   if (name == "fp32" || name == "f32") return DType::f32;
+  GPUMIX_CHECK_INPUT(name != "fp16" && name != "f16", what, ": ", name, " runs need loss scaling, "
+                     "which the trainer lacks so far; valid: bf16, fp32 (or f32)");
   GPUMIX_CHECK_INPUT(false, what, ": unknown value '", name, "'; valid: bf16, fp32 (or f32)");
 }
 
@@ -54,7 +56,7 @@ void check_backend_supports(Device device, DType dtype, const char* what) {
                      device.str(), " needs the CUDA backend, which this build of GPUMix lacks; "
                      "rebuild with nvcc available (meson setup -Dcuda=enabled)");
   std::string valid;
-  for (DType t : {DType::bf16, DType::f32})
+  for (DType t : {DType::bf16, DType::f16, DType::f32})
     if (backend_supports(device, t)) valid += (valid.empty() ? "" : ", ") + std::string(dtype_name(t));
   const DType fix = backend_supports(device, DType::bf16) ? DType::bf16 : DType::f32;
   GPUMIX_CHECK_INPUT(false, what, " ", dtype_name(dtype), " on ", device.str(), ": the ", kind,

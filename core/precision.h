@@ -1,5 +1,5 @@
 // The mixed-precision contract (docs/design.md "Numbers and precision"), written once: a run
-// computes in ONE compute dtype, f32 or bf16, and the dtype of every tensor argument of
+// computes in ONE compute dtype, f32, bf16 or f16 (CUDA only), and the dtype of every tensor argument of
 // every op follows from it and the argument's role. core/ops.cpp checks each op's arguments
 // against this rule; every op table (core/op_table.h says each argument's role, op by op)
 // implements it; autograd and nn keep their tensors by it.
@@ -27,8 +27,9 @@ enum class Role : uint8_t {
   compute_or_fp32,
 };
 
-// The dtypes a run can compute in: f32 and bf16.
-constexpr bool is_compute_dtype(DType t) { return t == DType::f32 || t == DType::bf16; }
+// The dtypes an op can compute in: the float dtypes of core/dtype.h (f32, bf16, f16). Which
+// device computes in which: backend_supports (f16 on CUDA devices only).
+constexpr bool is_compute_dtype(DType t) { return is_float_dtype(t); }
 
 // Whether a tensor of dtype `t` may play `role` in a run computing in `compute`.
 constexpr bool role_allows(Role role, DType compute, DType t) {
@@ -43,8 +44,9 @@ constexpr bool role_allows(Role role, DType compute, DType t) {
 // Throws Error unless `t` is a compute dtype, naming `what` (e.g. "GPT", "--dtype").
 void check_compute_dtype(DType t, const char* what);
 
-// Parses a compute dtype: "bf16", "fp32" or "f32"; anything else (i32 included) throws
-// Error naming `what` and listing the valid names.
+// Parses a run's compute dtype: "bf16", "fp32" or "f32"; anything else (i32 included) throws
+// Error naming `what` and listing the valid names. fp16 is refused here: a run in fp16 needs
+// loss scaling, which the trainer lacks so far (#36 item 4); the ops compute in it on CUDA.
 DType compute_dtype_from_name(const std::string& name, const char* what = "compute dtype");
 
 // True when this CPU computes bf16 natively: the kernels' AVX512-BF16 path runs here
@@ -52,8 +54,8 @@ DType compute_dtype_from_name(const std::string& name, const char* what = "compu
 // they need. Checked at run time.
 bool cpu_has_native_bf16();
 
-// Whether `device`'s backend computes in `dtype` (the CPU: f32 and bf16; CUDA: bf16; false
-// for a device kind this build lacks).
+// Whether `device`'s backend computes in `dtype` (the CPU: f32 and bf16; CUDA: bf16 and f16;
+// false for a device kind this build lacks).
 bool backend_supports(Device device, DType dtype);
 
 // Throws InputError unless backend_supports(device, dtype), naming the device, the dtype,

@@ -27,7 +27,7 @@ class DeviceRuntime {
 
   // Properties.
   virtual DeviceProps default_props(Device device) const = 0;
-  // Whether the device kind's op table computes in `dtype` (a compute dtype: f32 or bf16).
+  // Whether the device kind's op table computes in `dtype` (a compute dtype: f32, bf16, f16).
   virtual bool computes(DType dtype) const = 0;
 
   // Memory of `device` (its allocator calls these; nullptr when the system has no memory).

@@ -21,7 +21,7 @@ class CpuRuntime final : public DeviceRuntime {
     p.capacity = host_memory_bytes();
     return p;
   }
-  bool computes(DType dtype) const override { return is_compute_dtype(dtype); }
+  bool computes(DType dtype) const override { return dtype == DType::f32 || dtype == DType::bf16; }
   void* alloc(Device, int64_t bytes) const override {
     return std::aligned_alloc(64, (size_t)bytes);
   }

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/bf16.h"  // GPUMIX_HD
+#include "kernels/half_types.h"  // GPUMIX_HD
 
 namespace gpumix {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda.h"
 
@@ -46,7 +46,7 @@ void fill_random(T* p, size_t n, float stddev = 1.0f, bool positive = false, uin
     float f = dist(gen);
     if (positive) f = std::fabs(f);
     if constexpr (sizeof(T) == 2)
-      x = gpumix::f32_to_bf16_bits(f);
+      x = T(f);  // bf16: rounded to nearest even
     else
       x = f;
   }

@@ -18,6 +18,7 @@
 
 namespace cpu = gpumix::kernels::cpu;
 namespace ref = gpumix::kernels::cpu::ref;
+using gpumix::bf16;
 
 namespace {
 
@@ -84,14 +85,14 @@ const GemmShape k_train_gemms[] = {
     {"lmhead_fwd_gpt2:1024x50257x768,B^T", 1024, 50257, 768, false, true, 0.0f},
 };
 
-std::vector<uint16_t> randn_bf16(size_t n, uint32_t seed) {
+std::vector<bf16> randn_bf16(size_t n, uint32_t seed) {
   const auto x = randn(n, seed);
-  std::vector<uint16_t> h(n);
+  std::vector<bf16> h(n);
   cpu::f32_to_bf16(h.data(), x.data(), (int64_t)n);
   return h;
 }
 
-// Normal values of the storage type: float, or uint16_t (bf16 bits).
+// Normal values of the storage type: float or bf16.
 template <class T>
 std::vector<T> data(size_t n, uint32_t seed) {
   if constexpr (sizeof(T) == 2)
@@ -100,7 +101,7 @@ std::vector<T> data(size_t n, uint32_t seed) {
     return randn(n, seed);
 }
 
-// In: float or uint16_t (bf16); Out likewise.
+// In: float or bf16; Out likewise.
 template <class In, class Out>
 void bm_gemm_shape(benchmark::State& st, const GemmShape& g) {
   const int lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n;
@@ -118,9 +119,9 @@ void register_train_gemms() {
     const std::string shape = g.name;
     benchmark::RegisterBenchmark(("BM_gemm_f32/" + shape).c_str(), bm_gemm_shape<float, float>, g)
         ->UseRealTime()->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("BM_gemm_bf16/to_f32/" + shape).c_str(), bm_gemm_shape<uint16_t, float>, g)
+    benchmark::RegisterBenchmark(("BM_gemm_bf16/to_f32/" + shape).c_str(), bm_gemm_shape<bf16, float>, g)
         ->UseRealTime()->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("BM_gemm_bf16/to_bf16/" + shape).c_str(), bm_gemm_shape<uint16_t, uint16_t>, g)
+    benchmark::RegisterBenchmark(("BM_gemm_bf16/to_bf16/" + shape).c_str(), bm_gemm_shape<bf16, bf16>, g)
         ->UseRealTime()->Unit(benchmark::kMillisecond);
   }
 }
@@ -140,7 +141,7 @@ void bm_gemm_batched(benchmark::State& st) {
   st.SetLabel("64 x 64^3");
 }
 
-// The kernels below run in fp32 (T = float) and in bf16 (T = uint16_t, BM_<op>_bf16):
+// The kernels below run in fp32 (T = float) and in bf16 (T = bf16, BM_<op>_bf16):
 // activations of type T, parameter gradients, statistics and losses in fp32. Bytes count
 // each element at its stored size.
 
@@ -378,13 +379,13 @@ void bm_embedding_bwd(benchmark::State& st) {
 
 constexpr int64_t k_n = 1 << 23;  // 8M elements: beyond the caches
 
-// T = uint16_t: AdamW also writes the bf16 compute copy of the weights.
+// T = bf16: AdamW also writes the bf16 compute copy of the weights.
 template <bool Fast, class T>
 void bm_adamw(benchmark::State& st) {
   auto p = randn(k_n, 1);
   const auto g = randn(k_n, 2);
   std::vector<float> m(k_n, 0.0f), v(k_n, 0.0f);
-  std::vector<uint16_t> copy(sizeof(T) == 2 ? k_n : 0);
+  std::vector<bf16> copy(sizeof(T) == 2 ? k_n : 0);
   int step = 0;
   for (auto _ : st) {
     if constexpr (sizeof(T) == 2)
@@ -446,7 +447,7 @@ void bm_sum_squares(benchmark::State& st) {
 template <bool Fast>
 void bm_f32_to_bf16(benchmark::State& st) {
   const auto a = randn(k_n, 1);
-  std::vector<uint16_t> h(k_n);
+  std::vector<bf16> h(k_n);
   for (auto _ : st) {
     CALL(f32_to_bf16, h.data(), a.data(), k_n);
     benchmark::DoNotOptimize(h.data());
@@ -456,7 +457,7 @@ void bm_f32_to_bf16(benchmark::State& st) {
 
 template <bool Fast>
 void bm_bf16_to_f32(benchmark::State& st) {
-  std::vector<uint16_t> h(k_n, 0x3f80);
+  std::vector<bf16> h(k_n, bf16(1.0f));
   std::vector<float> a(k_n);
   for (auto _ : st) {
     CALL(bf16_to_f32, a.data(), h.data(), k_n);
@@ -479,7 +480,7 @@ int main(int argc, char** argv) {
 #define PAIR(op) add_pair(#op, bm_##op<true>, bm_##op<false>)
 #define PAIRS(op)                                                       \
   add_pair(#op, bm_##op<true, float>, bm_##op<false, float>);           \
-  add_pair(#op "_bf16", bm_##op<true, uint16_t>, bm_##op<false, uint16_t>)
+  add_pair(#op "_bf16", bm_##op<true, bf16>, bm_##op<false, bf16>)
   PAIR(gemm);
   register_train_gemms();
   PAIR(gemm_batched);
@@ -495,9 +496,9 @@ int main(int argc, char** argv) {
   PAIRS(attention_bwd);
   PAIRS(attention_fwd_bwd);
   add_pair("attention_fwd_gpt2", bm_attention_fwd<true, float, 1>, bm_attention_fwd<false, float, 1>);
-  add_pair("attention_fwd_gpt2_bf16", bm_attention_fwd<true, uint16_t, 1>, bm_attention_fwd<false, uint16_t, 1>);
+  add_pair("attention_fwd_gpt2_bf16", bm_attention_fwd<true, bf16, 1>, bm_attention_fwd<false, bf16, 1>);
   add_pair("attention_bwd_gpt2", bm_attention_bwd<true, float, 1>, bm_attention_bwd<false, float, 1>);
-  add_pair("attention_bwd_gpt2_bf16", bm_attention_bwd<true, uint16_t, 1>, bm_attention_bwd<false, uint16_t, 1>);
+  add_pair("attention_bwd_gpt2_bf16", bm_attention_bwd<true, bf16, 1>, bm_attention_bwd<false, bf16, 1>);
   PAIRS(crossentropy_fwd);
   PAIRS(crossentropy_bwd);
   PAIRS(embedding_fwd);

@@ -280,8 +280,8 @@ int main(int argc, char** argv) {
   const AllocatorStats st = alloc.stats();
   const double allocs_per_step = (double)(st.system_allocs - allocs_before_timed) / a.steps;
   std::printf("loss %.4f norm %.3f (last step)\n", last_loss, last_norm);
-  // fp32 master, gradients and moments; in bf16 also the compute copy.
-  const int64_t state_bytes = model.num_params() * (dtype == DType::bf16 ? 18 : 16);
+  // fp32 master weights, gradients and two moments, plus the compute copy in any other dtype.
+  const int64_t state_bytes = model.num_params() * (16 + (dtype == DType::f32 ? 0 : (int64_t)dtype_size(dtype)));
   std::printf("peak %.1f MiB (allocator, timed steps; parameters + grads + AdamW %.1f MiB), "
               "system allocs per timed step %.2f\n",
               mib(st.peak), mib(state_bytes), allocs_per_step);

@@ -1,7 +1,8 @@
 // The CUDA op table: every op through kernels/cuda on the logical device's compute stream
 // (core/cuda/logical.h), with its GPU (DeviceProps::ordinal) current. The kernels compute in
-// bf16 (fp32 accumulation) with the per-argument dtypes of core/op_table.h, so a run
-// computes in bf16 here; fp32 tensors appear where the contract makes them fp32 (master
+// a 16-bit format, bf16 or f16 (fp32 accumulation), with the per-argument dtypes of
+// core/op_table.h, so a run computes in bf16 or f16 here, each op in its anchor's format
+// (in_16bit below); fp32 tensors appear where the contract makes them fp32 (master
 // weights, parameter gradients, moments, losses, lse, mean, rstd) and in the elementwise
 // ops, reductions and conversions that handle them. Tensors arrive validated by ops.cpp.
 #include <cuda_runtime_api.h>
@@ -29,25 +30,47 @@ using cuda_state::wait_unless_done;
 
 float* f32(const Tensor& t) { return t.data<float>(); }
 float* opt(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
-uint16_t* bf(const Tensor& t) { return reinterpret_cast<uint16_t*>(t.data<bf16>()); }
-uint16_t* opt_bf(const Tensor& t) { return t.defined() ? bf(t) : nullptr; }
 int32_t* i32(const Tensor& t) { return t.data<int32_t>(); }
 
-// The ops whose kernels exist in bf16 only refuse another compute dtype, with the fix.
-void need_bf16(const char* op, const Tensor& anchor) {
+// The pointers of one dtype's tensors as the kernels take them (T: float, bf16 or f16); each
+// op's body is written once over a Ptr<T> and the kernels' overloads pick the format.
+template <class T>
+struct Ptr {
+  T* operator()(const Tensor& t) const { return t.data<T>(); }
+  T* opt(const Tensor& t) const { return t.defined() ? t.data<T>() : nullptr; }
+};
+
+// Runs fn(Ptr<H>{}) for the 16-bit format H of `anchor`, the op's compute dtype. The compute
+// kernels exist in the 16-bit formats only: another dtype is refused, with the fix.
+template <class F>
+void in_16bit(const char* op, const Tensor& anchor, F&& fn) {
+  if (anchor.dtype() == DType::f16) return fn(Ptr<f16>{});
   GPUMIX_CHECK_INPUT(anchor.dtype() == DType::bf16, op, " on ", anchor.device().str(), " in ",
-                     dtype_name(anchor.dtype()), ": the CUDA backend computes in bf16: use "
+                     dtype_name(anchor.dtype()), ": the CUDA backend computes in bf16 and f16: use "
                      "--dtype bf16");
+  fn(Ptr<bf16>{});
+}
+
+// Runs fn(Ptr<T>{}) for any float dtype of t (f32 too): the elementwise ops, reductions,
+// fills and random numbers.
+template <class F>
+void in_float(const Tensor& t, F&& fn) {
+  switch (t.dtype()) {
+    case DType::bf16: return fn(Ptr<bf16>{});
+    case DType::f16: return fn(Ptr<f16>{});
+    default: return fn(Ptr<float>{});
+  }
 }
 
 class CudaOps final : public OpTable {
  public:
   void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                       const Tensor& bias) const override {
-    need_bf16("matmul_forward", inp);
-    const int OC = (int)weight.size(0), C = (int)weight.size(1);
-    cu::matmul_forward(bf(out), bf(inp), bf(weight), opt_bf(bias), (int)(inp.numel() / C), C, OC,
-                       on(inp));
+    in_16bit("matmul_forward", inp, [&](auto h) {
+      const int OC = (int)weight.size(0), C = (int)weight.size(1);
+      cu::matmul_forward(h(out), h(inp), h(weight), h.opt(bias), (int)(inp.numel() / C), C, OC,
+                         on(inp));
+    });
   }
   void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& weight) const override {
@@ -55,130 +78,146 @@ class CudaOps final : public OpTable {
   }
   void gemm(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha,
             float beta) const override {
-    need_bf16("gemm", a);
-    const int m = (int)c.size(-2), n = (int)c.size(-1);
-    const int k = (int)(trans_a ? a.size(-2) : a.size(-1));
-    const int batch = (int)(c.numel() / ((int64_t)m * n));
-    const int lda = (int)a.size(-1), ldb = (int)b.size(-1);
-    const int64_t sa = (int64_t)m * k, sb = (int64_t)k * n, sc = (int64_t)m * n;
-    if (c.dtype() == DType::f32)  // an fp32 result of bf16 operands
-      cu::gemm(trans_a, trans_b, m, n, k, alpha, bf(a), lda, bf(b), ldb, beta, f32(c), n, batch,
-               sa, sb, sc, on(a));
-    else
-      cu::gemm(trans_a, trans_b, m, n, k, alpha, bf(a), lda, bf(b), ldb, beta, bf(c), n, batch,
-               sa, sb, sc, on(a));
+    in_16bit("gemm", a, [&](auto h) {
+      const int m = (int)c.size(-2), n = (int)c.size(-1);
+      const int k = (int)(trans_a ? a.size(-2) : a.size(-1));
+      const int batch = (int)(c.numel() / ((int64_t)m * n));
+      const int lda = (int)a.size(-1), ldb = (int)b.size(-1);
+      const int64_t sa = (int64_t)m * k, sb = (int64_t)k * n, sc = (int64_t)m * n;
+      if (c.dtype() == DType::f32)  // an fp32 result of 16-bit operands
+        cu::gemm(trans_a, trans_b, m, n, k, alpha, h(a), lda, h(b), ldb, beta, f32(c), n, batch,
+                 sa, sb, sc, on(a));
+      else
+        cu::gemm(trans_a, trans_b, m, n, k, alpha, h(a), lda, h(b), ldb, beta, h(c), n, batch,
+                 sa, sb, sc, on(a));
+    });
   }
   void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                          const Tensor& weight, const Tensor& bias) const override {
-    need_bf16("layernorm_forward", inp);
-    const int C = (int)inp.size(-1);
-    cu::layernorm_forward(bf(out), f32(mean), f32(rstd), bf(inp), bf(weight), bf(bias),
-                          (int)(inp.numel() / C), C, on(inp));
+    in_16bit("layernorm_forward", inp, [&](auto h) {
+      const int C = (int)inp.size(-1);
+      cu::layernorm_forward(h(out), f32(mean), f32(rstd), h(inp), h(weight), h(bias),
+                            (int)(inp.numel() / C), C, on(inp));
+    });
   }
   void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                           const Tensor& inp, const Tensor& weight, const Tensor& mean,
                           const Tensor& rstd) const override {
-    need_bf16("layernorm_backward", inp);
-    const int C = (int)inp.size(-1);
-    cu::layernorm_backward(opt_bf(dinp), opt(dweight), opt(dbias), bf(dout), bf(inp), bf(weight),
-                           f32(mean), f32(rstd), (int)(inp.numel() / C), C, on(inp));
+    in_16bit("layernorm_backward", inp, [&](auto h) {
+      const int C = (int)inp.size(-1);
+      cu::layernorm_backward(h.opt(dinp), opt(dweight), opt(dbias), h(dout), h(inp), h(weight),
+                             f32(mean), f32(rstd), (int)(inp.numel() / C), C, on(inp));
+    });
   }
   void gelu_forward(Tensor& out, const Tensor& inp) const override {
-    need_bf16("gelu_forward", inp);
-    cu::gelu_forward(bf(out), bf(inp), inp.numel(), on(inp));
+    in_16bit("gelu_forward", inp, [&](auto h) {
+      cu::gelu_forward(h(out), h(inp), inp.numel(), on(inp));
+    });
   }
   void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) const override {
-    need_bf16("gelu_backward", inp);
-    cu::gelu_backward(bf(dinp), bf(inp), bf(dout), inp.numel(), on(inp));
+    in_16bit("gelu_backward", inp, [&](auto h) {
+      cu::gelu_backward(h(dinp), h(inp), h(dout), inp.numel(), on(inp));
+    });
   }
   void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int NH) const override {
-    need_bf16("attention_forward", qkv);
-    const int B = (int)qkv.size(0), T = (int)qkv.size(1), C = (int)(qkv.size(2) / 3);
-    // The flash kernels take head sizes 16..128 (powers of two); the reference any other.
-    const auto run = cu::attention_flash_supported(C / NH) ? cu::attention_forward
-                                                           : cu::attention_forward_ref;
-    run(bf(out), f32(lse), bf(qkv), B, T, C, NH, on(qkv));
+    in_16bit("attention_forward", qkv, [&](auto h) {
+      const int B = (int)qkv.size(0), T = (int)qkv.size(1), C = (int)(qkv.size(2) / 3);
+      // The flash kernels take head sizes 16..128 (powers of two); the reference any other.
+      if (cu::attention_flash_supported(C / NH))
+        cu::attention_forward(h(out), f32(lse), h(qkv), B, T, C, NH, on(qkv));
+      else
+        cu::attention_forward_ref(h(out), f32(lse), h(qkv), B, T, C, NH, on(qkv));
+    });
   }
   void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                           const Tensor& lse, int NH) const override {
-    need_bf16("attention_backward", qkv);
-    const int B = (int)qkv.size(0), T = (int)qkv.size(1), C = (int)(qkv.size(2) / 3);
-    const auto run = cu::attention_flash_supported(C / NH) ? cu::attention_backward
-                                                           : cu::attention_backward_ref;
-    run(bf(dqkv), bf(dout), bf(qkv), bf(out), f32(lse), B, T, C, NH, on(qkv));
+    in_16bit("attention_backward", qkv, [&](auto h) {
+      const int B = (int)qkv.size(0), T = (int)qkv.size(1), C = (int)(qkv.size(2) / 3);
+      if (cu::attention_flash_supported(C / NH))
+        cu::attention_backward(h(dqkv), h(dout), h(qkv), h(out), f32(lse), B, T, C, NH, on(qkv));
+      else
+        cu::attention_backward_ref(h(dqkv), h(dout), h(qkv), h(out), f32(lse), B, T, C, NH, on(qkv));
+    });
   }
   void attention_decode(Tensor& out, const Tensor& qkv, int64_t pos, int NH) const override {
-    need_bf16("attention_decode", qkv);
-    const int B = (int)qkv.size(0), Tc = (int)qkv.size(1), C = (int)(qkv.size(2) / 3);
-    const auto run = cu::attention_decode_supported(C / NH, (int)pos + 1) ? cu::attention_decode
-                                                                          : cu::attention_decode_ref;
-    run(bf(out), bf(qkv), B, Tc, C, NH, (int)pos, on(qkv));
+    in_16bit("attention_decode", qkv, [&](auto h) {
+      const int B = (int)qkv.size(0), Tc = (int)qkv.size(1), C = (int)(qkv.size(2) / 3);
+      if (cu::attention_decode_supported(C / NH, (int)pos + 1))
+        cu::attention_decode(h(out), h(qkv), B, Tc, C, NH, (int)pos, on(qkv));
+      else
+        cu::attention_decode_ref(h(out), h(qkv), B, Tc, C, NH, (int)pos, on(qkv));
+    });
   }
   void crossentropy_forward(Tensor& losses, Tensor& lse, const Tensor& logits,
                             const Tensor& targets, int32_t ignore_index) const override {
-    need_bf16("crossentropy_forward", logits);
-    const int V = (int)logits.size(-1);
-    cu::crossentropy_forward(f32(losses), f32(lse), bf(logits), i32(targets),
-                             (int)(logits.numel() / V), V, ignore_index, on(logits));
+    in_16bit("crossentropy_forward", logits, [&](auto h) {
+      const int V = (int)logits.size(-1);
+      cu::crossentropy_forward(f32(losses), f32(lse), h(logits), i32(targets),
+                               (int)(logits.numel() / V), V, ignore_index, on(logits));
+    });
   }
   void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse,
                              const Tensor& targets, const Tensor& dloss, float scale,
                              int32_t ignore_index) const override {
-    need_bf16("crossentropy_backward", logits);
-    const int V = (int)logits.size(-1);
-    cu::crossentropy_backward(bf(dlogits), bf(logits), f32(lse), i32(targets),
-                              dloss.defined() ? f32(dloss) : nullptr, scale,
-                              (int)(logits.numel() / V), V, ignore_index, /*accumulate=*/true,
-                              on(logits));
+    in_16bit("crossentropy_backward", logits, [&](auto h) {
+      const int V = (int)logits.size(-1);
+      cu::crossentropy_backward(h(dlogits), h(logits), f32(lse), i32(targets),
+                                dloss.defined() ? f32(dloss) : nullptr, scale,
+                                (int)(logits.numel() / V), V, ignore_index, /*accumulate=*/true,
+                                on(logits));
+    });
   }
   void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
                          const Tensor& wpe) const override {
-    need_bf16("embedding_forward", wte);
-    const Tensor checked = checked_tokens(tokens, (int)wte.size(0));
-    cu::embedding_forward(bf(out), i32(checked), bf(wte), bf(wpe), (int)tokens.size(0),
-                          (int)tokens.size(1), (int)wte.size(1), on(wte));
+    in_16bit("embedding_forward", wte, [&](auto h) {
+      const Tensor checked = checked_tokens(tokens, (int)wte.size(0));
+      cu::embedding_forward(h(out), i32(checked), h(wte), h(wpe), (int)tokens.size(0),
+                            (int)tokens.size(1), (int)wte.size(1), on(wte));
+    });
   }
   void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout,
                           const Tensor& tokens) const override {
-    need_bf16("embedding_backward", dout);
-    // dwte's rows bound the tokens (a scatter outside it would write past the buffer).
-    const int V = dwte.defined() ? (int)dwte.size(0) : INT_MAX;
-    const Tensor checked = checked_tokens(tokens, V);
-    cu::embedding_backward(opt(dwte), opt(dwpe), bf(dout), i32(checked), (int)tokens.size(0),
-                           (int)tokens.size(1), (int)dout.size(2), on(dout));
+    in_16bit("embedding_backward", dout, [&](auto h) {
+      // dwte's rows bound the tokens (a scatter outside it would write past the buffer).
+      const int V = dwte.defined() ? (int)dwte.size(0) : INT_MAX;
+      const Tensor checked = checked_tokens(tokens, V);
+      cu::embedding_backward(opt(dwte), opt(dwpe), h(dout), i32(checked), (int)tokens.size(0),
+                             (int)tokens.size(1), (int)dout.size(2), on(dout));
+    });
   }
   void adamw_step(Tensor& param, Tensor& param_copy, const Tensor& grad, Tensor& m, Tensor& v,
                   const AdamWConfig& cfg, int step) const override {
-    cu::adamw_step(f32(param), opt_bf(param_copy), f32(grad), f32(m), f32(v), param.numel(), cfg.lr,
-                   cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step, on(param));
+    auto step_with = [&](auto copy) {
+      cu::adamw_step(f32(param), copy, f32(grad), f32(m), f32(v), param.numel(), cfg.lr, cfg.beta1, cfg.beta2,
+                     cfg.eps, cfg.weight_decay, step, on(param));
+    };
+    // The compute copy in its 16-bit format; an fp32 run passes none (ops.cpp checked).
+    if (param_copy.defined() && param_copy.dtype() == DType::f16)
+      step_with(param_copy.data<f16>());
+    else
+      step_with(Ptr<bf16>{}.opt(param_copy));
   }
   void add(Tensor& out, const Tensor& a, const Tensor& b, Stream stream) const override {
     const cudaStream_t s = logical(a.device()).use(stream);
-    if (a.dtype() == DType::f32)
-      cu::add(f32(out), f32(a), f32(b), a.numel(), s);
-    else
-      cu::add(bf(out), bf(a), bf(b), a.numel(), s);
+    in_float(a, [&](auto p) { cu::add(p(out), p(a), p(b), a.numel(), s); });
   }
   void scale(Tensor& out, const Tensor& a, float s) const override {
-    if (a.dtype() == DType::f32)
-      cu::scale(f32(out), f32(a), s, a.numel(), on(a));
-    else
-      cu::scale(bf(out), bf(a), s, a.numel(), on(a));
+    in_float(a, [&](auto p) { cu::scale(p(out), p(a), s, a.numel(), on(a)); });
   }
   void axpy(Tensor& out, const Tensor& a, float s) const override {
-    if (a.dtype() == DType::f32)
-      cu::axpy(f32(out), f32(a), s, a.numel(), on(a));
-    else if (out.dtype() == DType::f32)  // fp32 accumulation of bf16 values
-      cu::axpy(f32(out), bf(a), s, a.numel(), on(a));
-    else
-      cu::axpy(bf(out), bf(a), s, a.numel(), on(a));
+    in_float(a, [&](auto p) {
+      if (out.dtype() == DType::f32)  // also fp32 accumulation of 16-bit values
+        cu::axpy(f32(out), p(a), s, a.numel(), on(a));
+      else
+        cu::axpy(p(out), p(a), s, a.numel(), on(a));
+    });
   }
   double sum(const Tensor& a) const override { return reduce({a}, false)[0]; }
   void sum_to(Tensor& out, const Tensor& a, double scale) const override {
     const cudaStream_t s = logical(a.device()).use();
     Tensor total = Tensor::empty({2}, DType::f32, a.device());  // one double
     double* d = (double*)total.raw_data();
-    a.dtype() == DType::f32 ? cu::sum(d, f32(a), a.numel(), s) : cu::sum(d, bf(a), a.numel(), s);
+    in_float(a, [&](auto p) { cu::sum(d, p(a), a.numel(), s); });
     cu::scale_to_f32(f32(out), d, scale, s);
   }
   double sum_squares(const Tensor& a) const override { return reduce({a}, true)[0]; }
@@ -203,19 +242,17 @@ class CudaOps final : public OpTable {
       } else {
         uint16_t bits;
         std::memcpy(&bits, host + 4 * i, 2);
-        out[i] = bf16_bits_to_f32(bits);
+        out[i] = ts[i].dtype() == DType::f16 ? f16_bits_to_f32(bits) : bf16_bits_to_f32(bits);
       }
     }
     return out;
   }
 
   void fill(Tensor& t, float value) const override {
-    if (t.dtype() == DType::f32)
-      cu::fill(f32(t), value, t.numel(), on(t));
-    else if (t.dtype() == DType::bf16)
-      cu::fill(bf(t), value, t.numel(), on(t));
-    else
+    if (t.dtype() == DType::i32)
       cu::fill(i32(t), (int32_t)value, t.numel(), on(t));
+    else
+      in_float(t, [&](auto p) { cu::fill(p(t), value, t.numel(), on(t)); });
   }
   void copy(Tensor& dst, const Tensor& src) const override {
     const int64_t bytes = dst.nbytes();
@@ -231,65 +268,73 @@ class CudaOps final : public OpTable {
   }
   void convert(Tensor& out, const Tensor& in) const override {
     if (out.dtype() == in.dtype()) return copy(out, in);
-    if (in.dtype() == DType::f32)
-      cu::f32_to_bf16(bf(out), f32(in), in.numel(), on(in));
+    if (in.dtype() != DType::f32 && out.dtype() != DType::f32) {  // bf16 <-> f16, through fp32
+      Tensor wide = Tensor::empty(in.shape(), DType::f32, in.device());
+      convert(wide, in);
+      return convert(out, wide);
+    }
+    if (out.dtype() == DType::bf16)
+      cu::f32_to_bf16(out.data<bf16>(), f32(in), in.numel(), on(in));
+    else if (out.dtype() == DType::f16)
+      cu::f32_to_f16(out.data<f16>(), f32(in), in.numel(), on(in));
+    else if (in.dtype() == DType::bf16)
+      cu::bf16_to_f32(f32(out), in.data<bf16>(), in.numel(), on(in));
     else
-      cu::bf16_to_f32(f32(out), bf(in), in.numel(), on(in));
+      cu::f16_to_f32(f32(out), in.data<f16>(), in.numel(), on(in));
   }
   void uniform_(Tensor& t, uint64_t key, uint64_t offset, float low, float high) const override {
-    if (t.dtype() == DType::f32)
-      cu::uniform(f32(t), t.numel(), key, offset, low, high, on(t));
-    else
-      cu::uniform(bf(t), t.numel(), key, offset, low, high, on(t));
+    in_float(t, [&](auto p) { cu::uniform(p(t), t.numel(), key, offset, low, high, on(t)); });
   }
   void normal_(Tensor& t, uint64_t key, uint64_t offset, float mean, float std) const override {
-    if (t.dtype() == DType::f32)
-      cu::normal(f32(t), t.numel(), key, offset, mean, std, on(t));
-    else
-      cu::normal(bf(t), t.numel(), key, offset, mean, std, on(t));
+    in_float(t, [&](auto p) { cu::normal(p(t), t.numel(), key, offset, mean, std, on(t)); });
   }
 
   // ---- fused GEMM epilogues and first writes ----
   void matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp, const Tensor& weight,
                            const Tensor& bias) const override {
-    need_bf16("matmul_gelu_forward", inp);
-    const int OC = (int)weight.size(0), C = (int)weight.size(1);
-    cu::matmul_gelu_forward(bf(out), bf(pre), bf(inp), bf(weight), bf(bias),
-                            (int)(inp.numel() / C), C, OC, on(inp));
+    in_16bit("matmul_gelu_forward", inp, [&](auto h) {
+      const int OC = (int)weight.size(0), C = (int)weight.size(1);
+      cu::matmul_gelu_forward(h(out), h(pre), h(inp), h(weight), h(bias),
+                              (int)(inp.numel() / C), C, OC, on(inp));
+    });
   }
   void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weight,
                              const Tensor& pre) const override {
-    need_bf16("matmul_backward_dgelu", pre);
-    const int OC = (int)weight.size(0), C = (int)weight.size(1);
-    cu::matmul_backward_dgelu(bf(dpre), bf(dout), bf(weight), bf(pre), (int)(pre.numel() / C), C,
-                              OC, on(pre));
+    in_16bit("matmul_backward_dgelu", pre, [&](auto h) {
+      const int OC = (int)weight.size(0), C = (int)weight.size(1);
+      cu::matmul_backward_dgelu(h(dpre), h(dout), h(weight), h(pre), (int)(pre.numel() / C), C,
+                                OC, on(pre));
+    });
   }
   void matmul_backward_write(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                              const Tensor& inp, const Tensor& weight, bool overwrite_dinp,
                              bool overwrite_params) const override {
-    need_bf16("matmul_backward", inp);
-    const int OC = (int)weight.size(0), C = (int)weight.size(1);
-    // An accumulated dbias comes from the dweight product's BGRADB epilogue, which writes:
-    // into this scratch, then added (OC floats, against a second read of dout).
-    Tensor scratch;
-    if (dbias.defined() && dweight.defined() && !overwrite_params)
-      scratch = Tensor::empty({OC}, DType::f32, inp.device());
-    cu::matmul_backward(opt_bf(dinp), opt(dweight), opt(dbias), bf(dout), bf(inp), bf(weight),
-                        (int)(inp.numel() / C), C, OC, on(inp), overwrite_dinp, overwrite_params,
-                        opt(scratch));
+    in_16bit("matmul_backward", inp, [&](auto h) {
+      const int OC = (int)weight.size(0), C = (int)weight.size(1);
+      // An accumulated dbias comes from the dweight product's BGRADB epilogue, which writes:
+      // into this scratch, then added (OC floats, against a second read of dout).
+      Tensor scratch;
+      if (dbias.defined() && dweight.defined() && !overwrite_params)
+        scratch = Tensor::empty({OC}, DType::f32, inp.device());
+      cu::matmul_backward(h.opt(dinp), opt(dweight), opt(dbias), h(dout), h(inp), h(weight),
+                          (int)(inp.numel() / C), C, OC, on(inp), overwrite_dinp, overwrite_params,
+                          opt(scratch));
+    });
   }
 
   // ---- the fused classifier ----
   void classifier_forward(Tensor& losses, Tensor& lse, Tensor& logits, const Tensor& targets, int64_t V,
                           float scale, bool grad, int32_t ignore_index) const override {
-    need_bf16("classifier_forward", logits);
-    const int Vp = (int)logits.size(-1);
-    cu::classifier_forward(f32(losses), f32(lse), bf(logits), i32(targets), scale, (int)(logits.numel() / Vp),
-                           (int)V, Vp, ignore_index, grad, on(logits));
+    in_16bit("classifier_forward", logits, [&](auto h) {
+      const int Vp = (int)logits.size(-1);
+      cu::classifier_forward(f32(losses), f32(lse), h(logits), i32(targets), scale, (int)(logits.numel() / Vp),
+                             (int)V, Vp, ignore_index, grad, on(logits));
+    });
   }
   void classifier_rescale(Tensor& dlogits, const Tensor& dloss) const override {
-    need_bf16("classifier_rescale", dlogits);
-    cu::classifier_rescale(bf(dlogits), f32(dloss), dlogits.numel(), on(dlogits));
+    in_16bit("classifier_rescale", dlogits, [&](auto h) {
+      cu::classifier_rescale(h(dlogits), f32(dloss), dlogits.numel(), on(dlogits));
+    });
   }
 
  private:
@@ -315,10 +360,9 @@ class CudaOps final : public OpTable {
     double* out = (double*)sums.raw_data();
     for (int64_t i = 0; i < n; ++i) {
       const Tensor& t = ts[i];
-      if (t.dtype() == DType::f32)
-        squares ? cu::sum_squares(out + i, f32(t), t.numel(), s) : cu::sum(out + i, f32(t), t.numel(), s);
-      else
-        squares ? cu::sum_squares(out + i, bf(t), t.numel(), s) : cu::sum(out + i, bf(t), t.numel(), s);
+      in_float(t, [&](auto p) {
+        squares ? cu::sum_squares(out + i, p(t), t.numel(), s) : cu::sum(out + i, p(t), t.numel(), s);
+      });
     }
     std::lock_guard<std::mutex> lock(d.host_mutex);
     void* host = d.results_of(8 * n);

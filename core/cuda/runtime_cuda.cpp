@@ -87,7 +87,7 @@ class CudaRuntime final : public DeviceRuntime {
     p.capacity = (int64_t)free_bytes;
     return p;
   }
-  bool computes(DType dtype) const override { return dtype == DType::bf16; }
+  bool computes(DType dtype) const override { return is_16bit_float(dtype); }  // bf16, f16
   void* alloc(Device device, int64_t bytes) const override {
     logical(device).use();
     void* p = nullptr;

@@ -53,13 +53,12 @@ namespace {
       throw_mpi_error(gpumix_mpi_rc_, #expr, __FILE__, __LINE__);          \
   } while (0)
 
+// From core/dtype.h's table: MPI reduces fp32 only (MPI_FLOAT); every other dtype is moved
+// as opaque words of its size (16-bit floats as MPI_UINT16_T, i32 as MPI_INT32_T).
 MPI_Datatype mpi_type(DType t) {
-  switch (t) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::bf16: return MPI_UINT16_T;
-    case DType::i32: return MPI_INT32_T;
-  }
-  return MPI_BYTE;
+  const DTypeInfo& d = dtype_info(t);
+  if (d.is_float && d.size == 4) return MPI_FLOAT;
+  return d.size == 2 ? MPI_UINT16_T : MPI_INT32_T;
 }
 
 // A valid address for zero-element buffers (a tensor of 0 elements may have none).

@@ -64,14 +64,11 @@
 namespace gpumix::dist {
 namespace {
 
-ncclDataType_t nccl_type(DType t) {
-  switch (t) {
-    case DType::f32: return ncclFloat32;
-    case DType::bf16: return ncclBfloat16;
-    case DType::i32: return ncclInt32;
-  }
-  return ncclInt8;
-}
+// core/dtype.h's table holds NCCL's enum values (core includes no NCCL header): checked here.
+static_assert(dtype_info(DType::f32).nccl_type == ncclFloat32 && dtype_info(DType::bf16).nccl_type == ncclBfloat16 &&
+                  dtype_info(DType::f16).nccl_type == ncclFloat16 && dtype_info(DType::i32).nccl_type == ncclInt32,
+              "kDTypes' nccl_type values are NCCL's ncclDataType_t");
+ncclDataType_t nccl_type(DType t) { return (ncclDataType_t)dtype_info(t).nccl_type; }
 
 // Counts valid for this communicator: one per rank, none negative.
 std::string check_counts(const std::vector<int64_t>& counts, int size) {

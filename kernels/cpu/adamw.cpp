@@ -17,7 +17,7 @@ struct Coefs {
 };
 
 template <bool Copy>
-GPUMIX_INLINE void update(float* param, uint16_t* param_bf16, const float* grad, float* m,
+GPUMIX_INLINE void update(float* param, bf16* param_bf16, const float* grad, float* m,
                           float* v, int64_t n, const Coefs& k) {
 #pragma omp simd
   for (int64_t i = 0; i < n; i++) {
@@ -28,11 +28,11 @@ GPUMIX_INLINE void update(float* param, uint16_t* param_bf16, const float* grad,
     v[i] = vi;
     const float p = param[i] * k.decay - k.lr * (mi / k.bc1) / (std::sqrt(vi / k.bc2) + k.eps);
     param[i] = p;
-    if (Copy) param_bf16[i] = f32_to_bf16_bits(p);
+    if (Copy) param_bf16[i] = from_f32<bf16>(p);
   }
 }
 
-GPUMIX_INLINE void update_body(float* param, uint16_t* param_bf16, const float* grad, float* m,
+GPUMIX_INLINE void update_body(float* param, bf16* param_bf16, const float* grad, float* m,
                                float* v, int64_t n, const Coefs& k) {
   if (param_bf16)
     update<true>(param, param_bf16, grad, m, v, n, k);
@@ -41,12 +41,12 @@ GPUMIX_INLINE void update_body(float* param, uint16_t* param_bf16, const float* 
 }
 
 GPUMIX_ISA_VARIANTS(update_range, update_body,
-                    (float* p, uint16_t* pb, const float* g, float* m, float* v, int64_t n, const Coefs& k),
+                    (float* p, bf16* pb, const float* g, float* m, float* v, int64_t n, const Coefs& k),
                     (p, pb, g, m, v, n, k))
 
 }  // namespace
 
-void adamw_step(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v,
+void adamw_step(float* param, bf16* param_bf16, const float* grad, float* m, float* v,
                 int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                 int step) {
   // Bias corrections once, in double: beta2^step is close to 1 for small steps.

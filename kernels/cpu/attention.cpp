@@ -208,7 +208,7 @@ int64_t backward_halfs(int T, int HS) { return 4 * (int64_t)T * even(HS) + 3 * (
 // ws: forward_floats(T, HS).
 template <class Tile, class Rows, class T>
 GPUMIX_INLINE void forward_task(T* out, float* lse, const T* qkv, int T_, int C, int NH, int t,
-                                int next, float* ws, uint16_t*) {
+                                int next, float* ws, bf16*) {
   const int HS = C / NH, b = t / NH, h = t % NH;
   const int64_t C3 = 3 * (int64_t)C;
   const float scale = 1.0f / std::sqrt((float)HS);
@@ -252,7 +252,7 @@ GPUMIX_INLINE void forward_task(T* out, float* lse, const T* qkv, int T_, int C,
 // ws: backward_floats(T, HS).
 template <class Tile, class T>
 GPUMIX_INLINE void backward_task(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
-                                 int T_, int C, int NH, int t, int next, float* ws, uint16_t*) {
+                                 int T_, int C, int NH, int t, int next, float* ws, bf16*) {
   const int HS = C / NH, b = t / NH, h = t % NH;
   const int64_t C3 = 3 * (int64_t)C, THS = (int64_t)T_ * HS;
   const float scale = 1.0f / std::sqrt((float)HS);
@@ -305,10 +305,10 @@ GPUMIX_INLINE void backward_task(T* dqkv, const T* dout, const T* qkv, const T* 
 // ---- bf16 tiles (avx512_bf16): the same tasks with the products in vdpbf16ps -------------
 
 // dst (n, ldd) = n rows of HS bf16 of src (leading dimension ld); columns HS..ldd-1 zero.
-GPUMIX_INLINE void copy_rows(uint16_t* dst, int64_t ldd, const uint16_t* src, int64_t ld, int n, int HS) {
+GPUMIX_INLINE void copy_rows(bf16* dst, int64_t ldd, const bf16* src, int64_t ld, int n, int HS) {
   for (int r = 0; r < n; r++) {
     std::copy(src + r * ld, src + r * ld + HS, dst + r * ldd);
-    std::fill(dst + r * ldd + HS, dst + (r + 1) * ldd, (uint16_t)0);
+    std::fill(dst + r * ldd + HS, dst + (r + 1) * ldd, bf16{});
   }
 }
 
@@ -347,7 +347,7 @@ GPUMIX_TARGET_AVX512 GPUMIX_INLINE void transpose16x16_words(__m512i r[16]) {
 // (tile_gemm_bf16): b(d, r) = src[r][d] at dst[(d / 2) ldd + 2 r + d % 2]; an odd HS's
 // padding row zero. An even HS is a transpose of 32-bit words (pairs along HS), 16 x 16
 // words at a time in registers.
-GPUMIX_TARGET_AVX512 GPUMIX_INLINE void pack_transposed(uint16_t* dst, int64_t ldd, const uint16_t* src,
+GPUMIX_TARGET_AVX512 GPUMIX_INLINE void pack_transposed(bf16* dst, int64_t ldd, const bf16* src,
                                                         int64_t ld, int n, int HS) {
   if (HS % 2 == 0) {
     const int words = HS / 2;
@@ -367,20 +367,20 @@ GPUMIX_TARGET_AVX512 GPUMIX_INLINE void pack_transposed(uint16_t* dst, int64_t l
     return;
   }
   for (int r = 0; r < n; r++)
-    for (int d = 0; d < even(HS); d++) dst[(d / 2) * ldd + 2 * r + d % 2] = d < HS ? src[r * ld + d] : 0;
+    for (int d = 0; d < even(HS); d++) dst[(d / 2) * ldd + 2 * r + d % 2] = d < HS ? src[r * ld + d] : bf16{};
 }
 
 // The product operand b (n, HS) = src's n rows, packed in pairs along the rows: b(r, d) at
 // dst[(r / 2) ldd + 2 d + r % 2]; an odd n's padding row zero.
-GPUMIX_INLINE void pack_rows(uint16_t* dst, int64_t ldd, const uint16_t* src, int64_t ld, int n, int HS) {
+GPUMIX_INLINE void pack_rows(bf16* dst, int64_t ldd, const bf16* src, int64_t ld, int n, int HS) {
   for (int r = 0; r < n; r += 2) {
-    const uint16_t* r0 = src + r * ld;
-    const uint16_t* r1 = r + 1 < n ? r0 + ld : nullptr;
-    uint16_t* out = dst + (r / 2) * ldd;
+    const bf16* r0 = src + r * ld;
+    const bf16* r1 = r + 1 < n ? r0 + ld : nullptr;
+    bf16* out = dst + (r / 2) * ldd;
 #pragma omp simd
     for (int d = 0; d < HS; d++) {
       out[2 * d] = r0[d];
-      out[2 * d + 1] = r1 ? r1[d] : 0;
+      out[2 * d + 1] = r1 ? r1[d] : bf16{};
     }
   }
 }
@@ -400,7 +400,7 @@ GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE __m512i bf16_pairs(__m512 a, __m512 b) {
 // scores loaded as -inf), writing only the rounded probabilities pb (ld BC; the columns up
 // to nc rounded up to 32 written, zero past nc).
 GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void online_softmax_bf16(const float* s, float* o, float* m, float* l,
-                                                                 uint16_t* pb, int nr, int nc, int i0, int j0,
+                                                                 bf16* pb, int nr, int nc, int i0, int j0,
                                                                  int HS, float scale) {
   const int nv = (nc + 31) / 32 * 2;  // vectors of 16, in pairs (one store of 32 bf16)
   const __m512 sc = _mm512_set1_ps(scale);
@@ -431,8 +431,8 @@ GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void online_softmax_bf16(const float* s,
 }
 
 // As forward_task; hs: forward_halfs(T, HS).
-GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void forward_task_bf16(uint16_t* out, float* lse, const uint16_t* qkv, int T_, int C,
-                                     int NH, int t, int next, float* ws, uint16_t* hs) {
+GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void forward_task_bf16(bf16* out, float* lse, const bf16* qkv, int T_, int C,
+                                     int NH, int t, int next, float* ws, bf16* hs) {
   const int HS = C / NH, HSp = even(HS), b = t / NH, h = t % NH;
   const int64_t C3 = 3 * (int64_t)C;
   const float scale = 1.0f / std::sqrt((float)HS);
@@ -440,11 +440,11 @@ GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void forward_task_bf16(uint16_t* out, fl
   float* s = o + k_fwd_br * HS;       // (BR, BC) scores, then probabilities
   float* m = s + k_fwd_br * k_bc;     // (BR) running max
   float* l = m + k_fwd_br;            // (BR) running sum
-  uint16_t* q = hs;               // (BR, HSp)
-  uint16_t* kt = q + k_fwd_br * HSp;  // (HSp, T) keys transposed, pairs along HS
-  uint16_t* v = kt + (int64_t)HSp * T_;  // (Tp, HS) pairs along keys
-  uint16_t* pb = v + (int64_t)even(T_) * HS;  // (BR, BC) probabilities in bf16
-  const uint16_t* base = qkv + (int64_t)b * T_ * C3 + h * HS;
+  bf16* q = hs;               // (BR, HSp)
+  bf16* kt = q + k_fwd_br * HSp;  // (HSp, T) keys transposed, pairs along HS
+  bf16* v = kt + (int64_t)HSp * T_;  // (Tp, HS) pairs along keys
+  bf16* pb = v + (int64_t)even(T_) * HS;  // (BR, BC) probabilities in bf16
+  const bf16* base = qkv + (int64_t)b * T_ * C3 + h * HS;
   pack_transposed(kt, 2 * (int64_t)T_, base + C, C3, T_, HS);
   pack_rows(v, 2 * HS, base + 2 * C, C3, T_, HS);
   for (int i0 = 0; i0 < T_; i0 += k_fwd_br) {
@@ -463,10 +463,10 @@ GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void forward_task_bf16(uint16_t* out, fl
       tile_gemm_bf16(nr, HS, even(nc), pb, k_bc, 2, v + j0 * HS, 2 * HS, o, HS, true);  // o += p v
     }
     for (int r = 0; r < nr; r++) {
-      uint16_t* y = out + ((int64_t)b * T_ + i0 + r) * C + h * HS;
+      bf16* y = out + ((int64_t)b * T_ + i0 + r) * C + h * HS;
       const float inv = 1.0f / l[r];
 #pragma omp simd
-      for (int d = 0; d < HS; d++) y[d] = f32_to_bf16_bits(o[(int64_t)r * HS + d] * inv);
+      for (int d = 0; d < HS; d++) y[d] = from_f32<bf16>(o[(int64_t)r * HS + d] * inv);
       lse[((int64_t)b * NH + h) * T_ + i0 + r] = m[r] + std::log(l[r]);
     }
   }
@@ -478,7 +478,7 @@ GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void forward_task_bf16(uint16_t* out, fl
 // out zero: masked loads, so the tile's unwritten cells are never read.
 GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void softmax_backward_bf16(const float* p, const float* dp,
                                                                    const float* lse, const float* dd,
-                                                                   uint16_t* ds, uint16_t* pp, uint16_t* dsp,
+                                                                   bf16* ds, bf16* pp, bf16* dsp,
                                                                    int nr, int nc, int i0, int j0, float scale) {
   const __m512 sc = _mm512_set1_ps(scale);
   for (int r = 0; r < nr; r += 2) {
@@ -509,9 +509,9 @@ GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void softmax_backward_bf16(const float* 
 // once per tile (p and dS rounded, as rows and in pairs along the queries), so that each
 // product reads its a in pairs along its reduction (p^T and dS^T are the query-pair packs
 // read transposed) and dq, dk, dv all come out as rows.
-GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void backward_task_bf16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv,
-                                      const uint16_t* out, const float* lse, int T_, int C, int NH,
-                                      int t, int next, float* ws, uint16_t* hs) {
+GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void backward_task_bf16(bf16* dqkv, const bf16* dout, const bf16* qkv,
+                                      const bf16* out, const float* lse, int T_, int C, int NH,
+                                      int t, int next, float* ws, bf16* hs) {
   const int HS = C / NH, HSp = even(HS), Tp = even(T_), b = t / NH, h = t % NH;
   const int64_t C3 = 3 * (int64_t)C, THS = (int64_t)T_ * HS, TH = (int64_t)T_ * HSp;
   const float scale = 1.0f / std::sqrt((float)HS);
@@ -522,18 +522,18 @@ GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void backward_task_bf16(uint16_t* dqkv, 
   float* p = dv + THS;               // (BR, BC) scores, then probabilities
   float* dp = p + k_br * k_bc;       // (BR, BC) dP, then dS
   float* dd = dp + k_br * k_bc;      // (T) D_i = dout_i . out_i
-  uint16_t* q = hs;                  // (T, HSp) rows
-  uint16_t* dy = q + TH;             // (T, HSp) dout rows
-  uint16_t* kt = dy + TH;            // (HSp, T) k transposed, pairs along HS
-  uint16_t* vt = kt + TH;            // (HSp, T) v transposed, pairs along HS
-  uint16_t* kv = vt + TH;            // (Tp, HS) k, pairs along T
-  uint16_t* qp = kv + (int64_t)Tp * HS;   // (Tp, HS) q, pairs along T
-  uint16_t* dyp = qp + (int64_t)Tp * HS;  // (Tp, HS) dout, pairs along T
-  uint16_t* ds = dyp + (int64_t)Tp * HS;  // (BR, BC) dS in bf16
-  uint16_t* pp = ds + k_br * k_bc;   // (BR, BC) p, pairs along queries
-  uint16_t* dsp = pp + k_br * k_bc;  // (BR, BC) dS, pairs along queries
-  const uint16_t* base = qkv + row0 * C3 + h * HS;
-  const uint16_t* dybase = dout + row0 * C + h * HS;
+  bf16* q = hs;                  // (T, HSp) rows
+  bf16* dy = q + TH;             // (T, HSp) dout rows
+  bf16* kt = dy + TH;            // (HSp, T) k transposed, pairs along HS
+  bf16* vt = kt + TH;            // (HSp, T) v transposed, pairs along HS
+  bf16* kv = vt + TH;            // (Tp, HS) k, pairs along T
+  bf16* qp = kv + (int64_t)Tp * HS;   // (Tp, HS) q, pairs along T
+  bf16* dyp = qp + (int64_t)Tp * HS;  // (Tp, HS) dout, pairs along T
+  bf16* ds = dyp + (int64_t)Tp * HS;  // (BR, BC) dS in bf16
+  bf16* pp = ds + k_br * k_bc;   // (BR, BC) p, pairs along queries
+  bf16* dsp = pp + k_br * k_bc;  // (BR, BC) dS, pairs along queries
+  const bf16* base = qkv + row0 * C3 + h * HS;
+  const bf16* dybase = dout + row0 * C + h * HS;
   copy_rows(q, HSp, base, C3, T_, HS);
   copy_rows(dy, HSp, dybase, C, T_, HS);
   pack_transposed(kt, 2 * (int64_t)T_, base + C, C3, T_, HS);
@@ -568,23 +568,23 @@ GPUMIX_TARGET_AVX512_BF16 GPUMIX_INLINE void backward_task_bf16(uint16_t* dqkv, 
 }
 
 #define FWD_PARAMS(T) \
-  (T * out, float* lse, const T* qkv, int T_, int C, int NH, int t, int next, float* ws, uint16_t* hs)
+  (T * out, float* lse, const T* qkv, int T_, int C, int NH, int t, int next, float* ws, bf16* hs)
 #define FWD_ARGS (out, lse, qkv, T_, C, NH, t, next, ws, hs)
 #define BWD_PARAMS(T)                                                                           \
   (T * dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int T_, int C, int NH, \
-   int t, int next, float* ws, uint16_t* hs)
+   int t, int next, float* ws, bf16* hs)
 #define BWD_ARGS (dqkv, dout, qkv, out, lse, T_, C, NH, t, next, ws, hs)
 // The task bodies compiled for each path, with that path's tile GEMM.
 static void fwd_f32_portable FWD_PARAMS(float) { forward_task<TilePortable, RowsPortable> FWD_ARGS; }
-static void fwd_bf16_portable FWD_PARAMS(uint16_t) { forward_task<TilePortable, RowsPortable> FWD_ARGS; }
+static void fwd_bf16_portable FWD_PARAMS(bf16) { forward_task<TilePortable, RowsPortable> FWD_ARGS; }
 GPUMIX_TARGET_AVX512 static void fwd_f32_avx512 FWD_PARAMS(float) { forward_task<TileAvx512, RowsAvx512> FWD_ARGS; }
-GPUMIX_TARGET_AVX512 static void fwd_bf16_avx512 FWD_PARAMS(uint16_t) { forward_task<TileAvx512, RowsAvx512> FWD_ARGS; }
+GPUMIX_TARGET_AVX512 static void fwd_bf16_avx512 FWD_PARAMS(bf16) { forward_task<TileAvx512, RowsAvx512> FWD_ARGS; }
 static void bwd_f32_portable BWD_PARAMS(float) { backward_task<TilePortable> BWD_ARGS; }
-static void bwd_bf16_portable BWD_PARAMS(uint16_t) { backward_task<TilePortable> BWD_ARGS; }
+static void bwd_bf16_portable BWD_PARAMS(bf16) { backward_task<TilePortable> BWD_ARGS; }
 GPUMIX_TARGET_AVX512 static void bwd_f32_avx512 BWD_PARAMS(float) { backward_task<TileAvx512> BWD_ARGS; }
-GPUMIX_TARGET_AVX512 static void bwd_bf16_avx512 BWD_PARAMS(uint16_t) { backward_task<TileAvx512> BWD_ARGS; }
-GPUMIX_TARGET_AVX512_BF16 static void fwd_bf16_dp FWD_PARAMS(uint16_t) { forward_task_bf16 FWD_ARGS; }
-GPUMIX_TARGET_AVX512_BF16 static void bwd_bf16_dp BWD_PARAMS(uint16_t) { backward_task_bf16 BWD_ARGS; }
+GPUMIX_TARGET_AVX512 static void bwd_bf16_avx512 BWD_PARAMS(bf16) { backward_task<TileAvx512> BWD_ARGS; }
+GPUMIX_TARGET_AVX512_BF16 static void fwd_bf16_dp FWD_PARAMS(bf16) { forward_task_bf16 FWD_ARGS; }
+GPUMIX_TARGET_AVX512_BF16 static void bwd_bf16_dp BWD_PARAMS(bf16) { backward_task_bf16 BWD_ARGS; }
 #undef FWD_PARAMS
 #undef FWD_ARGS
 #undef BWD_PARAMS
@@ -604,7 +604,7 @@ template <class T, class Task>
 void forward(Task task, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
   parallel_ranges(B * NH, 1, B * NH > 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> ws(forward_floats(T_, C / NH));
-    std::vector<uint16_t> hs(sizeof(T) == 2 ? forward_halfs(T_, C / NH) : 0);
+    std::vector<bf16> hs(sizeof(T) == 2 ? forward_halfs(T_, C / NH) : 0);
     for (int t = (int)t0; t < t1; t++)
       task(out, lse, qkv, T_, C, NH, t, t + 1 < t1 ? t + 1 : -1, ws.data(), hs.data());
   });
@@ -615,7 +615,7 @@ void backward(Task task, T* dqkv, const T* dout, const T* qkv, const T* out, con
               int B, int T_, int C, int NH) {
   parallel_ranges(B * NH, 1, B * NH > 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> ws(backward_floats(T_, C / NH));
-    std::vector<uint16_t> hs(sizeof(T) == 2 ? backward_halfs(T_, C / NH) : 0);
+    std::vector<bf16> hs(sizeof(T) == 2 ? backward_halfs(T_, C / NH) : 0);
     for (int t = (int)t0; t < t1; t++)
       task(dqkv, dout, qkv, out, lse, T_, C, NH, t, t + 1 < t1 ? t + 1 : -1, ws.data(), hs.data());
   });
@@ -628,7 +628,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
   check_shape("attention_forward", B, T, C, NH);
   forward(pick(fwd_f32_portable, fwd_f32_avx512, fwd_f32_avx512), out, lse, qkv, B, T, C, NH);
 }
-void attention_forward(uint16_t* out, float* lse, const uint16_t* qkv, int B, int T, int C, int NH) {
+void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH) {
   check_shape("attention_forward", B, T, C, NH);
   forward(pick(fwd_bf16_portable, fwd_bf16_avx512, fwd_bf16_dp), out, lse, qkv, B, T, C, NH);
 }
@@ -638,8 +638,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   check_shape("attention_backward", B, T, C, NH);
   backward(pick(bwd_f32_portable, bwd_f32_avx512, bwd_f32_avx512), dqkv, dout, qkv, out, lse, B, T, C, NH);
 }
-void attention_backward(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv,
-                        const uint16_t* out, const float* lse, int B, int T, int C, int NH) {
+void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv,
+                        const bf16* out, const float* lse, int B, int T, int C, int NH) {
   check_shape("attention_backward", B, T, C, NH);
   backward(pick(bwd_bf16_portable, bwd_bf16_avx512, bwd_bf16_dp), dqkv, dout, qkv, out, lse, B, T, C, NH);
 }

@@ -76,7 +76,7 @@ void decode(T* out, const T* qkv, int B, int Tc, int C, int NH, int pos) {
 void attention_decode(float* out, const float* qkv, int B, int Tc, int C, int NH, int pos) {
   decode(out, qkv, B, Tc, C, NH, pos);
 }
-void attention_decode(uint16_t* out, const uint16_t* qkv, int B, int Tc, int C, int NH, int pos) {
+void attention_decode(bf16* out, const bf16* qkv, int B, int Tc, int C, int NH, int pos) {
   decode(out, qkv, B, Tc, C, NH, pos);
 }
 

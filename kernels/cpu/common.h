@@ -1,8 +1,9 @@
 // Internal to kernels/cpu: what the kernel bodies share.
 //
-// Storage types: activations are `float` or bf16 bits (`uint16_t`). A kernel body is a
+// Storage types: activations are `float` or `bf16` (kernels/half_types.h; fp16 is no CPU
+// compute dtype). A kernel body is a
 // template over its storage type: to_f32 widens a stored value (exact), from_f32 rounds an
-// fp32 result to the storage type (to nearest even, kernels/bf16.h), once, at the end.
+// fp32 result to the storage type (to nearest even, kernels/half_types.h), once, at the end.
 #pragma once
 
 #include <omp.h>
@@ -10,19 +11,19 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 #include "kernels/cpu/isa.h"
 
 namespace gpumix::kernels::cpu {
 
 GPUMIX_INLINE float to_f32(float x) { return x; }
-GPUMIX_INLINE float to_f32(uint16_t h) { return bf16_bits_to_f32(h); }
+GPUMIX_INLINE float to_f32(bf16 h) { return bf16_bits_to_f32(h.bits); }
 template <class T>
 GPUMIX_INLINE T from_f32(float x);
 template <>
 GPUMIX_INLINE float from_f32<float>(float x) { return x; }
 template <>
-GPUMIX_INLINE uint16_t from_f32<uint16_t>(float x) { return f32_to_bf16_bits(x); }
+GPUMIX_INLINE bf16 from_f32<bf16>(float x) { return bf16::from_bits(f32_to_bf16_bits(x)); }
 
 // Runs f(i0, i1) over [0, n) split into one contiguous range per thread, each a multiple
 // of grain (64 elements: no two threads share a cache line of a 16- or 32-bit array; 1

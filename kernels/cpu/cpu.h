@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "kernels/half_types.h"  // bf16, f16: the 16-bit storage types of the signatures
+
 namespace gpumix::kernels::cpu {
 #include "kernels/cpu/kernels.inc"
 }  // namespace gpumix::kernels::cpu

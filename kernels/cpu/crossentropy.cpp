@@ -142,7 +142,7 @@ void crossentropy_forward(float* losses, float* lse, const float* logits,
     fwd(losses, lse, logits, targets, V, V, ignore_index, i0, i1);
   });
 }
-void crossentropy_forward(float* losses, float* lse, const uint16_t* logits,
+void crossentropy_forward(float* losses, float* lse, const bf16* logits,
                           const int32_t* targets, int N, int V, int32_t ignore_index) {
   parallel_ranges(N, 1, (int64_t)N * V >= k_par_min, [&](int64_t i0, int64_t i1) {
     fwd(losses, lse, logits, targets, V, V, ignore_index, i0, i1);
@@ -156,7 +156,7 @@ void crossentropy_backward(float* dlogits, const float* logits, const float* lse
     bwd(dlogits, logits, lse, targets, dloss, V, V, ignore_index, true, i0, i1);
   });
 }
-void crossentropy_backward(uint16_t* dlogits, const uint16_t* logits, const float* lse,
+void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
                            const int32_t* targets, float dloss, int N, int V,
                            int32_t ignore_index, bool accumulate) {
   parallel_ranges(N, 1, (int64_t)N * V >= k_par_min, [&](int64_t i0, int64_t i1) {
@@ -171,7 +171,7 @@ void classifier_forward(float* losses, float* lse, float* logits, const int32_t*
     classifier_rows(losses, lse, logits, targets, scale, V, Vp, ignore_index, grad, i0, i1);
   });
 }
-void classifier_forward(float* losses, float* lse, uint16_t* logits, const int32_t* targets, float scale, int N,
+void classifier_forward(float* losses, float* lse, bf16* logits, const int32_t* targets, float scale, int N,
                         int V, int Vp, int32_t ignore_index, bool grad) {
   parallel_ranges(N, 1, (int64_t)N * Vp >= k_par_min, [&](int64_t i0, int64_t i1) {
     classifier_rows(losses, lse, logits, targets, scale, V, Vp, ignore_index, grad, i0, i1);

@@ -32,10 +32,10 @@ GPUMIX_ISA_VARIANTS(fwd_f32, forward_rows,
                     (float* o, const int32_t* tok, const float* wte, const float* wpe, int T, int C, int64_t r0, int64_t r1),
                     (o, tok, wte, wpe, T, C, r0, r1))
 GPUMIX_ISA_VARIANTS(fwd_bf16, forward_rows,
-                    (uint16_t* o, const int32_t* tok, const uint16_t* wte, const uint16_t* wpe, int T, int C, int64_t r0, int64_t r1),
+                    (bf16* o, const int32_t* tok, const bf16* wte, const bf16* wpe, int T, int C, int64_t r0, int64_t r1),
                     (o, tok, wte, wpe, T, C, r0, r1))
 GPUMIX_ISA_VARIANTS(add_row_f32, add_row, (float* g, const float* dy, int C), (g, dy, C))
-GPUMIX_ISA_VARIANTS(add_row_bf16, add_row, (float* g, const uint16_t* dy, int C), (g, dy, C))
+GPUMIX_ISA_VARIANTS(add_row_bf16, add_row, (float* g, const bf16* dy, int C), (g, dy, C))
 
 template <class T>
 void backward(void (*add)(float*, const T*, int), float* dwte, float* dwpe, const T* dout,
@@ -70,8 +70,8 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte,
     fwd_f32(out, tokens, wte, wpe, T, C, r0, r1);
   });
 }
-void embedding_forward(uint16_t* out, const int32_t* tokens, const uint16_t* wte,
-                       const uint16_t* wpe, int B, int T, int C) {
+void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte,
+                       const bf16* wpe, int B, int T, int C) {
   parallel_ranges((int64_t)B * T, 1, (int64_t)B * T * C >= k_par_min, [&](int64_t r0, int64_t r1) {
     fwd_bf16(out, tokens, wte, wpe, T, C, r0, r1);
   });
@@ -81,7 +81,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
                         int B, int T, int C) {
   backward(add_row_f32, dwte, dwpe, dout, tokens, B, T, C);
 }
-void embedding_backward(float* dwte, float* dwpe, const uint16_t* dout,
+void embedding_backward(float* dwte, float* dwpe, const bf16* dout,
                         const int32_t* tokens, int B, int T, int C) {
   backward(add_row_bf16, dwte, dwpe, dout, tokens, B, T, C);
 }

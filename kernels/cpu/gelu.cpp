@@ -85,7 +85,7 @@ void gelu_bwd(T* dinp, const T* inp, const T* dout, int64_t n) {
 void gelu_forward(float* out, const float* inp, int64_t n) {
   parallel_ranges(n, 64, n >= k_par_min, [&](int64_t i0, int64_t i1) { gelu_fwd(out + i0, inp + i0, i1 - i0); });
 }
-void gelu_forward(uint16_t* out, const uint16_t* inp, int64_t n) {
+void gelu_forward(bf16* out, const bf16* inp, int64_t n) {
   parallel_ranges(n, 64, n >= k_par_min, [&](int64_t i0, int64_t i1) { gelu_fwd(out + i0, inp + i0, i1 - i0); });
 }
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
@@ -93,7 +93,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
     gelu_bwd(dinp + i0, inp + i0, dout + i0, i1 - i0);
   });
 }
-void gelu_backward(uint16_t* dinp, const uint16_t* inp, const uint16_t* dout, int64_t n) {
+void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) {
   parallel_ranges(n, 64, n >= k_par_min, [&](int64_t i0, int64_t i1) {
     gelu_bwd(dinp + i0, inp + i0, dout + i0, i1 - i0);
   });

@@ -97,11 +97,11 @@ GPUMIX_INLINE void param_grad_chunks(float* dweight, float* dbias, const T* dout
   (float* dw, float* db, const T* dy, const T* x, const float* m, const float* r, int N, int C, \
    int64_t ch0, int64_t ch1)
 GPUMIX_ISA_VARIANTS(fwd_f32, forward_rows, FWD_PARAMS(float), (o, m, r, x, w, b, C, i0, i1))
-GPUMIX_ISA_VARIANTS(fwd_bf16, forward_rows, FWD_PARAMS(uint16_t), (o, m, r, x, w, b, C, i0, i1))
+GPUMIX_ISA_VARIANTS(fwd_bf16, forward_rows, FWD_PARAMS(bf16), (o, m, r, x, w, b, C, i0, i1))
 GPUMIX_ISA_VARIANTS(bwd_f32, backward_rows, BWD_PARAMS(float), (dx, dy, x, w, m, r, C, i0, i1))
-GPUMIX_ISA_VARIANTS(bwd_bf16, backward_rows, BWD_PARAMS(uint16_t), (dx, dy, x, w, m, r, C, i0, i1))
+GPUMIX_ISA_VARIANTS(bwd_bf16, backward_rows, BWD_PARAMS(bf16), (dx, dy, x, w, m, r, C, i0, i1))
 GPUMIX_ISA_VARIANTS(pg_f32, param_grad_chunks, PG_PARAMS(float), (dw, db, dy, x, m, r, N, C, ch0, ch1))
-GPUMIX_ISA_VARIANTS(pg_bf16, param_grad_chunks, PG_PARAMS(uint16_t), (dw, db, dy, x, m, r, N, C, ch0, ch1))
+GPUMIX_ISA_VARIANTS(pg_bf16, param_grad_chunks, PG_PARAMS(bf16), (dw, db, dy, x, m, r, N, C, ch0, ch1))
 #undef FWD_PARAMS
 #undef BWD_PARAMS
 #undef PG_PARAMS
@@ -137,8 +137,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int N, int C) {
   run_forward(fwd_f32, out, mean, rstd, inp, weight, bias, N, C);
 }
-void layernorm_forward(uint16_t* out, float* mean, float* rstd, const uint16_t* inp,
-                       const uint16_t* weight, const uint16_t* bias, int N, int C) {
+void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp,
+                       const bf16* weight, const bf16* bias, int N, int C) {
   run_forward(fwd_bf16, out, mean, rstd, inp, weight, bias, N, C);
 }
 
@@ -147,8 +147,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* rstd, int N, int C) {
   run_backward(bwd_f32, pg_f32, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
-void layernorm_backward(uint16_t* dinp, float* dweight, float* dbias, const uint16_t* dout,
-                        const uint16_t* inp, const uint16_t* weight, const float* mean,
+void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                        const bf16* inp, const bf16* weight, const float* mean,
                         const float* rstd, int N, int C) {
   run_backward(bwd_bf16, pg_bf16, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }

@@ -187,7 +187,7 @@ int64_t span(int count, int64_t stride, int rows, int cols, int ld) {
   return (int64_t)(count - 1) * stride + (int64_t)(rows - 1) * ld + cols;
 }
 
-std::vector<float> widened(const uint16_t* p, int64_t n) {
+std::vector<float> widened(const bf16* p, int64_t n) {
   std::vector<float> v(n);
   bf16_to_f32(v.data(), p, n);
   return v;
@@ -196,9 +196,9 @@ std::vector<float> widened(const uint16_t* p, int64_t n) {
 // The bf16 GEMM as the fp32 one on widened copies; a bf16 C is rounded once, element by
 // element of its m x n matrices (its padding is left alone).
 template <class Out>
-void gemm_widened(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const uint16_t* a,
-                  int lda, const uint16_t* b, int ldb, float beta, Out* c, int ldc, int batch,
-                  int64_t stride_a, int64_t stride_b, int64_t stride_c, const uint16_t* bias) {
+void gemm_widened(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* a,
+                  int lda, const bf16* b, int ldb, float beta, Out* c, int ldc, int batch,
+                  int64_t stride_a, int64_t stride_b, int64_t stride_c, const bf16* bias) {
   const auto a32 = widened(a, span(stride_a ? batch : 1, stride_a, trans_a ? k : m, trans_a ? m : k, lda));
   const auto b32 = widened(b, span(stride_b ? batch : 1, stride_b, trans_b ? n : k, trans_b ? k : n, ldb));
   const auto bias32 = bias ? widened(bias, n) : std::vector<float>();
@@ -301,17 +301,17 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
   gemm_any(GemmKind::f32, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch,
            stride_a, stride_b, stride_c, (const float*)nullptr);
 }
-void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const uint16_t* a,
-          int lda, const uint16_t* b, int ldb, float beta, uint16_t* c, int ldc, int batch,
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* a,
+          int lda, const bf16* b, int ldb, float beta, bf16* c, int ldc, int batch,
           int64_t stride_a, int64_t stride_b, int64_t stride_c) {
   gemm_any(GemmKind::bf16_to_bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
-           ldc, batch, stride_a, stride_b, stride_c, (const uint16_t*)nullptr);
+           ldc, batch, stride_a, stride_b, stride_c, (const bf16*)nullptr);
 }
-void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const uint16_t* a,
-          int lda, const uint16_t* b, int ldb, float beta, float* c, int ldc, int batch,
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* a,
+          int lda, const bf16* b, int ldb, float beta, float* c, int ldc, int batch,
           int64_t stride_a, int64_t stride_b, int64_t stride_c) {
   gemm_any(GemmKind::bf16_to_f32, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
-           ldc, batch, stride_a, stride_b, stride_c, (const uint16_t*)nullptr);
+           ldc, batch, stride_a, stride_b, stride_c, (const bf16*)nullptr);
 }
 
 // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias: oneDNN adds the bias in its epilogue.
@@ -320,8 +320,8 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
   gemm_any(GemmKind::f32, false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC, 1, 0,
            0, 0, bias);
 }
-void matmul_forward(uint16_t* out, const uint16_t* inp, const uint16_t* weight,
-                    const uint16_t* bias, int N, int C, int OC) {
+void matmul_forward(bf16* out, const bf16* inp, const bf16* weight,
+                    const bf16* bias, int N, int C, int OC) {
   gemm_any(GemmKind::bf16_to_bf16, false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out,
            OC, 1, 0, 0, 0, bias);
 }
@@ -333,8 +333,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   if (dweight) gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias) bias_backward(dbias, dout, N, OC);
 }
-void matmul_backward(uint16_t* dinp, float* dweight, float* dbias, const uint16_t* dout,
-                     const uint16_t* inp, const uint16_t* weight, int N, int C, int OC) {
+void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                     const bf16* inp, const bf16* weight, int N, int C, int OC) {
   if (dinp) gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
   if (dweight) gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias) bias_backward(dbias, dout, N, OC);
@@ -375,12 +375,12 @@ GPUMIX_INLINE void bias_backward_chunks(float* dbias, const T* dout, int N, int 
 GPUMIX_ISA_VARIANTS(bias_add_f32, bias_add_rows,
                     (float* o, const float* x, const float* b, int C, int64_t i0, int64_t i1), (o, x, b, C, i0, i1))
 GPUMIX_ISA_VARIANTS(bias_add_bf16, bias_add_rows,
-                    (uint16_t* o, const uint16_t* x, const uint16_t* b, int C, int64_t i0, int64_t i1),
+                    (bf16* o, const bf16* x, const bf16* b, int C, int64_t i0, int64_t i1),
                     (o, x, b, C, i0, i1))
 GPUMIX_ISA_VARIANTS(bias_bwd_f32, bias_backward_chunks,
                     (float* db, const float* dy, int N, int C, int64_t ch0, int64_t ch1), (db, dy, N, C, ch0, ch1))
 GPUMIX_ISA_VARIANTS(bias_bwd_bf16, bias_backward_chunks,
-                    (float* db, const uint16_t* dy, int N, int C, int64_t ch0, int64_t ch1), (db, dy, N, C, ch0, ch1))
+                    (float* db, const bf16* dy, int N, int C, int64_t ch0, int64_t ch1), (db, dy, N, C, ch0, ch1))
 
 }  // namespace
 
@@ -389,7 +389,7 @@ void bias_add(float* out, const float* inp, const float* bias, int N, int C) {
     bias_add_f32(out, inp, bias, C, i0, i1);
   });
 }
-void bias_add(uint16_t* out, const uint16_t* inp, const uint16_t* bias, int N, int C) {
+void bias_add(bf16* out, const bf16* inp, const bf16* bias, int N, int C) {
   parallel_ranges(N, 1, (int64_t)N * C >= k_par_min, [&](int64_t i0, int64_t i1) {
     bias_add_bf16(out, inp, bias, C, i0, i1);
   });
@@ -399,7 +399,7 @@ void bias_backward(float* dbias, const float* dout, int N, int C) {
   parallel_ranges((C + k_chunk - 1) / k_chunk, 1, (int64_t)N * C >= k_par_min,
                   [&](int64_t ch0, int64_t ch1) { bias_bwd_f32(dbias, dout, N, C, ch0, ch1); });
 }
-void bias_backward(float* dbias, const uint16_t* dout, int N, int C) {
+void bias_backward(float* dbias, const bf16* dout, int N, int C) {
   parallel_ranges((C + k_chunk - 1) / k_chunk, 1, (int64_t)N * C >= k_par_min,
                   [&](int64_t ch0, int64_t ch1) { bias_bwd_bf16(dbias, dout, N, C, ch0, ch1); });
 }

@@ -37,9 +37,9 @@ GPUMIX_INLINE void sum_into(double* out, const T* a, int64_t n) { *out = sum_bod
 template <class T>
 GPUMIX_INLINE void sum_squares_into(double* out, const T* a, int64_t n) { *out = sum_squares_body(a, n); }
 GPUMIX_ISA_VARIANTS(sum_f32, sum_into, (double* o, const float* a, int64_t n), (o, a, n))
-GPUMIX_ISA_VARIANTS(sum_bf16, sum_into, (double* o, const uint16_t* a, int64_t n), (o, a, n))
+GPUMIX_ISA_VARIANTS(sum_bf16, sum_into, (double* o, const bf16* a, int64_t n), (o, a, n))
 GPUMIX_ISA_VARIANTS(sum_squares_f32, sum_squares_into, (double* o, const float* a, int64_t n), (o, a, n))
-GPUMIX_ISA_VARIANTS(sum_squares_bf16, sum_squares_into, (double* o, const uint16_t* a, int64_t n), (o, a, n))
+GPUMIX_ISA_VARIANTS(sum_squares_bf16, sum_squares_into, (double* o, const bf16* a, int64_t n), (o, a, n))
 
 template <class T>
 double reduce(void (*range_sum)(double*, const T*, int64_t), const T* a, int64_t n) {
@@ -55,8 +55,8 @@ double reduce(void (*range_sum)(double*, const T*, int64_t), const T* a, int64_t
 }  // namespace
 
 double sum(const float* a, int64_t n) { return reduce(sum_f32, a, n); }
-double sum(const uint16_t* a, int64_t n) { return reduce(sum_bf16, a, n); }
+double sum(const bf16* a, int64_t n) { return reduce(sum_bf16, a, n); }
 double sum_squares(const float* a, int64_t n) { return reduce(sum_squares_f32, a, n); }
-double sum_squares(const uint16_t* a, int64_t n) { return reduce(sum_squares_bf16, a, n); }
+double sum_squares(const bf16* a, int64_t n) { return reduce(sum_squares_bf16, a, n); }
 
 }  // namespace gpumix::kernels::cpu

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 
 namespace gpumix::kernels::cpu::ref {
 
@@ -18,9 +18,9 @@ constexpr float k_ln_eps = 1e-5f;
 
 namespace {
 float widen(float x) { return x; }
-float widen(uint16_t h) { return bf16_bits_to_f32(h); }
+float widen(bf16 h) { return (float)(h); }
 void store(float* p, double x) { *p = (float)x; }
-void store(uint16_t* p, double x) { *p = f32_to_bf16_bits((float)x); }
+void store(bf16* p, double x) { *p = bf16((float)x); }
 
 // The one GEMM loop of all operand and result types: double accumulation, one rounding
 // to the type of C.
@@ -393,12 +393,20 @@ void axpy(float* out, const float* a, float s, int64_t n) {
   for (int64_t i = 0; i < n; i++) out[i] += s * a[i];
 }
 
-void f32_to_bf16(uint16_t* out, const float* in, int64_t n) {
-  for (int64_t i = 0; i < n; i++) out[i] = f32_to_bf16_bits(in[i]);
+void f32_to_bf16(bf16* out, const float* in, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = bf16(in[i]);
 }
 
-void bf16_to_f32(float* out, const uint16_t* in, int64_t n) {
-  for (int64_t i = 0; i < n; i++) out[i] = bf16_bits_to_f32(in[i]);
+void bf16_to_f32(float* out, const bf16* in, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = (float)(in[i]);
+}
+
+void f32_to_f16(f16* out, const float* in, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = f16(in[i]);
+}
+
+void f16_to_f32(float* out, const f16* in, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = (float)in[i];
 }
 
 // ---- reductions -----------------------------------------------------------------------
@@ -421,34 +429,34 @@ double sum_squares(const float* a, int64_t n) {
 // is what the tests hold the fast bf16 kernels to.
 
 namespace {
-std::vector<float> widened(const uint16_t* p, int64_t n) {
+std::vector<float> widened(const bf16* p, int64_t n) {
   std::vector<float> v(p ? n : 0);
-  for (int64_t i = 0; i < (int64_t)v.size(); i++) v[i] = bf16_bits_to_f32(p[i]);
+  for (int64_t i = 0; i < (int64_t)v.size(); i++) v[i] = (float)(p[i]);
   return v;
 }
 float* ptr(std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
-void narrow(uint16_t* out, const std::vector<float>& v) {
+void narrow(bf16* out, const std::vector<float>& v) {
   if (!out) return;
-  for (size_t i = 0; i < v.size(); i++) out[i] = f32_to_bf16_bits(v[i]);
+  for (size_t i = 0; i < v.size(); i++) out[i] = bf16(v[i]);
 }
 }  // namespace
 
-void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const uint16_t* a,
-          int lda, const uint16_t* b, int ldb, float beta, uint16_t* c, int ldc, int batch,
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* a,
+          int lda, const bf16* b, int ldb, float beta, bf16* c, int ldc, int batch,
           int64_t stride_a, int64_t stride_b, int64_t stride_c) {
   gemm_loop(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch, stride_a,
             stride_b, stride_c);
 }
 
-void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const uint16_t* a,
-          int lda, const uint16_t* b, int ldb, float beta, float* c, int ldc, int batch,
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* a,
+          int lda, const bf16* b, int ldb, float beta, float* c, int ldc, int batch,
           int64_t stride_a, int64_t stride_b, int64_t stride_c) {
   gemm_loop(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch, stride_a,
             stride_b, stride_c);
 }
 
-void matmul_forward(uint16_t* out, const uint16_t* inp, const uint16_t* weight,
-                    const uint16_t* bias, int N, int C, int OC) {
+void matmul_forward(bf16* out, const bf16* inp, const bf16* weight,
+                    const bf16* bias, int N, int C, int OC) {
   auto inp32 = widened(inp, (int64_t)N * C), w32 = widened(weight, (int64_t)OC * C),
        b32 = widened(bias, OC);
   std::vector<float> out32((size_t)N * OC);
@@ -456,27 +464,27 @@ void matmul_forward(uint16_t* out, const uint16_t* inp, const uint16_t* weight,
   narrow(out, out32);
 }
 
-void matmul_backward(uint16_t* dinp, float* dweight, float* dbias, const uint16_t* dout,
-                     const uint16_t* inp, const uint16_t* weight, int N, int C, int OC) {
+void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                     const bf16* inp, const bf16* weight, int N, int C, int OC) {
   auto dinp32 = widened(dinp, (int64_t)N * C), dout32 = widened(dout, (int64_t)N * OC),
        inp32 = widened(inp, (int64_t)N * C), w32 = widened(weight, (int64_t)OC * C);
   matmul_backward(ptr(dinp32), dweight, dbias, dout32.data(), inp32.data(), w32.data(), N, C, OC);
   narrow(dinp, dinp32);
 }
 
-void bias_add(uint16_t* out, const uint16_t* inp, const uint16_t* bias, int N, int C) {
+void bias_add(bf16* out, const bf16* inp, const bf16* bias, int N, int C) {
   auto inp32 = widened(inp, (int64_t)N * C), b32 = widened(bias, C);
   bias_add(inp32.data(), inp32.data(), b32.data(), N, C);
   narrow(out, inp32);
 }
 
-void bias_backward(float* dbias, const uint16_t* dout, int N, int C) {
+void bias_backward(float* dbias, const bf16* dout, int N, int C) {
   auto dout32 = widened(dout, (int64_t)N * C);
   bias_backward(dbias, dout32.data(), N, C);
 }
 
-void layernorm_forward(uint16_t* out, float* mean, float* rstd, const uint16_t* inp,
-                       const uint16_t* weight, const uint16_t* bias, int N, int C) {
+void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp,
+                       const bf16* weight, const bf16* bias, int N, int C) {
   auto inp32 = widened(inp, (int64_t)N * C), w32 = widened(weight, C), b32 = widened(bias, C);
   std::vector<float> out32((size_t)N * C), mean32(N), rstd32(N);
   layernorm_forward(out32.data(), mean32.data(), rstd32.data(), inp32.data(), w32.data(),
@@ -488,8 +496,8 @@ void layernorm_forward(uint16_t* out, float* mean, float* rstd, const uint16_t* 
   }
 }
 
-void layernorm_backward(uint16_t* dinp, float* dweight, float* dbias, const uint16_t* dout,
-                        const uint16_t* inp, const uint16_t* weight, const float* mean,
+void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                        const bf16* inp, const bf16* weight, const float* mean,
                         const float* rstd, int N, int C) {
   auto dinp32 = widened(dinp, (int64_t)N * C), dout32 = widened(dout, (int64_t)N * C),
        inp32 = widened(inp, (int64_t)N * C), w32 = widened(weight, C);
@@ -498,19 +506,19 @@ void layernorm_backward(uint16_t* dinp, float* dweight, float* dbias, const uint
   narrow(dinp, dinp32);
 }
 
-void gelu_forward(uint16_t* out, const uint16_t* inp, int64_t n) {
+void gelu_forward(bf16* out, const bf16* inp, int64_t n) {
   auto x = widened(inp, n);
   gelu_forward(x.data(), x.data(), n);
   narrow(out, x);
 }
 
-void gelu_backward(uint16_t* dinp, const uint16_t* inp, const uint16_t* dout, int64_t n) {
+void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) {
   auto dx = widened(dinp, n), x = widened(inp, n), dy = widened(dout, n);
   gelu_backward(dx.data(), x.data(), dy.data(), n);
   narrow(dinp, dx);
 }
 
-void attention_forward(uint16_t* out, float* lse, const uint16_t* qkv, int B, int T, int C,
+void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C,
                        int NH) {
   auto qkv32 = widened(qkv, (int64_t)B * T * 3 * C);
   std::vector<float> out32((size_t)B * T * C);
@@ -518,28 +526,28 @@ void attention_forward(uint16_t* out, float* lse, const uint16_t* qkv, int B, in
   narrow(out, out32);
 }
 
-void attention_decode(uint16_t* out, const uint16_t* qkv, int B, int Tc, int C, int NH, int pos) {
+void attention_decode(bf16* out, const bf16* qkv, int B, int Tc, int C, int NH, int pos) {
   auto qkv32 = widened(qkv, (int64_t)B * Tc * 3 * C);
   std::vector<float> out32((size_t)B * C);
   attention_decode(out32.data(), qkv32.data(), B, Tc, C, NH, pos);
   narrow(out, out32);
 }
 
-void attention_backward(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv,
-                        const uint16_t* out, const float* lse, int B, int T, int C, int NH) {
+void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv,
+                        const bf16* out, const float* lse, int B, int T, int C, int NH) {
   auto dqkv32 = widened(dqkv, (int64_t)B * T * 3 * C), dout32 = widened(dout, (int64_t)B * T * C),
        qkv32 = widened(qkv, (int64_t)B * T * 3 * C), out32 = widened(out, (int64_t)B * T * C);
   attention_backward(dqkv32.data(), dout32.data(), qkv32.data(), out32.data(), lse, B, T, C, NH);
   narrow(dqkv, dqkv32);
 }
 
-void crossentropy_forward(float* losses, float* lse, const uint16_t* logits,
+void crossentropy_forward(float* losses, float* lse, const bf16* logits,
                           const int32_t* targets, int N, int V, int32_t ignore_index) {
   auto x = widened(logits, (int64_t)N * V);
   crossentropy_forward(losses, lse, x.data(), targets, N, V, ignore_index);
 }
 
-void crossentropy_backward(uint16_t* dlogits, const uint16_t* logits, const float* lse,
+void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
                            const int32_t* targets, float dloss, int N, int V,
                            int32_t ignore_index, bool accumulate) {
   auto x = widened(logits, (int64_t)N * V);  // copied first: dlogits may alias logits
@@ -548,54 +556,54 @@ void crossentropy_backward(uint16_t* dlogits, const uint16_t* logits, const floa
   narrow(dlogits, dx);
 }
 
-void embedding_forward(uint16_t* out, const int32_t* tokens, const uint16_t* wte,
-                       const uint16_t* wpe, int B, int T, int C) {
+void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte,
+                       const bf16* wpe, int B, int T, int C) {
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
       for (int c = 0; c < C; c++)
-        out[((int64_t)b * T + t) * C + c] = f32_to_bf16_bits(
-            bf16_bits_to_f32(wte[(int64_t)tokens[b * T + t] * C + c]) + bf16_bits_to_f32(wpe[(int64_t)t * C + c]));
+        out[((int64_t)b * T + t) * C + c] = bf16(
+            (float)(wte[(int64_t)tokens[b * T + t] * C + c]) + (float)(wpe[(int64_t)t * C + c]));
 }
 
-void embedding_backward(float* dwte, float* dwpe, const uint16_t* dout,
+void embedding_backward(float* dwte, float* dwpe, const bf16* dout,
                         const int32_t* tokens, int B, int T, int C) {
   auto dy = widened(dout, (int64_t)B * T * C);
   embedding_backward(dwte, dwpe, dy.data(), tokens, B, T, C);
 }
 
-void adamw_step(float* param, uint16_t* param_bf16, const float* grad, float* m, float* v,
+void adamw_step(float* param, bf16* param_bf16, const float* grad, float* m, float* v,
                 int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                 int step) {
   adamw_step(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
   if (param_bf16) f32_to_bf16(param_bf16, param, n);
 }
 
-void add(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n) {
-  for (int64_t i = 0; i < n; i++) out[i] = f32_to_bf16_bits(bf16_bits_to_f32(a[i]) + bf16_bits_to_f32(b[i]));
+void add(bf16* out, const bf16* a, const bf16* b, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = bf16((float)(a[i]) + (float)(b[i]));
 }
 
-void scale(uint16_t* out, const uint16_t* a, float s, int64_t n) {
-  for (int64_t i = 0; i < n; i++) out[i] = f32_to_bf16_bits(bf16_bits_to_f32(a[i]) * s);
+void scale(bf16* out, const bf16* a, float s, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = bf16((float)(a[i]) * s);
 }
 
-void axpy(uint16_t* out, const uint16_t* a, float s, int64_t n) {
+void axpy(bf16* out, const bf16* a, float s, int64_t n) {
   for (int64_t i = 0; i < n; i++)
-    out[i] = f32_to_bf16_bits((float)(bf16_bits_to_f32(out[i]) + (double)s * bf16_bits_to_f32(a[i])));
+    out[i] = bf16((float)((float)(out[i]) + (double)s * (float)(a[i])));
 }
 
-void axpy(float* out, const uint16_t* a, float s, int64_t n) {
-  for (int64_t i = 0; i < n; i++) out[i] += s * bf16_bits_to_f32(a[i]);
+void axpy(float* out, const bf16* a, float s, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] += s * (float)(a[i]);
 }
 
-double sum(const uint16_t* a, int64_t n) {
+double sum(const bf16* a, int64_t n) {
   double acc = 0.0;
-  for (int64_t i = 0; i < n; i++) acc += bf16_bits_to_f32(a[i]);
+  for (int64_t i = 0; i < n; i++) acc += (float)(a[i]);
   return acc;
 }
 
-double sum_squares(const uint16_t* a, int64_t n) {
+double sum_squares(const bf16* a, int64_t n) {
   double acc = 0.0;
-  for (int64_t i = 0; i < n; i++) acc += (double)bf16_bits_to_f32(a[i]) * bf16_bits_to_f32(a[i]);
+  for (int64_t i = 0; i < n; i++) acc += (double)(float)(a[i]) * (float)(a[i]);
   return acc;
 }
 
@@ -603,8 +611,8 @@ void fill(float* out, float value, int64_t n) {
   for (int64_t i = 0; i < n; i++) out[i] = value;
 }
 
-void fill(uint16_t* out, float value, int64_t n) {
-  for (int64_t i = 0; i < n; i++) out[i] = f32_to_bf16_bits(value);
+void fill(bf16* out, float value, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = bf16(value);
 }
 
 // ---- the fused classifier: the cross-entropy twins on the first V columns -----------------
@@ -621,7 +629,7 @@ void classifier_forward(float* losses, float* lse, float* logits, const int32_t*
   }
 }
 
-void classifier_forward(float* losses, float* lse, uint16_t* logits, const int32_t* targets, float scale, int N,
+void classifier_forward(float* losses, float* lse, bf16* logits, const int32_t* targets, float scale, int N,
                         int V, int Vp, int32_t ignore_index, bool grad) {
   auto x = widened(logits, (int64_t)N * Vp);
   classifier_forward(losses, lse, x.data(), targets, scale, N, V, Vp, ignore_index, grad);

@@ -94,8 +94,8 @@ namespace {
 // As block above, over pairs of k: per pair, NV loads of 16 column pairs of b, MR
 // broadcasts of a's pair, MR * NV vdpbf16ps.
 template <int MR, int NV>
-GPUMIX_TARGET_AVX512_BF16 inline void block_bf16(int kp, const uint16_t* a, int64_t a_rs, int64_t a_ps,
-                                                 const uint16_t* b, int64_t ldb, float* c,
+GPUMIX_TARGET_AVX512_BF16 inline void block_bf16(int kp, const bf16* a, int64_t a_rs, int64_t a_ps,
+                                                 const bf16* b, int64_t ldb, float* c,
                                                  int64_t ldc, bool accumulate, __mmask16 last) {
   // The pairs of the last vector's columns: two bf16 lanes per column.
   const int tail = __builtin_popcount(last);
@@ -108,7 +108,7 @@ GPUMIX_TARGET_AVX512_BF16 inline void block_bf16(int kp, const uint16_t* a, int6
       acc[i][v] = accumulate ? _mm512_maskz_loadu_ps(v == NV - 1 ? last : 0xffff, c + i * ldc + 16 * v)
                              : _mm512_setzero_ps();
   for (int p = 0; p < kp; p++) {
-    const uint16_t* bp = b + p * ldb;
+    const bf16* bp = b + p * ldb;
     __m512i bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; v++)
@@ -130,8 +130,8 @@ GPUMIX_TARGET_AVX512_BF16 inline void block_bf16(int kp, const uint16_t* a, int6
 }
 
 template <int MR>
-GPUMIX_TARGET_AVX512_BF16 inline void block_row_bf16(int nv, int kp, const uint16_t* a, int64_t a_rs,
-                                                     int64_t a_ps, const uint16_t* b, int64_t ldb, float* c,
+GPUMIX_TARGET_AVX512_BF16 inline void block_row_bf16(int nv, int kp, const bf16* a, int64_t a_rs,
+                                                     int64_t a_ps, const bf16* b, int64_t ldb, float* c,
                                                      int64_t ldc, bool accumulate, __mmask16 last) {
   switch (nv) {
     case 1: block_bf16<MR, 1>(kp, a, a_rs, a_ps, b, ldb, c, ldc, accumulate, last); break;
@@ -143,17 +143,17 @@ GPUMIX_TARGET_AVX512_BF16 inline void block_row_bf16(int nv, int kp, const uint1
 
 }  // namespace
 
-GPUMIX_TARGET_AVX512_BF16 void tile_gemm_bf16(int m, int n, int k, const uint16_t* a, int64_t a_rs,
-                                              int64_t a_ps, const uint16_t* b, int64_t ldb, float* c,
+GPUMIX_TARGET_AVX512_BF16 void tile_gemm_bf16(int m, int n, int k, const bf16* a, int64_t a_rs,
+                                              int64_t a_ps, const bf16* b, int64_t ldb, float* c,
                                               int64_t ldc, bool accumulate) {
   const int kp = (k + 1) / 2;
   for (int j0 = 0; j0 < n; j0 += 64) {
     const int nj = std::min(64, n - j0);
     const int nv = (nj + 15) / 16, tail = nj - 16 * (nv - 1);
     const __mmask16 last = (__mmask16)(tail == 16 ? 0xffff : (1u << tail) - 1);
-    const uint16_t* bj = b + 2 * j0;
+    const bf16* bj = b + 2 * j0;
     for (int i0 = 0; i0 < m; i0 += 4) {
-      const uint16_t* ai = a + i0 * a_rs;
+      const bf16* ai = a + i0 * a_rs;
       float* ci = c + i0 * ldc + j0;
       switch (std::min(4, m - i0)) {
         case 1: block_row_bf16<1>(nv, kp, ai, a_rs, a_ps, bj, ldb, ci, ldc, accumulate, last); break;

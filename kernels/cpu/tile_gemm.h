@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "kernels/half_types.h"
+
 #include "kernels/cpu/isa.h"
 
 namespace gpumix::kernels::cpu {
@@ -28,8 +30,8 @@ GPUMIX_TARGET_AVX512 void tile_gemm_avx512(int m, int n, int k, const float* a, 
 // a_rs = lda, a_ps = 2, and the transpose of a tile packed in pairs along its rows (as b
 // below) has a_rs = 2, a_ps = its ldb; b is packed in pairs along k: element (l, j) at
 // b[(l / 2) * ldb + 2 j + l % 2] (ldb >= 2 n; a padding row of an odd k zero).
-GPUMIX_TARGET_AVX512_BF16 void tile_gemm_bf16(int m, int n, int k, const uint16_t* a, int64_t a_rs,
-                                              int64_t a_ps, const uint16_t* b, int64_t ldb, float* c,
+GPUMIX_TARGET_AVX512_BF16 void tile_gemm_bf16(int m, int n, int k, const bf16* a, int64_t a_rs,
+                                              int64_t a_ps, const bf16* b, int64_t ldb, float* c,
                                               int64_t ldc, bool accumulate);
 
 // The two fp32 ones as policies, for kernel bodies written once over the path.

@@ -96,12 +96,12 @@ GPUMIX_TARGET_AVX512 GPUMIX_INLINE __mmask16 lanes_below(int64_t count, int64_t 
 // rounded to nearest, ties to even, NaN kept a quiet NaN, bit for bit f32_to_bf16_bits.
 // Masked forms throughout: GCC 12's unmasked ones pass an undefined operand and warn at -O3.
 GPUMIX_TARGET_AVX512 GPUMIX_INLINE __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-GPUMIX_TARGET_AVX512 GPUMIX_INLINE __m512 load16(const uint16_t* p, __mmask16 m) {
+GPUMIX_TARGET_AVX512 GPUMIX_INLINE __m512 load16(const bf16* p, __mmask16 m) {
   const __mmask16 all = 0xffff;
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, _mm512_maskz_cvtepu16_epi32(all, _mm256_maskz_loadu_epi16(m, p)), 16));
 }
 GPUMIX_TARGET_AVX512 GPUMIX_INLINE void store16(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
-GPUMIX_TARGET_AVX512 GPUMIX_INLINE void store16(uint16_t* p, __m512 v, __mmask16 m) {
+GPUMIX_TARGET_AVX512 GPUMIX_INLINE void store16(bf16* p, __m512 v, __mmask16 m) {
   const __mmask16 all = 0xffff;
   const __m512i u = _mm512_castps_si512(v);
   const __m512i high = _mm512_maskz_srli_epi32(all, u, 16);

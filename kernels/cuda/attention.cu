@@ -1,4 +1,5 @@
-// Causal multi-head self-attention, bf16 qkv/out, fp32 arithmetic and lse.
+// Causal multi-head self-attention, 16-bit qkv/out (bf16 or f16: one source templated over the
+// format H), fp32 arithmetic and lse.
 //
 // Tensor-core version (v2, head sizes 64 and 128; FlashAttention-2's schedule, forward and
 // backward): mma.sync bf16 with fp32 accumulation, ldmatrix, cp.async double buffering
@@ -24,6 +25,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/tensor_core.cuh"
@@ -32,8 +34,8 @@ namespace gpumix::kernels::cuda {
 
 namespace {
 
-using detail::ld_bf16;
-using detail::to_bf16;
+using detail::to_f32;
+using detail::from_f32;
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -59,20 +61,20 @@ __device__ __forceinline__ float group_sum(float v) {
 
 // Stage rows r0..r0+kTile-1 of part `which` (0 q, 1 k, 2 v) of head h into sh (fp32),
 // zeros past T.
-template <int D>
-__device__ __forceinline__ void stage_tile(float* sh, const bf16* qkv, int which, int b, int h,
+template <class H, int D>
+__device__ __forceinline__ void stage_tile(float* sh, const H* qkv, int which, int b, int h,
                                            int r0, int T, int C) {
   for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
     const int j = e / D, d = e % D, r = r0 + j;
     float x = 0.0f;
-    if (r < T) x = ld_bf16(qkv[((int64_t)b * T + r) * 3 * C + which * C + h * D + d]);
+    if (r < T) x = to_f32(qkv[((int64_t)b * T + r) * 3 * C + which * C + h * D + d]);
     sh[Shape<D>::smem_index(j, d)] = x;
   }
 }
 
-template <int D>
+template <class H, int D>
 __global__ void __launch_bounds__(Shape<D>::THREADS) flash_forward_kernel(
-    bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv, int T, int C,
+    H* __restrict__ out, float* __restrict__ lse, const H* __restrict__ qkv, int T, int C,
     int NH, float scale_log2) {
   using S = Shape<D>;
   constexpr int G = S::G, P = S::P;
@@ -88,15 +90,15 @@ __global__ void __launch_bounds__(Shape<D>::THREADS) flash_forward_kernel(
   const int64_t qbase = ((int64_t)b * T + qi) * 3 * C + h * D + part * P;
 #pragma unroll
   for (int d = 0; d < P; ++d) {
-    q[d] = valid ? ld_bf16(qkv[qbase + d]) * scale_log2 : 0.0f;
+    q[d] = valid ? to_f32(qkv[qbase + d]) * scale_log2 : 0.0f;
     acc[d] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
   const int kv_end = min(T, q0 + kRows);
   for (int k0 = 0; k0 < kv_end; k0 += kTile) {
     __syncthreads();  // the previous tile is no longer read
-    stage_tile<D>(Ks, qkv, 1, b, h, k0, T, C);
-    stage_tile<D>(Vs, qkv, 2, b, h, k0, T, C);
+    stage_tile<H, D>(Ks, qkv, 1, b, h, k0, T, C);
+    stage_tile<H, D>(Vs, qkv, 2, b, h, k0, T, C);
     __syncthreads();
     float s[kTile];
     float mt = -INFINITY;
@@ -129,17 +131,17 @@ __global__ void __launch_bounds__(Shape<D>::THREADS) flash_forward_kernel(
   }
   if (valid) {
     const float inv = 1.0f / l;
-    bf16* o = out + ((int64_t)b * T + qi) * C + h * D + part * P;
+    H* o = out + ((int64_t)b * T + qi) * C + h * D + part * P;
 #pragma unroll
-    for (int d = 0; d < P; ++d) o[d] = to_bf16(acc[d] * inv);
+    for (int d = 0; d < P; ++d) o[d] = from_f32<H>(acc[d] * inv);
     if (part == 0) lse[(int64_t)bh * T + qi] = (m + log2f(l)) * kLn2;
   }
 }
 
-template <int D>
+template <class H, int D>
 __global__ void __launch_bounds__(Shape<D>::THREADS) flash_backward_dq_kernel(
-    bf16* __restrict__ dqkv, float* __restrict__ delta, const bf16* __restrict__ dout,
-    const bf16* __restrict__ qkv, const bf16* __restrict__ out, const float* __restrict__ lse,
+    H* __restrict__ dqkv, float* __restrict__ delta, const H* __restrict__ dout,
+    const H* __restrict__ qkv, const H* __restrict__ out, const float* __restrict__ lse,
     int T, int C, int NH, float scale, float scale_log2) {
   using S = Shape<D>;
   constexpr int G = S::G, P = S::P;
@@ -157,9 +159,9 @@ __global__ void __launch_bounds__(Shape<D>::THREADS) flash_backward_dq_kernel(
   float dl = 0.0f;
 #pragma unroll
   for (int d = 0; d < P; ++d) {
-    q[d] = valid ? ld_bf16(qkv[qbase + d]) * scale_log2 : 0.0f;
-    g[d] = valid ? ld_bf16(dout[obase + d]) : 0.0f;
-    dl += valid ? g[d] * ld_bf16(out[obase + d]) : 0.0f;
+    q[d] = valid ? to_f32(qkv[qbase + d]) * scale_log2 : 0.0f;
+    g[d] = valid ? to_f32(dout[obase + d]) : 0.0f;
+    dl += valid ? g[d] * to_f32(out[obase + d]) : 0.0f;
     dq[d] = 0.0f;
   }
   dl = group_sum<G>(dl);  // Delta = rowsum(dO * O)
@@ -169,8 +171,8 @@ __global__ void __launch_bounds__(Shape<D>::THREADS) flash_backward_dq_kernel(
   const int kv_end = min(T, q0 + kRows);
   for (int k0 = 0; k0 < kv_end; k0 += kTile) {
     __syncthreads();
-    stage_tile<D>(Ks, qkv, 1, b, h, k0, T, C);
-    stage_tile<D>(Vs, qkv, 2, b, h, k0, T, C);
+    stage_tile<H, D>(Ks, qkv, 1, b, h, k0, T, C);
+    stage_tile<H, D>(Vs, qkv, 2, b, h, k0, T, C);
     __syncthreads();
 #pragma unroll 2
     for (int j = 0; j < kTile; ++j) {
@@ -192,16 +194,16 @@ __global__ void __launch_bounds__(Shape<D>::THREADS) flash_backward_dq_kernel(
     }
   }
   if (valid) {
-    bf16* o = dqkv + qbase;
+    H* o = dqkv + qbase;
 #pragma unroll
-    for (int d = 0; d < P; ++d) o[d] = to_bf16(ld_bf16(o[d]) + dq[d] * scale);
+    for (int d = 0; d < P; ++d) o[d] = from_f32<H>(to_f32(o[d]) + dq[d] * scale);
   }
 }
 
-template <int D>
+template <class H, int D>
 __global__ void __launch_bounds__(Shape<D>::THREADS) flash_backward_dkv_kernel(
-    bf16* __restrict__ dqkv, const float* __restrict__ delta, const bf16* __restrict__ dout,
-    const bf16* __restrict__ qkv, const float* __restrict__ lse, int T, int C, int NH,
+    H* __restrict__ dqkv, const float* __restrict__ delta, const H* __restrict__ dout,
+    const H* __restrict__ qkv, const float* __restrict__ lse, int T, int C, int NH,
     float scale, float scale_log2) {
   using S = Shape<D>;
   constexpr int G = S::G, P = S::P;
@@ -219,18 +221,18 @@ __global__ void __launch_bounds__(Shape<D>::THREADS) flash_backward_dkv_kernel(
   const int64_t kbase = ((int64_t)b * T + kj) * 3 * C + C + h * D + part * P;
 #pragma unroll
   for (int d = 0; d < P; ++d) {
-    k[d] = valid ? ld_bf16(qkv[kbase + d]) * scale_log2 : 0.0f;
-    v[d] = valid ? ld_bf16(qkv[kbase + C + d]) : 0.0f;
+    k[d] = valid ? to_f32(qkv[kbase + d]) * scale_log2 : 0.0f;
+    v[d] = valid ? to_f32(qkv[kbase + C + d]) : 0.0f;
     dk[d] = 0.0f;
     dv[d] = 0.0f;
   }
   for (int q0 = (k0 / kTile) * kTile; q0 < T; q0 += kTile) {
     __syncthreads();
-    stage_tile<D>(Qs, qkv, 0, b, h, q0, T, C);
+    stage_tile<H, D>(Qs, qkv, 0, b, h, q0, T, C);
     for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
       const int i = e / D, d = e % D, r = q0 + i;
       Gs[S::smem_index(i, d)] =
-          r < T ? ld_bf16(dout[((int64_t)b * T + r) * C + h * D + d]) : 0.0f;
+          r < T ? to_f32(dout[((int64_t)b * T + r) * C + h * D + d]) : 0.0f;
     }
     for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
       const int r = q0 + i;
@@ -261,15 +263,20 @@ __global__ void __launch_bounds__(Shape<D>::THREADS) flash_backward_dkv_kernel(
     }
   }
   if (valid) {
-    bf16* ok = dqkv + kbase;
-    bf16* ov = dqkv + kbase + C;
+    H* ok = dqkv + kbase;
+    H* ov = dqkv + kbase + C;
 #pragma unroll
     for (int d = 0; d < P; ++d) {
-      ok[d] = to_bf16(ld_bf16(ok[d]) + dk[d] * scale);
-      ov[d] = to_bf16(ld_bf16(ov[d]) + dv[d]);
+      ok[d] = from_f32<H>(to_f32(ok[d]) + dk[d] * scale);
+      ov[d] = from_f32<H>(to_f32(ov[d]) + dv[d]);
     }
   }
 }
+
+// The formats the tensor-core kernels take: bf16 (mma .bf16). f16 runs the SIMT kernels until
+// the f16 mma (sm_80+, the same fragment layouts) is wired in, with the emulator's twin.
+template <class H>
+constexpr bool kTcFormat = std::is_same<H, bf16>::value;
 
 // ---- FlashAttention-2 on tensor cores, head sizes 64 and 128 ---------------------------------
 // Every kernel: a block of 4 warps owns 64 rows (queries, or keys for dK/dV) of one (b, h), 16
@@ -558,7 +565,7 @@ __global__ void __launch_bounds__(128) flash_backward_dq_tc_kernel(
     if (row < T) {
       const bf16* go = ghead + (int64_t)row * C;
       const bf16* oo = out + ((int64_t)b * T + row) * C + h * D;
-      for (int d = t; d < D; d += 4) acc += ld_bf16(go[d]) * ld_bf16(oo[d]);
+      for (int d = t; d < D; d += 4) acc += to_f32(go[d]) * to_f32(oo[d]);
     }
     acc += __shfl_xor_sync(0xffffffffu, acc, 1);
     acc += __shfl_xor_sync(0xffffffffu, acc, 2);
@@ -710,20 +717,20 @@ void check_flash(const char* what, int B, int T, int C, int NH) {
                                 "use attention_*_ref");
 }
 
-template <int D>
-void flash_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
+template <class H, int D>
+void flash_forward(H* out, float* lse, const H* qkv, int B, int T, int C, int NH,
                    cudaStream_t stream) {
   const dim3 grid(detail::ceil_div(T, kRows), B * NH);
   const float scale_log2 = kLog2e / sqrtf((float)D);
-  GPUMIX_LAUNCH(flash_forward_kernel<D>, grid, Shape<D>::THREADS, 0, stream, out, lse, qkv, T, C, NH,
-                                                                  scale_log2);
+  auto* flash_forward_simt = &flash_forward_kernel<H, D>;
+  GPUMIX_LAUNCH(flash_forward_simt, grid, Shape<D>::THREADS, 0, stream, out, lse, qkv, T, C, NH, scale_log2);
   CUDA_CHECK_LAST();
 }
 
 // The tensor-core kernels need 16-byte aligned qkv and dout rows (cp.async; C is a multiple of
 // D, so every row start is aligned when the base is) and 4-byte aligned out / dqkv (two bf16
 // per store); the SIMT kernels take the rest.
-bool flash_tc_fits(int D, const bf16* a, const bf16* b, const bf16* pairs) {
+bool flash_tc_fits(int D, const void* a, const void* b, const void* pairs) {
   return (D == 64 || D == 128) && detail::aligned16(a) && detail::aligned16(b) &&
          ((uintptr_t)pairs & 3u) == 0;
 }
@@ -768,18 +775,20 @@ void flash_backward_tc(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16
   detail::scratch_free(delta, stream);
 }
 
-template <int D>
-void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+template <class H, int D>
+void flash_backward(H* dqkv, const H* dout, const H* qkv, const H* out,
                     const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
   const dim3 grid(detail::ceil_div(T, kRows), B * NH);
   const float scale = 1.0f / sqrtf((float)D);
   const float scale_log2 = kLog2e * scale;
   float* delta = (float*)detail::scratch_alloc(sizeof(float) * (size_t)B * NH * T, stream);
-  GPUMIX_LAUNCH(flash_backward_dq_kernel<D>, grid, Shape<D>::THREADS, 0, stream, 
-      dqkv, delta, dout, qkv, out, lse, T, C, NH, scale, scale_log2);
+  auto* flash_backward_dq = &flash_backward_dq_kernel<H, D>;
+  GPUMIX_LAUNCH(flash_backward_dq, grid, Shape<D>::THREADS, 0, stream, dqkv, delta, dout, qkv, out, lse, T, C, NH,
+                scale, scale_log2);
   CUDA_CHECK_LAST();
-  GPUMIX_LAUNCH(flash_backward_dkv_kernel<D>, grid, Shape<D>::THREADS, 0, stream, 
-      dqkv, delta, dout, qkv, lse, T, C, NH, scale, scale_log2);
+  auto* flash_backward_dkv = &flash_backward_dkv_kernel<H, D>;
+  GPUMIX_LAUNCH(flash_backward_dkv, grid, Shape<D>::THREADS, 0, stream, dqkv, delta, dout, qkv, lse, T, C, NH, scale,
+                scale_log2);
   CUDA_CHECK_LAST();
   detail::scratch_free(delta, stream);
 }
@@ -787,7 +796,8 @@ void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* o
 // ---- reference ------------------------------------------------------------------------------
 
 // S (BH,T,T) = causal scores q.k * scale (masked: -inf).
-__global__ void ref_scores_kernel(float* S, const bf16* qkv, int B, int T, int C, int NH,
+template <class H>
+__global__ void ref_scores_kernel(float* S, const H* qkv, int B, int T, int C, int NH,
                                   float scale) {
   const int HS = C / NH;
   const int64_t n = (int64_t)B * NH * T * T;
@@ -797,10 +807,10 @@ __global__ void ref_scores_kernel(float* S, const bf16* qkv, int B, int T, int C
     const int bh = (int)(e / ((int64_t)T * T)), b = bh / NH, h = bh % NH;
     float s = -INFINITY;
     if (j <= i) {
-      const bf16* q = qkv + ((int64_t)b * T + i) * 3 * C + h * HS;
-      const bf16* k = qkv + ((int64_t)b * T + j) * 3 * C + C + h * HS;
+      const H* q = qkv + ((int64_t)b * T + i) * 3 * C + h * HS;
+      const H* k = qkv + ((int64_t)b * T + j) * 3 * C + C + h * HS;
       float dot = 0.0f;
-      for (int d = 0; d < HS; ++d) dot += ld_bf16(q[d]) * ld_bf16(k[d]);
+      for (int d = 0; d < HS; ++d) dot += to_f32(q[d]) * to_f32(k[d]);
       s = dot * scale;
     }
     S[e] = s;
@@ -823,7 +833,8 @@ __global__ void ref_softmax_kernel(float* S, float* lse, int BH, int T) {
   }
 }
 
-__global__ void ref_out_kernel(bf16* out, const float* Pm, const bf16* qkv, int B, int T, int C,
+template <class H>
+__global__ void ref_out_kernel(H* out, const float* Pm, const H* qkv, int B, int T, int C,
                                int NH) {
   const int HS = C / NH;
   const int64_t n = (int64_t)B * T * C;
@@ -835,13 +846,14 @@ __global__ void ref_out_kernel(bf16* out, const float* Pm, const bf16* qkv, int 
     const float* p = Pm + (((int64_t)b * NH + h) * T + i) * T;
     float acc = 0.0f;
     for (int j = 0; j <= i; ++j)
-      acc += p[j] * ld_bf16(qkv[((int64_t)b * T + j) * 3 * C + 2 * C + h * HS + d]);
-    out[e] = to_bf16(acc);
+      acc += p[j] * to_f32(qkv[((int64_t)b * T + j) * 3 * C + 2 * C + h * HS + d]);
+    out[e] = from_f32<H>(acc);
   }
 }
 
 // dP (BH,T,T) = dO_i . v_j
-__global__ void ref_dp_kernel(float* dP, const bf16* dout, const bf16* qkv, int B, int T, int C,
+template <class H>
+__global__ void ref_dp_kernel(float* dP, const H* dout, const H* qkv, int B, int T, int C,
                               int NH) {
   const int HS = C / NH;
   const int64_t n = (int64_t)B * NH * T * T;
@@ -849,10 +861,10 @@ __global__ void ref_dp_kernel(float* dP, const bf16* dout, const bf16* qkv, int 
        e += (int64_t)gridDim.x * blockDim.x) {
     const int j = (int)(e % T), i = (int)((e / T) % T);
     const int bh = (int)(e / ((int64_t)T * T)), b = bh / NH, h = bh % NH;
-    const bf16* g = dout + ((int64_t)b * T + i) * C + h * HS;
-    const bf16* v = qkv + ((int64_t)b * T + j) * 3 * C + 2 * C + h * HS;
+    const H* g = dout + ((int64_t)b * T + i) * C + h * HS;
+    const H* v = qkv + ((int64_t)b * T + j) * 3 * C + 2 * C + h * HS;
     float dot = 0.0f;
-    for (int d = 0; d < HS; ++d) dot += ld_bf16(g[d]) * ld_bf16(v[d]);
+    for (int d = 0; d < HS; ++d) dot += to_f32(g[d]) * to_f32(v[d]);
     dP[e] = dot;
   }
 }
@@ -871,8 +883,9 @@ __global__ void ref_ds_kernel(float* dP, const float* Pm, int BH, int T) {
 }
 
 // dqkv += (dq, dk, dv), one thread per (b, t, channel of q|k|v).
-__global__ void ref_dqkv_kernel(bf16* dqkv, const float* dS, const float* Pm, const bf16* dout,
-                                const bf16* qkv, int B, int T, int C, int NH, float scale) {
+template <class H>
+__global__ void ref_dqkv_kernel(H* dqkv, const float* dS, const float* Pm, const H* dout,
+                                const H* qkv, int B, int T, int C, int NH, float scale) {
   const int HS = C / NH;
   const int64_t n = (int64_t)B * T * 3 * C;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
@@ -884,69 +897,70 @@ __global__ void ref_dqkv_kernel(bf16* dqkv, const float* dS, const float* Pm, co
     float acc = 0.0f;
     if (which == 0) {  // dq_t = scale * sum_j dS_tj k_j
       for (int j = 0; j <= t; ++j)
-        acc += dS[(bhT + t) * T + j] * ld_bf16(qkv[((int64_t)b * T + j) * 3 * C + C + h * HS + d]);
+        acc += dS[(bhT + t) * T + j] * to_f32(qkv[((int64_t)b * T + j) * 3 * C + C + h * HS + d]);
       acc *= scale;
     } else if (which == 1) {  // dk_t = scale * sum_i dS_it q_i
       for (int i = t; i < T; ++i)
-        acc += dS[(bhT + i) * T + t] * ld_bf16(qkv[((int64_t)b * T + i) * 3 * C + h * HS + d]);
+        acc += dS[(bhT + i) * T + t] * to_f32(qkv[((int64_t)b * T + i) * 3 * C + h * HS + d]);
       acc *= scale;
     } else {  // dv_t = sum_i P_it dO_i
       for (int i = t; i < T; ++i)
-        acc += Pm[(bhT + i) * T + t] * ld_bf16(dout[((int64_t)b * T + i) * C + h * HS + d]);
+        acc += Pm[(bhT + i) * T + t] * to_f32(dout[((int64_t)b * T + i) * C + h * HS + d]);
     }
-    dqkv[e] = to_bf16(ld_bf16(dqkv[e]) + acc);
+    dqkv[e] = from_f32<H>(to_f32(dqkv[e]) + acc);
   }
 }
 
-}  // namespace
-
-bool attention_flash_supported(int HS) { return HS == 16 || HS == 32 || HS == 64 || HS == 128; }
-
-void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
+template <class H>
+void attention_forward_t(H* out, float* lse, const H* qkv, int B, int T, int C, int NH,
                        cudaStream_t stream) {
   check_flash("attention_forward", B, T, C, NH);
   if (B == 0 || T == 0) return;
   switch (C / NH) {
-    case 16: flash_forward<16>(out, lse, qkv, B, T, C, NH, stream); break;
-    case 32: flash_forward<32>(out, lse, qkv, B, T, C, NH, stream); break;
+    case 16: flash_forward<H, 16>(out, lse, qkv, B, T, C, NH, stream); break;
+    case 32: flash_forward<H, 32>(out, lse, qkv, B, T, C, NH, stream); break;
     case 64:
-      if (flash_tc_fits(64, qkv, qkv, out))
-        flash_forward_tc<64>(out, lse, qkv, B, T, C, NH, stream);
-      else
-        flash_forward<64>(out, lse, qkv, B, T, C, NH, stream);
+      if constexpr (kTcFormat<H>) {
+        if (flash_tc_fits(64, qkv, qkv, out)) return flash_forward_tc<64>(out, lse, qkv, B, T, C, NH, stream);
+      }
+        flash_forward<H, 64>(out, lse, qkv, B, T, C, NH, stream);
       break;
     case 128:
-      if (flash_tc_fits(128, qkv, qkv, out))
-        flash_forward_tc<128>(out, lse, qkv, B, T, C, NH, stream);
-      else
-        flash_forward<128>(out, lse, qkv, B, T, C, NH, stream);
+      if constexpr (kTcFormat<H>) {
+        if (flash_tc_fits(128, qkv, qkv, out)) return flash_forward_tc<128>(out, lse, qkv, B, T, C, NH, stream);
+      }
+        flash_forward<H, 128>(out, lse, qkv, B, T, C, NH, stream);
       break;
   }
 }
 
-void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+template <class H>
+void attention_backward_t(H* dqkv, const H* dout, const H* qkv, const H* out,
                         const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
   check_flash("attention_backward", B, T, C, NH);
   if (B == 0 || T == 0 || dqkv == nullptr) return;
   switch (C / NH) {
-    case 16: flash_backward<16>(dqkv, dout, qkv, out, lse, B, T, C, NH, stream); break;
-    case 32: flash_backward<32>(dqkv, dout, qkv, out, lse, B, T, C, NH, stream); break;
+    case 16: flash_backward<H, 16>(dqkv, dout, qkv, out, lse, B, T, C, NH, stream); break;
+    case 32: flash_backward<H, 32>(dqkv, dout, qkv, out, lse, B, T, C, NH, stream); break;
     case 64:
-      if (flash_tc_fits(64, qkv, dout, dqkv))
-        flash_backward_tc<64>(dqkv, dout, qkv, out, lse, B, T, C, NH, stream);
-      else
-        flash_backward<64>(dqkv, dout, qkv, out, lse, B, T, C, NH, stream);
+      if constexpr (kTcFormat<H>) {
+        if (flash_tc_fits(64, qkv, dout, dqkv))
+          return flash_backward_tc<64>(dqkv, dout, qkv, out, lse, B, T, C, NH, stream);
+      }
+        flash_backward<H, 64>(dqkv, dout, qkv, out, lse, B, T, C, NH, stream);
       break;
     case 128:
-      if (flash_tc_fits(128, qkv, dout, dqkv))
-        flash_backward_tc<128>(dqkv, dout, qkv, out, lse, B, T, C, NH, stream);
-      else
-        flash_backward<128>(dqkv, dout, qkv, out, lse, B, T, C, NH, stream);
+      if constexpr (kTcFormat<H>) {
+        if (flash_tc_fits(128, qkv, dout, dqkv))
+          return flash_backward_tc<128>(dqkv, dout, qkv, out, lse, B, T, C, NH, stream);
+      }
+        flash_backward<H, 128>(dqkv, dout, qkv, out, lse, B, T, C, NH, stream);
       break;
   }
 }
 
-void attention_forward_ref(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
+template <class H>
+void attention_forward_ref_t(H* out, float* lse, const H* qkv, int B, int T, int C, int NH,
                            cudaStream_t stream) {
   check_shape("attention_forward_ref", B, T, C, NH);
   if (B == 0 || T == 0) return;
@@ -954,17 +968,20 @@ void attention_forward_ref(bf16* out, float* lse, const bf16* qkv, int B, int T,
   const float scale = 1.0f / sqrtf((float)(C / NH));
   const int64_t nTT = (int64_t)BH * T * T;
   float* S = (float*)detail::scratch_alloc(sizeof(float) * nTT, stream);
-  GPUMIX_LAUNCH(ref_scores_kernel, detail::grid_for(nTT, 256), 256, 0, stream, S, qkv, B, T, C, NH, scale);
+  auto* ref_scores = &ref_scores_kernel<H>;
+  GPUMIX_LAUNCH(ref_scores, detail::grid_for(nTT, 256), 256, 0, stream, S, qkv, B, T, C, NH, scale);
   CUDA_CHECK_LAST();
   GPUMIX_LAUNCH(ref_softmax_kernel, detail::grid_for((int64_t)BH * T, 128), 128, 0, stream, S, lse, BH, T);
   CUDA_CHECK_LAST();
-  GPUMIX_LAUNCH(ref_out_kernel, detail::grid_for((int64_t)B * T * C, 256), 256, 0, stream, out, S, qkv, B, T,
-                                                                                C, NH);
+  auto* ref_out = &ref_out_kernel<H>;
+  GPUMIX_LAUNCH(ref_out, detail::grid_for((int64_t)B * T * C, 256), 256, 0, stream, out, S, qkv, B, T,
+      C, NH);
   CUDA_CHECK_LAST();
   detail::scratch_free(S, stream);
 }
 
-void attention_backward_ref(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+template <class H>
+void attention_backward_ref_t(H* dqkv, const H* dout, const H* qkv, const H* out,
                             const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
   (void)out;
   (void)lse;
@@ -975,20 +992,58 @@ void attention_backward_ref(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   const int64_t nTT = (int64_t)BH * T * T;
   float* Pm = (float*)detail::scratch_alloc(sizeof(float) * nTT, stream);
   float* dS = (float*)detail::scratch_alloc(sizeof(float) * nTT, stream);
-  GPUMIX_LAUNCH(ref_scores_kernel, detail::grid_for(nTT, 256), 256, 0, stream, Pm, qkv, B, T, C, NH, scale);
+  auto* ref_scores = &ref_scores_kernel<H>;
+  GPUMIX_LAUNCH(ref_scores, detail::grid_for(nTT, 256), 256, 0, stream, Pm, qkv, B, T, C, NH, scale);
   CUDA_CHECK_LAST();
   GPUMIX_LAUNCH(ref_softmax_kernel, detail::grid_for((int64_t)BH * T, 128), 128, 0, stream, Pm, nullptr, BH,
                                                                                  T);
   CUDA_CHECK_LAST();
-  GPUMIX_LAUNCH(ref_dp_kernel, detail::grid_for(nTT, 256), 256, 0, stream, dS, dout, qkv, B, T, C, NH);
+  auto* ref_dp = &ref_dp_kernel<H>;
+  GPUMIX_LAUNCH(ref_dp, detail::grid_for(nTT, 256), 256, 0, stream, dS, dout, qkv, B, T, C, NH);
   CUDA_CHECK_LAST();
   GPUMIX_LAUNCH(ref_ds_kernel, detail::grid_for((int64_t)BH * T, 128), 128, 0, stream, dS, Pm, BH, T);
   CUDA_CHECK_LAST();
-  GPUMIX_LAUNCH(ref_dqkv_kernel, detail::grid_for((int64_t)B * T * 3 * C, 256), 256, 0, stream, 
+  auto* ref_dqkv = &ref_dqkv_kernel<H>;
+  GPUMIX_LAUNCH(ref_dqkv, detail::grid_for((int64_t)B * T * 3 * C, 256), 256, 0, stream, 
       dqkv, dS, Pm, dout, qkv, B, T, C, NH, scale);
   CUDA_CHECK_LAST();
   detail::scratch_free(dS, stream);
   detail::scratch_free(Pm, stream);
+}
+
+}  // namespace
+
+bool attention_flash_supported(int HS) { return HS == 16 || HS == 32 || HS == 64 || HS == 128; }
+
+void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
+  attention_forward_t(out, lse, qkv, B, T, C, NH, stream);
+}
+void attention_forward(f16* out, float* lse, const f16* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
+  attention_forward_t(out, lse, qkv, B, T, C, NH, stream);
+}
+void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
+                        int T, int C, int NH, cudaStream_t stream) {
+  attention_backward_t(dqkv, dout, qkv, out, lse, B, T, C, NH, stream);
+}
+void attention_backward(f16* dqkv, const f16* dout, const f16* qkv, const f16* out, const float* lse, int B,
+                        int T, int C, int NH, cudaStream_t stream) {
+  attention_backward_t(dqkv, dout, qkv, out, lse, B, T, C, NH, stream);
+}
+void attention_forward_ref(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
+                           cudaStream_t stream) {
+  attention_forward_ref_t(out, lse, qkv, B, T, C, NH, stream);
+}
+void attention_forward_ref(f16* out, float* lse, const f16* qkv, int B, int T, int C, int NH,
+                           cudaStream_t stream) {
+  attention_forward_ref_t(out, lse, qkv, B, T, C, NH, stream);
+}
+void attention_backward_ref(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+                            int B, int T, int C, int NH, cudaStream_t stream) {
+  attention_backward_ref_t(dqkv, dout, qkv, out, lse, B, T, C, NH, stream);
+}
+void attention_backward_ref(f16* dqkv, const f16* dout, const f16* qkv, const f16* out, const float* lse,
+                            int B, int T, int C, int NH, cudaStream_t stream) {
+  attention_backward_ref_t(dqkv, dout, qkv, out, lse, B, T, C, NH, stream);
 }
 
 }  // namespace gpumix::kernels::cuda

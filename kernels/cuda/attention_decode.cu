@@ -1,6 +1,6 @@
 // Incremental decoding's attention (nn/infer's key/value cache): the query of row pos of
-// each (b, h) against the cached keys and values of rows 0..pos, bf16 qkv/out, fp32
-// arithmetic.
+// each (b, h) against the cached keys and values of rows 0..pos, 16-bit qkv/out (bf16 or
+// f16: one source templated over the format H), fp32 arithmetic.
 //
 // v1: one block of 128 threads per (b, h). The query is staged in shared memory; threads
 // take keys in turn for the scores (kept in shared memory, pos + 1 floats), the block
@@ -19,8 +19,8 @@ namespace gpumix::kernels::cuda {
 
 namespace {
 
-using detail::ld_bf16;
-using detail::to_bf16;
+using detail::to_f32;
+using detail::from_f32;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
@@ -46,7 +46,8 @@ __device__ float block_reduce(float v, float* red, bool is_max) {
 }
 
 // grid (B*NH), block kThreads; dynamic shared memory: HS + pos + 1 + groups * HS floats.
-__global__ void decode_kernel(bf16* out, const bf16* qkv, int Tc, int C, int NH, int pos, float scale) {
+template <class H>
+__global__ void decode_kernel(H* out, const H* qkv, int Tc, int C, int NH, int pos, float scale) {
   GPUMIX_SHARED_DYNAMIC(float, sm);
   const int HS = C / NH, b = blockIdx.x / NH, h = blockIdx.x % NH;
   const int64_t C3 = 3 * (int64_t)C;
@@ -54,14 +55,14 @@ __global__ void decode_kernel(bf16* out, const bf16* qkv, int Tc, int C, int NH,
   float* s = q + HS;          // (pos + 1) scores, then probabilities
   float* part = s + pos + 1;  // (groups, HS) partial outputs
   GPUMIX_SHARED(float, red, [kWarps]);
-  const bf16* base = qkv + (int64_t)b * Tc * C3 + h * HS;
-  for (int d = threadIdx.x; d < HS; d += kThreads) q[d] = ld_bf16(base[pos * C3 + d]);
+  const H* base = qkv + (int64_t)b * Tc * C3 + h * HS;
+  for (int d = threadIdx.x; d < HS; d += kThreads) q[d] = to_f32(base[pos * C3 + d]);
   __syncthreads();
   float mx = -INFINITY;
   for (int j = threadIdx.x; j <= pos; j += kThreads) {
-    const bf16* k = base + j * C3 + C;
+    const H* k = base + j * C3 + C;
     float acc = 0.0f;
-    for (int d = 0; d < HS; d++) acc = fmaf(q[d], ld_bf16(k[d]), acc);
+    for (int d = 0; d < HS; d++) acc = fmaf(q[d], to_f32(k[d]), acc);
     s[j] = acc * scale;
     mx = fmaxf(mx, s[j]);
   }
@@ -78,7 +79,7 @@ __global__ void decode_kernel(bf16* out, const bf16* qkv, int Tc, int C, int NH,
   if (g < groups) {
     for (int d = threadIdx.x % HS; d < HS; d += kThreads) {
       float acc = 0.0f;
-      for (int j = g; j <= pos; j += groups) acc = fmaf(s[j], ld_bf16(base[j * C3 + 2 * C + d]), acc);
+      for (int j = g; j <= pos; j += groups) acc = fmaf(s[j], to_f32(base[j * C3 + 2 * C + d]), acc);
       part[g * HS + d] = acc;
     }
   }
@@ -87,23 +88,24 @@ __global__ void decode_kernel(bf16* out, const bf16* qkv, int Tc, int C, int NH,
   for (int d = threadIdx.x; d < HS; d += kThreads) {
     float acc = 0.0f;
     for (int gg = 0; gg < groups; gg++) acc += part[gg * HS + d];
-    out[(int64_t)b * C + h * HS + d] = to_bf16(acc * inv);
+    out[(int64_t)b * C + h * HS + d] = from_f32<H>(acc * inv);
   }
 }
 
 // One thread per output element (b, channel c): every score of its head recomputed.
-__global__ void decode_ref_kernel(bf16* out, const bf16* qkv, int B, int Tc, int C, int NH, int pos,
+template <class H>
+__global__ void decode_ref_kernel(H* out, const H* qkv, int B, int Tc, int C, int NH, int pos,
                                   float scale) {
   const int HS = C / NH;
   const int64_t C3 = 3 * (int64_t)C;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (int64_t)B * C;
        i += (int64_t)gridDim.x * blockDim.x) {
     const int b = (int)(i / C), c = (int)(i % C), h = c / HS;
-    const bf16* base = qkv + (int64_t)b * Tc * C3 + h * HS;
-    const bf16* q = base + pos * C3;
+    const H* base = qkv + (int64_t)b * Tc * C3 + h * HS;
+    const H* q = base + pos * C3;
     auto score = [&](int j) {
       float acc = 0.0f;
-      for (int d = 0; d < HS; d++) acc += ld_bf16(q[d]) * ld_bf16(base[j * C3 + C + d]);
+      for (int d = 0; d < HS; d++) acc += to_f32(q[d]) * to_f32(base[j * C3 + C + d]);
       return acc * scale;
     };
     float mx = -INFINITY;
@@ -112,15 +114,14 @@ __global__ void decode_ref_kernel(bf16* out, const bf16* qkv, int B, int Tc, int
     for (int j = 0; j <= pos; j++) {
       const float p = expf(score(j) - mx);
       sum += p;
-      acc += p * ld_bf16(base[j * C3 + 2 * C + (c - h * HS)]);
+      acc += p * to_f32(base[j * C3 + 2 * C + (c - h * HS)]);
     }
-    out[i] = to_bf16(acc / sum);
+    out[i] = from_f32<H>(acc / sum);
   }
 }
 
-}  // namespace
-
-void attention_decode(bf16* out, const bf16* qkv, int B, int Tc, int C, int NH, int pos, cudaStream_t stream) {
+template <class H>
+void attention_decode_t(H* out, const H* qkv, int B, int Tc, int C, int NH, int pos, cudaStream_t stream) {
   check_decode("attention_decode", B, Tc, C, NH, pos);
   const int HS = C / NH;
   if (HS > kMaxHS || pos + 1 > kMaxRows)
@@ -131,18 +132,38 @@ void attention_decode(bf16* out, const bf16* qkv, int B, int Tc, int C, int NH, 
   if (B == 0) return;
   const int groups = HS >= kThreads ? 1 : kThreads / HS;
   const size_t smem = sizeof(float) * ((size_t)HS + pos + 1 + (size_t)groups * HS);
-  GPUMIX_LAUNCH(decode_kernel, B * NH, kThreads, smem, stream, out, qkv, Tc, C, NH, pos,
-                1.0f / sqrtf((float)HS));
+  auto* decode = &decode_kernel<H>;
+  GPUMIX_LAUNCH(decode, B * NH, kThreads, smem, stream, out, qkv, Tc, C, NH, pos,
+      1.0f / sqrtf((float)HS));
   CUDA_CHECK_LAST();
 }
 
-void attention_decode_ref(bf16* out, const bf16* qkv, int B, int Tc, int C, int NH, int pos,
+template <class H>
+void attention_decode_ref_t(H* out, const H* qkv, int B, int Tc, int C, int NH, int pos,
                           cudaStream_t stream) {
   check_decode("attention_decode_ref", B, Tc, C, NH, pos);
   if (B == 0) return;
-  GPUMIX_LAUNCH(decode_ref_kernel, detail::grid_for((int64_t)B * C, 128), 128, 0, stream, out, qkv, B, Tc, C,
-                NH, pos, 1.0f / sqrtf((float)(C / NH)));
+  auto* decode_ref = &decode_ref_kernel<H>;
+  GPUMIX_LAUNCH(decode_ref, detail::grid_for((int64_t)B * C, 128), 128, 0, stream, out, qkv, B, Tc, C,
+      NH, pos, 1.0f / sqrtf((float)(C / NH)));
   CUDA_CHECK_LAST();
+}
+
+}  // namespace
+
+void attention_decode(bf16* out, const bf16* qkv, int B, int Tc, int C, int NH, int pos, cudaStream_t stream) {
+  attention_decode_t(out, qkv, B, Tc, C, NH, pos, stream);
+}
+void attention_decode(f16* out, const f16* qkv, int B, int Tc, int C, int NH, int pos, cudaStream_t stream) {
+  attention_decode_t(out, qkv, B, Tc, C, NH, pos, stream);
+}
+void attention_decode_ref(bf16* out, const bf16* qkv, int B, int Tc, int C, int NH, int pos,
+                          cudaStream_t stream) {
+  attention_decode_ref_t(out, qkv, B, Tc, C, NH, pos, stream);
+}
+void attention_decode_ref(f16* out, const f16* qkv, int B, int Tc, int C, int NH, int pos,
+                          cudaStream_t stream) {
+  attention_decode_ref_t(out, qkv, B, Tc, C, NH, pos, stream);
 }
 
 bool attention_decode_supported(int HS, int rows) { return HS <= kMaxHS && rows <= kMaxRows; }

@@ -6,34 +6,59 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/launch.cuh"
 
 namespace gpumix::kernels::cuda::detail {
 
-// bf16 bits <-> fp32 on the device; the same rounding as kernels/bf16.h (which the CPU
-// uses), so both sides round identically.
-__device__ __forceinline__ float ld_bf16(bf16 h) { return __uint_as_float((uint32_t)h << 16); }
-__device__ __forceinline__ bf16 to_bf16(float f) {
+// The 16-bit storage formats on the device (kernels/half_types.h: bf16, f16), overloaded so
+// that one kernel body serves both: to_f32 widens (exact), from_f32<H> rounds to nearest
+// even, with the host's bit arithmetic (kernels/half_types.h), so both sides round alike.
+// Kernels templated over their 16-bit format take `H` (bf16 or f16).
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(bf16 h) { return __uint_as_float((uint32_t)h.bits << 16); }
+__device__ __forceinline__ float to_f32(f16 h) { return f16_bits_to_f32(h.bits); }
+template <class H>
+__device__ __forceinline__ H from_f32(float f);
+template <>
+__device__ __forceinline__ float from_f32<float>(float f) { return f; }
+template <>
+__device__ __forceinline__ bf16 from_f32<bf16>(float f) {
   const uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16)((u >> 16) | 0x0040u);  // NaN
-  return (bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16::from_bits((uint16_t)((u >> 16) | 0x0040u));  // NaN
+  return bf16::from_bits((uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
 }
+template <>
+__device__ __forceinline__ f16 from_f32<f16>(float f) { return f16::from_bits(f32_to_f16_bits(f)); }
 
-// 8 bf16 in one 16-byte word.
-struct alignas(16) Bf16x8 {
-  bf16 h[8];
-};
-__device__ __forceinline__ void unpack8(const Bf16x8& p, float* f) {
-#pragma unroll
-  for (int i = 0; i < 8; ++i) f[i] = ld_bf16(p.h[i]);
+// Two values of a 16-bit format in one 32-bit register, the first in the low half (the
+// layout of a tensor-core fragment register and of a 4-byte load).
+template <class H>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  return (uint32_t)from_f32<H>(lo).bits | ((uint32_t)from_f32<H>(hi).bits << 16);
 }
-__device__ __forceinline__ Bf16x8 pack8(const float* f) {
-  Bf16x8 p;
+template <class H>
+__device__ __forceinline__ float lo_of(uint32_t r) { return to_f32(H::from_bits((uint16_t)(r & 0xffffu))); }
+template <class H>
+__device__ __forceinline__ float hi_of(uint32_t r) { return to_f32(H::from_bits((uint16_t)(r >> 16))); }
+
+// 8 values of a 16-bit format in one 16-byte word.
+template <class H>
+struct alignas(16) Half8 {
+  H h[8];
+};
+template <class H>
+__device__ __forceinline__ void unpack8(const Half8<H>& p, float* f) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) p.h[i] = to_bf16(f[i]);
+  for (int i = 0; i < 8; ++i) f[i] = to_f32(p.h[i]);
+}
+template <class H>
+__device__ __forceinline__ Half8<H> pack8(const float* f) {
+  Half8<H> p;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) p.h[i] = from_f32<H>(f[i]);
   return p;
 }
 

@@ -1,4 +1,5 @@
-// Fused softmax + cross-entropy over bf16 logits (N,V), one block per row.
+// Fused softmax + cross-entropy over 16-bit (bf16 or f16) logits (N,V), one block per row;
+// one source templated over the format H.
 // Forward: one pass; each thread keeps an online (max, sum of exp) over its elements,
 // merged across the block; writes lse and the loss. Backward: one pass; recomputes each
 // probability from the saved lse (the probabilities are never stored).
@@ -14,9 +15,9 @@ namespace gpumix::kernels::cuda {
 
 namespace {
 
-using detail::Bf16x8;
-using detail::ld_bf16;
-using detail::to_bf16;
+using detail::Half8;
+using detail::to_f32;
+using detail::from_f32;
 
 constexpr int kThreads = 512;
 
@@ -56,22 +57,22 @@ __device__ __forceinline__ MaxSum block_merge(MaxSum a, MaxSum* sh) {
   return t;
 }
 
-template <bool VEC>
+template <class H, bool VEC>
 __global__ void __launch_bounds__(kThreads) crossentropy_forward_kernel(
-    float* __restrict__ losses, float* __restrict__ lse, const bf16* __restrict__ logits,
+    float* __restrict__ losses, float* __restrict__ lse, const H* __restrict__ logits,
     const int32_t* __restrict__ targets, int V, int32_t ignore_index) {
   const int row = blockIdx.x;
-  const bf16* x = logits + (int64_t)row * V;
+  const H* x = logits + (int64_t)row * V;
   MaxSum a{-INFINITY, 0.0f};
   if (VEC) {
     for (int i = threadIdx.x * 8; i < V; i += blockDim.x * 8) {
       float f[8];
-      detail::unpack8(*(const Bf16x8*)(x + i), f);
+      detail::unpack8(*(const Half8<H>*)(x + i), f);
 #pragma unroll
       for (int j = 0; j < 8; ++j) online_add(a, f[j]);
     }
   } else {
-    for (int i = threadIdx.x; i < V; i += blockDim.x) online_add(a, ld_bf16(x[i]));
+    for (int i = threadIdx.x; i < V; i += blockDim.x) online_add(a, to_f32(x[i]));
   }
   GPUMIX_SHARED(MaxSum, sh, [kThreads / 32]);
   const MaxSum t = block_merge(a, sh);
@@ -79,13 +80,13 @@ __global__ void __launch_bounds__(kThreads) crossentropy_forward_kernel(
     const float l = t.m + logf(t.s);
     lse[row] = l;
     const int32_t target = targets[row];
-    losses[row] = target == ignore_index ? 0.0f : l - ld_bf16(x[target]);
+    losses[row] = target == ignore_index ? 0.0f : l - to_f32(x[target]);
   }
 }
 
-template <bool VEC>
+template <class H, bool VEC>
 __global__ void __launch_bounds__(kThreads) crossentropy_backward_kernel(
-    bf16* dlogits, const bf16* logits, const float* __restrict__ lse,
+    H* dlogits, const H* logits, const float* __restrict__ lse,
     const int32_t* __restrict__ targets, const float* __restrict__ dloss, float factor, int V,
     int32_t ignore_index, bool accumulate) {
   const int row = blockIdx.x;
@@ -94,24 +95,24 @@ __global__ void __launch_bounds__(kThreads) crossentropy_backward_kernel(
   if (ignored && accumulate) return;  // adds nothing
   const float l = lse[row];
   const float scale = ignored ? 0.0f : dloss ? factor * *dloss : factor;
-  const bf16* x = logits + (int64_t)row * V;
-  bf16* d = dlogits + (int64_t)row * V;
+  const H* x = logits + (int64_t)row * V;
+  H* d = dlogits + (int64_t)row * V;
   if (VEC) {
     for (int i = threadIdx.x * 8; i < V; i += blockDim.x * 8) {
       float f[8], o[8];
-      detail::unpack8(*(const Bf16x8*)(x + i), f);
-      if (accumulate) detail::unpack8(*(const Bf16x8*)(d + i), o);
+      detail::unpack8(*(const Half8<H>*)(x + i), f);
+      if (accumulate) detail::unpack8(*(const Half8<H>*)(d + i), o);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const float g = scale * (__expf(f[j] - l) - (i + j == target ? 1.0f : 0.0f));
         o[j] = accumulate ? o[j] + g : g;
       }
-      *(Bf16x8*)(d + i) = detail::pack8(o);
+      *(Half8<H>*)(d + i) = detail::pack8<H>(o);
     }
   } else {
     for (int i = threadIdx.x; i < V; i += blockDim.x) {
-      const float g = scale * (__expf(ld_bf16(x[i]) - l) - (i == target ? 1.0f : 0.0f));
-      d[i] = to_bf16(accumulate ? ld_bf16(d[i]) + g : g);
+      const float g = scale * (__expf(to_f32(x[i]) - l) - (i == target ? 1.0f : 0.0f));
+      d[i] = from_f32<H>(accumulate ? to_f32(d[i]) + g : g);
     }
   }
 }
@@ -119,23 +120,23 @@ __global__ void __launch_bounds__(kThreads) crossentropy_backward_kernel(
 // One row: the online (max, sum) over the V classes, merged across the block; then, with
 // grad, every element of the row (padding included) rewritten as its gradient. With VEC,
 // Vp is a multiple of 8 and the row 16-byte aligned: whole vectors, the classes masked.
-template <bool VEC>
+template <class H, bool VEC>
 __global__ void __launch_bounds__(kThreads) classifier_kernel(
-    float* __restrict__ losses, float* __restrict__ lse, bf16* logits, const int32_t* __restrict__ targets,
+    float* __restrict__ losses, float* __restrict__ lse, H* logits, const int32_t* __restrict__ targets,
     float scale, int V, int Vp, int32_t ignore_index, bool grad) {
   const int row = blockIdx.x;
-  bf16* x = logits + (int64_t)row * Vp;
+  H* x = logits + (int64_t)row * Vp;
   MaxSum a{-INFINITY, 0.0f};
   if (VEC) {
     for (int i = threadIdx.x * 8; i < V; i += blockDim.x * 8) {
       float f[8];
-      detail::unpack8(*(const Bf16x8*)(x + i), f);
+      detail::unpack8(*(const Half8<H>*)(x + i), f);
 #pragma unroll
       for (int j = 0; j < 8; ++j)
         if (i + j < V) online_add(a, f[j]);
     }
   } else {
-    for (int i = threadIdx.x; i < V; i += blockDim.x) online_add(a, ld_bf16(x[i]));
+    for (int i = threadIdx.x; i < V; i += blockDim.x) online_add(a, to_f32(x[i]));
   }
   GPUMIX_SHARED(MaxSum, sh, [kThreads / 32]);
   GPUMIX_SHARED(float, row_lse, [1]);
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(kThreads) classifier_kernel(
     const float l = t.m + logf(t.s);
     lse[row] = l;
     row_lse[0] = l;
-    losses[row] = target == ignore_index ? 0.0f : l - ld_bf16(x[target]);  // read before any write
+    losses[row] = target == ignore_index ? 0.0f : l - to_f32(x[target]);  // read before any write
   }
   if (!grad) return;
   __syncthreads();
@@ -154,82 +155,114 @@ __global__ void __launch_bounds__(kThreads) classifier_kernel(
   if (VEC) {
     for (int i = threadIdx.x * 8; i < Vp; i += blockDim.x * 8) {
       float f[8];
-      detail::unpack8(*(const Bf16x8*)(x + i), f);
+      detail::unpack8(*(const Half8<H>*)(x + i), f);
 #pragma unroll
       for (int j = 0; j < 8; ++j)
         f[j] = i + j < V ? s * (__expf(f[j] - l) - (i + j == target ? 1.0f : 0.0f)) : 0.0f;
-      *(Bf16x8*)(x + i) = detail::pack8(f);
+      *(Half8<H>*)(x + i) = detail::pack8<H>(f);
     }
   } else {
     for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
-      const float g = i < V ? s * (__expf(ld_bf16(x[i]) - l) - (i == target ? 1.0f : 0.0f)) : 0.0f;
-      x[i] = to_bf16(g);
+      const float g = i < V ? s * (__expf(to_f32(x[i]) - l) - (i == target ? 1.0f : 0.0f)) : 0.0f;
+      x[i] = from_f32<H>(g);
     }
   }
 }
 
 // d *= *dloss, unless it is 1 (every block returns at once: the loss was backward's root).
-__global__ void __launch_bounds__(256) classifier_rescale_kernel(bf16* d, const float* __restrict__ dloss,
+template <class H>
+__global__ void __launch_bounds__(256) classifier_rescale_kernel(H* d, const float* __restrict__ dloss,
                                                                    int64_t n) {
   const float f = *dloss;
   if (f == 1.0f) return;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    d[i] = to_bf16(f * ld_bf16(d[i]));
+    d[i] = from_f32<H>(f * to_f32(d[i]));
+}
+
+template <class H>
+void crossentropy_forward_t(float* losses, float* lse, const H* logits, const int32_t* targets,
+                          int N, int V, int32_t ignore_index, cudaStream_t stream) {
+  if (N <= 0) return;
+  const bool vec = V % 8 == 0 && detail::aligned16(logits);
+  auto* crossentropy_forward = vec ? &crossentropy_forward_kernel<H, true> : &crossentropy_forward_kernel<H, false>;
+  GPUMIX_LAUNCH(crossentropy_forward, N, kThreads, 0, stream, losses, lse, logits, targets, V, ignore_index);
+  CUDA_CHECK_LAST();
+}
+
+template <class H>
+void crossentropy_backward_t(H* dlogits, const H* logits, const float* lse,
+                           const int32_t* targets, const float* dloss, float scale, int N, int V,
+                           int32_t ignore_index, bool accumulate, cudaStream_t stream) {
+  if (N <= 0) return;
+  const bool vec = V % 8 == 0 && detail::aligned16(logits) && detail::aligned16(dlogits);
+  auto* crossentropy_backward = vec ? &crossentropy_backward_kernel<H, true> : &crossentropy_backward_kernel<H, false>;
+  GPUMIX_LAUNCH(crossentropy_backward, N, kThreads, 0, stream, dlogits, logits, lse, targets, dloss, scale, V, ignore_index, accumulate);
+  CUDA_CHECK_LAST();
+}
+
+template <class H>
+void classifier_forward_t(float* losses, float* lse, H* logits, const int32_t* targets, float scale, int N,
+                        int V, int Vp, int32_t ignore_index, bool grad, cudaStream_t stream) {
+  if (N <= 0) return;
+  const bool vec = Vp % 8 == 0 && detail::aligned16(logits);
+  auto* classifier = vec ? &classifier_kernel<H, true> : &classifier_kernel<H, false>;
+  GPUMIX_LAUNCH(classifier, N, kThreads, 0, stream, losses, lse, logits, targets, scale, V, Vp, ignore_index, grad);
+  CUDA_CHECK_LAST();
+}
+
+template <class H>
+void classifier_rescale_t(H* dlogits, const float* dloss, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);
+  auto* classifier_rescale = &classifier_rescale_kernel<H>;
+  GPUMIX_LAUNCH(classifier_rescale, (int)blocks, 256, 0, stream, dlogits, dloss, n);
+  CUDA_CHECK_LAST();
 }
 
 }  // namespace
 
-void crossentropy_forward(float* losses, float* lse, const bf16* logits, const int32_t* targets,
-                          int N, int V, int32_t ignore_index, cudaStream_t stream) {
-  if (N <= 0) return;
-  if (V % 8 == 0 && detail::aligned16(logits))
-    GPUMIX_LAUNCH(crossentropy_forward_kernel<true>, N, kThreads, 0, stream, losses, lse, logits, targets, V,
-                                                                  ignore_index);
-  else
-    GPUMIX_LAUNCH(crossentropy_forward_kernel<false>, N, kThreads, 0, stream, losses, lse, logits, targets, V,
-                                                                   ignore_index);
-  CUDA_CHECK_LAST();
+void crossentropy_forward(float* losses, float* lse, const bf16* logits, const int32_t* targets, int N, int V,
+                          int32_t ignore_index, cudaStream_t stream) {
+  crossentropy_forward_t(losses, lse, logits, targets, N, V, ignore_index, stream);
 }
-
-void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
-                           const int32_t* targets, const float* dloss, float scale, int N, int V,
-                           int32_t ignore_index, bool accumulate, cudaStream_t stream) {
-  if (N <= 0) return;
-  if (V % 8 == 0 && detail::aligned16(logits) && detail::aligned16(dlogits))
-    GPUMIX_LAUNCH(crossentropy_backward_kernel<true>, N, kThreads, 0, stream, 
-        dlogits, logits, lse, targets, dloss, scale, V, ignore_index, accumulate);
-  else
-    GPUMIX_LAUNCH(crossentropy_backward_kernel<false>, N, kThreads, 0, stream, 
-        dlogits, logits, lse, targets, dloss, scale, V, ignore_index, accumulate);
-  CUDA_CHECK_LAST();
+void crossentropy_forward(float* losses, float* lse, const f16* logits, const int32_t* targets, int N, int V,
+                          int32_t ignore_index, cudaStream_t stream) {
+  crossentropy_forward_t(losses, lse, logits, targets, N, V, ignore_index, stream);
 }
-
-void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
-                           const int32_t* targets, float dloss, int N, int V,
-                           int32_t ignore_index, bool accumulate, cudaStream_t stream) {
-  crossentropy_backward(dlogits, logits, lse, targets, nullptr, dloss, N, V, ignore_index,
-                        accumulate, stream);
+void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse, const int32_t* targets,
+                           const float* dloss, float scale, int N, int V, int32_t ignore_index, bool accumulate,
+                           cudaStream_t stream) {
+  crossentropy_backward_t(dlogits, logits, lse, targets, dloss, scale, N, V, ignore_index, accumulate, stream);
+}
+void crossentropy_backward(f16* dlogits, const f16* logits, const float* lse, const int32_t* targets,
+                           const float* dloss, float scale, int N, int V, int32_t ignore_index, bool accumulate,
+                           cudaStream_t stream) {
+  crossentropy_backward_t(dlogits, logits, lse, targets, dloss, scale, N, V, ignore_index, accumulate, stream);
+}
+void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse, const int32_t* targets,
+                           float dloss, int N, int V, int32_t ignore_index, bool accumulate, cudaStream_t stream) {
+  crossentropy_backward_t(dlogits, logits, lse, targets, nullptr, dloss, N, V, ignore_index, accumulate, stream);
+}
+void crossentropy_backward(f16* dlogits, const f16* logits, const float* lse, const int32_t* targets,
+                           float dloss, int N, int V, int32_t ignore_index, bool accumulate, cudaStream_t stream) {
+  crossentropy_backward_t(dlogits, logits, lse, targets, nullptr, dloss, N, V, ignore_index, accumulate, stream);
 }
 
 // ---- the fused classifier ----------------------------------------------------------------
 
 void classifier_forward(float* losses, float* lse, bf16* logits, const int32_t* targets, float scale, int N,
                         int V, int Vp, int32_t ignore_index, bool grad, cudaStream_t stream) {
-  if (N <= 0) return;
-  if (Vp % 8 == 0 && detail::aligned16(logits))
-    GPUMIX_LAUNCH(classifier_kernel<true>, N, kThreads, 0, stream, losses, lse, logits, targets, scale, V, Vp,
-                  ignore_index, grad);
-  else
-    GPUMIX_LAUNCH(classifier_kernel<false>, N, kThreads, 0, stream, losses, lse, logits, targets, scale, V, Vp,
-                  ignore_index, grad);
-  CUDA_CHECK_LAST();
+  classifier_forward_t(losses, lse, logits, targets, scale, N, V, Vp, ignore_index, grad, stream);
 }
-
+void classifier_forward(float* losses, float* lse, f16* logits, const int32_t* targets, float scale, int N,
+                        int V, int Vp, int32_t ignore_index, bool grad, cudaStream_t stream) {
+  classifier_forward_t(losses, lse, logits, targets, scale, N, V, Vp, ignore_index, grad, stream);
+}
 void classifier_rescale(bf16* dlogits, const float* dloss, int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);
-  GPUMIX_LAUNCH(classifier_rescale_kernel, (int)blocks, 256, 0, stream, dlogits, dloss, n);
-  CUDA_CHECK_LAST();
+  classifier_rescale_t(dlogits, dloss, n, stream);
+}
+void classifier_rescale(f16* dlogits, const float* dloss, int64_t n, cudaStream_t stream) {
+  classifier_rescale_t(dlogits, dloss, n, stream);
 }
 
 }  // namespace gpumix::kernels::cuda

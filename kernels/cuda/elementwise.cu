@@ -1,4 +1,4 @@
-// Elementwise ops, fp32 and bf16 (map.cuh: 16-byte accesses, fp32 arithmetic).
+// Elementwise ops, fp32, bf16 and f16 (map.cuh: 16-byte accesses, fp32 arithmetic).
 #include "kernels/cuda/map.cuh"
 
 namespace gpumix::kernels::cuda {
@@ -29,6 +29,7 @@ struct FillOp {
 };
 const float* kNoF32 = nullptr;
 const bf16* kNoBf16 = nullptr;
+const f16* kNoF16 = nullptr;
 }  // namespace
 
 void add(float* out, const float* a, const float* b, int64_t n, cudaStream_t stream) {
@@ -37,11 +38,17 @@ void add(float* out, const float* a, const float* b, int64_t n, cudaStream_t str
 void add(bf16* out, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) {
   detail::launch_map(out, a, b, AddOp{}, n, stream);
 }
+void add(f16* out, const f16* a, const f16* b, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, a, b, AddOp{}, n, stream);
+}
 void scale(float* out, const float* a, float s, int64_t n, cudaStream_t stream) {
   detail::launch_map(out, a, kNoF32, ScaleOp{s}, n, stream);
 }
 void scale(bf16* out, const bf16* a, float s, int64_t n, cudaStream_t stream) {
   detail::launch_map(out, a, kNoBf16, ScaleOp{s}, n, stream);
+}
+void scale(f16* out, const f16* a, float s, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, a, kNoF16, ScaleOp{s}, n, stream);
 }
 void axpy(float* out, const float* a, float s, int64_t n, cudaStream_t stream) {
   detail::launch_map(out, a, kNoF32, AxpyOp{s}, n, stream);
@@ -49,20 +56,35 @@ void axpy(float* out, const float* a, float s, int64_t n, cudaStream_t stream) {
 void axpy(bf16* out, const bf16* a, float s, int64_t n, cudaStream_t stream) {
   detail::launch_map(out, a, kNoBf16, AxpyOp{s}, n, stream);
 }
+void axpy(f16* out, const f16* a, float s, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, a, kNoF16, AxpyOp{s}, n, stream);
+}
 void axpy(float* out, const bf16* a, float s, int64_t n, cudaStream_t stream) {
   detail::launch_map(out, a, kNoBf16, AxpyOp{s}, n, stream);
+}
+void axpy(float* out, const f16* a, float s, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, a, kNoF16, AxpyOp{s}, n, stream);
 }
 void f32_to_bf16(bf16* out, const float* in, int64_t n, cudaStream_t stream) {
   detail::launch_map(out, in, kNoF32, CopyOp{}, n, stream);
 }
+void f32_to_f16(f16* out, const float* in, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, in, kNoF32, CopyOp{}, n, stream);
+}
 void bf16_to_f32(float* out, const bf16* in, int64_t n, cudaStream_t stream) {
   detail::launch_map(out, in, kNoBf16, CopyOp{}, n, stream);
+}
+void f16_to_f32(float* out, const f16* in, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, in, kNoF16, CopyOp{}, n, stream);
 }
 void fill(float* out, float value, int64_t n, cudaStream_t stream) {
   detail::launch_map(out, kNoF32, kNoF32, FillOp{value}, n, stream);
 }
 void fill(bf16* out, float value, int64_t n, cudaStream_t stream) {
   detail::launch_map(out, kNoBf16, kNoBf16, FillOp{value}, n, stream);
+}
+void fill(f16* out, float value, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, kNoF16, kNoF16, FillOp{value}, n, stream);
 }
 
 namespace {

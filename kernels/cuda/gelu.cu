@@ -1,4 +1,4 @@
-// GELU, tanh approximation, bf16 in/out, fp32 arithmetic (map.cuh: 16-byte accesses).
+// GELU, tanh approximation, bf16 or f16 in/out, fp32 arithmetic (map.cuh: 16-byte accesses).
 #include "kernels/cuda/map.cuh"
 
 namespace gpumix::kernels::cuda {
@@ -26,8 +26,15 @@ struct GeluBackwardOp {
 void gelu_forward(bf16* out, const bf16* inp, int64_t n, cudaStream_t stream) {
   detail::launch_map(out, inp, (const bf16*)nullptr, GeluOp{}, n, stream);
 }
+void gelu_forward(f16* out, const f16* inp, int64_t n, cudaStream_t stream) {
+  detail::launch_map(out, inp, (const f16*)nullptr, GeluOp{}, n, stream);
+}
 
 void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n,
+                   cudaStream_t stream) {
+  detail::launch_map(dinp, inp, dout, GeluBackwardOp{}, n, stream);
+}
+void gelu_backward(f16* dinp, const f16* inp, const f16* dout, int64_t n,
                    cudaStream_t stream) {
   detail::launch_map(dinp, inp, dout, GeluBackwardOp{}, n, stream);
 }

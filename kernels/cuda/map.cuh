@@ -1,4 +1,4 @@
-// Internal: elementwise maps over fp32 / bf16 arrays. out[i] = op(a[i], b[i], out[i]) with
+// Internal: elementwise maps over fp32 / bf16 / f16 arrays. out[i] = op(a[i], b[i], out[i]) with
 // a and b optional (read as 0 when null) and out read only when Op::kReadsOut. Eight
 // elements per thread with 16-byte accesses when every pointer is 16-byte aligned, then a
 // scalar tail; grid-stride loops. out may alias a or b (each element is read and written
@@ -9,21 +9,23 @@
 
 namespace gpumix::kernels::cuda::detail {
 
-__device__ __forceinline__ float lds(const float* p) { return *p; }
-__device__ __forceinline__ float lds(const bf16* p) { return ld_bf16(*p); }
-__device__ __forceinline__ void sts(float* p, float v) { *p = v; }
-__device__ __forceinline__ void sts(bf16* p, float v) { *p = to_bf16(v); }
+template <class T>
+__device__ __forceinline__ float lds(const T* p) { return to_f32(*p); }
+template <class T>
+__device__ __forceinline__ void sts(T* p, float v) { *p = from_f32<T>(v); }
 
 __device__ __forceinline__ void loadv(const float* p, float* f) {
   const float4 x = ((const float4*)p)[0], y = ((const float4*)p)[1];
   f[0] = x.x, f[1] = x.y, f[2] = x.z, f[3] = x.w, f[4] = y.x, f[5] = y.y, f[6] = y.z, f[7] = y.w;
 }
-__device__ __forceinline__ void loadv(const bf16* p, float* f) { unpack8(*(const Bf16x8*)p, f); }
+template <class H>
+__device__ __forceinline__ void loadv(const H* p, float* f) { unpack8(*(const Half8<H>*)p, f); }
 __device__ __forceinline__ void storev(float* p, const float* f) {
   ((float4*)p)[0] = make_float4(f[0], f[1], f[2], f[3]);
   ((float4*)p)[1] = make_float4(f[4], f[5], f[6], f[7]);
 }
-__device__ __forceinline__ void storev(bf16* p, const float* f) { *(Bf16x8*)p = pack8(f); }
+template <class H>
+__device__ __forceinline__ void storev(H* p, const float* f) { *(Half8<H>*)p = pack8<H>(f); }
 
 template <typename TO, typename TA, typename TB, typename Op>
 __global__ void map_vec_kernel(TO* out, const TA* a, const TB* b, Op op, int64_t nvec) {

@@ -1,4 +1,5 @@
-// Matmuls through cuBLASLt: bf16 A and B, fp32 compute and scale, bf16 or fp32 C/D, and
+// Matmuls through cuBLASLt: 16-bit A and B (bf16 as CUDA_R_16BF or f16 as CUDA_R_16F, one
+// source templated over the format H), fp32 compute and scale, C/D of A's type or fp32, and
 // the epilogues that save passes over memory: BIAS for the forward, GELU_AUX_BIAS (linear
 // + GELU, the GELU input kept as aux), DGELU (the next linear's input gradient through the
 // GELU) and BGRADB (a bias gradient from the weight-gradient product), and beta 0 for a
@@ -33,7 +34,7 @@ struct DeviceState {
 };
 
 struct AlgoKey {
-  int dev, ta, tb, m, n, k, batch, ctype, epilogue, align_a, align_b, align_c;
+  int dev, ta, tb, m, n, k, batch, abtype, ctype, epilogue, align_a, align_b, align_c;
   int64_t lda, ldb, ldc, sa, sb, sc;
   bool operator==(const AlgoKey& o) const { return memcmp(this, &o, sizeof *this) == 0; }
 };
@@ -112,6 +113,14 @@ std::unordered_map<AlgoKey, std::unique_ptr<Plan>, AlgoKeyHash> g_plans;
 // `bias` is read (BIAS, GELU_AUX_BIAS) or written (BGRADB: fp32, length n of the row-major
 // result); `aux` (GELU_AUX_BIAS: written; DGELU: read) is laid out as C, row-major (m, n)
 // with leading dimension ldc.
+// cuBLASLt's name of each 16-bit format.
+template <class H>
+constexpr cudaDataType_t lt_type();
+template <>
+constexpr cudaDataType_t lt_type<bf16>() { return CUDA_R_16BF; }
+template <>
+constexpr cudaDataType_t lt_type<f16>() { return CUDA_R_16F; }
+
 struct Epilogue {
   uint32_t kind = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;
@@ -121,8 +130,9 @@ struct Epilogue {
 // Row-major C (m,n) = alpha op(A) (m,k) op(B) (k,n) + beta C, then the epilogue. Returns
 // false, having done nothing, when `may_decline` and cuBLASLt has no algorithm for the
 // fused epilogue (the caller then runs the unfused passes); otherwise such a gap throws.
-bool lt_matmul(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a, int64_t lda,
-               const bf16* b, int64_t ldb, float beta, void* c, cudaDataType_t ctype,
+template <class H>
+bool lt_matmul(bool ta, bool tb, int m, int n, int k, float alpha, const H* a, int64_t lda,
+               const H* b, int64_t ldb, float beta, void* c, cudaDataType_t ctype,
                int64_t ldc, int batch, int64_t sa, int64_t sb, int64_t sc, const Epilogue& epi,
                cudaStream_t stream, bool may_decline = false) {
   if (m <= 0 || n <= 0 || batch <= 0) return true;
@@ -136,6 +146,7 @@ bool lt_matmul(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a
   size_t ws_bytes;
   handle_and_workspace(dev, stream, &handle, &ws, &ws_bytes);
 
+  constexpr cudaDataType_t abtype = lt_type<H>();
   const size_t csize = ctype == CUDA_R_32F ? 4 : 2;
   AlgoKey key;
   memset(&key, 0, sizeof key);  // padding bytes take part in the hash
@@ -146,6 +157,7 @@ bool lt_matmul(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a
   key.n = n;
   key.k = k;
   key.batch = batch;
+  key.abtype = (int)abtype;
   key.ctype = (int)ctype;
   key.epilogue = (int)epi.kind;
   key.align_a = alignment_of(b, sb * 2, batch);  // cuBLASLt's A is our B
@@ -180,9 +192,8 @@ bool lt_matmul(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a
                                                 sizeof op_b));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi.kind,
                                                 sizeof epi.kind));
-    if (epi.bias) {  // a bias is bf16 (the weights' dtype), a bias gradient of C's type
-      const int32_t bias_type = epi.kind == CUBLASLT_EPILOGUE_BGRADB ? (int32_t)ctype
-                                                                     : (int32_t)CUDA_R_16BF;
+    if (epi.bias) {  // a bias of the weights' dtype, a bias gradient of C's type
+      const int32_t bias_type = epi.kind == CUBLASLT_EPILOGUE_BGRADB ? (int32_t)ctype : (int32_t)abtype;
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                   &bias_type, sizeof bias_type));
     }
@@ -196,8 +207,8 @@ bool lt_matmul(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a
                                                 &epi.bias, sizeof epi.bias));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                 &epi.aux, sizeof epi.aux));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, tb ? k : n, tb ? n : k, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16BF, ta ? m : k, ta ? k : m, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, abtype, tb ? k : n, tb ? n : k, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, abtype, ta ? m : k, ta ? k : m, lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, ctype, n, m, ldc));
     set_batch(d.a, batch, sb);
     set_batch(d.b, batch, sa);
@@ -245,10 +256,11 @@ bool lt_matmul(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a
                 ", n=" + std::to_string(n) + ", k=" + std::to_string(k) +
                 ", lda=" + std::to_string(lda) + ", ldb=" + std::to_string(ldb) +
                 ", ldc=" + std::to_string(ldc) + ", batch=" + std::to_string(batch) +
-                ", C " + (csize == 4 ? "fp32" : "bf16") + ", epilogue " +
+                ", A and B " + (abtype == CUDA_R_16F ? "f16" : "bf16") + ", C " +
+                (csize == 4 ? "fp32" : abtype == CUDA_R_16F ? "f16" : "bf16") + ", epilogue " +
                 std::to_string(epi.kind) + ", alignments " + std::to_string(key.align_a) + "/" +
                 std::to_string(key.align_b) + "/" + std::to_string(key.align_c) +
-                " bytes); hint: bf16 leading dimensions should be multiples of 8");
+                " bytes); hint: 16-bit leading dimensions should be multiples of 8");
   }
   std::lock_guard<std::mutex> lock(plan->mutex);
   if (epi.bias || epi.aux) {  // this call's pointers (same alignment: it is in the key)
@@ -262,18 +274,20 @@ bool lt_matmul(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a
   return true;
 }
 
-__global__ void bias_add_kernel(bf16* out, const bf16* inp, const bf16* bias, int64_t n, int C) {
+template <class H>
+__global__ void bias_add_kernel(H* out, const H* inp, const H* bias, int64_t n, int C) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
-    out[i] = detail::to_bf16(detail::ld_bf16(inp[i]) + detail::ld_bf16(bias[i % C]));
+    out[i] = detail::from_f32<H>(detail::to_f32(inp[i]) + detail::to_f32(bias[i % C]));
   }
 }
 
+template <class H>
 struct ColSum {
-  const bf16* dout;
+  const H* dout;
   int C;
   __device__ void operator()(int r, int c, float* out) const {
-    out[0] = detail::ld_bf16(dout[(int64_t)r * C + c]);
+    out[0] = detail::to_f32(dout[(int64_t)r * C + c]);
   }
 };
 
@@ -295,57 +309,65 @@ void matmul_release_all() {
 }
 }  // namespace detail
 
-void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* a,
-          int lda, const bf16* b, int ldb, float beta, bf16* c, int ldc, int batch,
+namespace {
+
+template <class H>
+void gemm_t(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const H* a,
+          int lda, const H* b, int ldb, float beta, H* c, int ldc, int batch,
           int64_t stride_a, int64_t stride_b, int64_t stride_c, cudaStream_t stream) {
-  lt_matmul(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, CUDA_R_16BF, ldc, batch,
+  lt_matmul(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, lt_type<H>(), ldc, batch,
             stride_a, stride_b, stride_c, Epilogue{}, stream);
 }
 
-void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* a,
-          int lda, const bf16* b, int ldb, float beta, float* c, int ldc, int batch,
+template <class H>
+void gemm_f32_t(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const H* a,
+          int lda, const H* b, int ldb, float beta, float* c, int ldc, int batch,
           int64_t stride_a, int64_t stride_b, int64_t stride_c, cudaStream_t stream) {
   lt_matmul(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, CUDA_R_32F, ldc, batch,
             stride_a, stride_b, stride_c, Epilogue{}, stream);
 }
 
-void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int N,
+template <class H>
+void matmul_forward_t(H* out, const H* inp, const H* weight, const H* bias, int N,
                     int C, int OC, cudaStream_t stream) {
   Epilogue epi;
   if (bias) epi = Epilogue{CUBLASLT_EPILOGUE_BIAS, bias, nullptr};
-  lt_matmul(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, CUDA_R_16BF, OC, 1, 0, 0,
+  lt_matmul(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, lt_type<H>(), OC, 1, 0, 0,
             0, epi, stream);
 }
 
-void matmul_gelu_forward(bf16* out, bf16* pre, const bf16* inp, const bf16* weight,
-                         const bf16* bias, int N, int C, int OC, cudaStream_t stream) {
+template <class H>
+void matmul_gelu_forward_t(H* out, H* pre, const H* inp, const H* weight,
+                         const H* bias, int N, int C, int OC, cudaStream_t stream) {
   const Epilogue epi{CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre};
   if (OC % 8 == 0 &&  // EPILOGUE_AUX_LD (= OC) must be a multiple of 8
-      lt_matmul(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, CUDA_R_16BF, OC, 1, 0,
+      lt_matmul(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, lt_type<H>(), OC, 1, 0,
                 0, 0, epi, stream, /*may_decline=*/true))
     return;
   matmul_forward(pre, inp, weight, bias, N, C, OC, stream);  // the two passes it replaces
   gelu_forward(out, pre, (int64_t)N * OC, stream);
 }
 
-void matmul_backward_dgelu(bf16* dpre, const bf16* dout, const bf16* weight, const bf16* pre,
+template <class H>
+void matmul_backward_dgelu_t(H* dpre, const H* dout, const H* weight, const H* pre,
                            int N, int C, int OC, cudaStream_t stream) {
   if (C % 8 != 0)
     throw Error("matmul_backward_dgelu: C = " + std::to_string(C) +
                 " is not a multiple of 8, which cuBLASLt's DGELU epilogue needs "
                 "(EPILOGUE_AUX_LD); hint: use matmul_backward and gelu_backward");
   // dpre (N,C) = (dout (N,OC) @ weight (OC,C)) * gelu'(pre), written (beta 0)
-  lt_matmul(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dpre, CUDA_R_16BF, C, 1, 0,
-            0, 0, Epilogue{CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<bf16*>(pre)}, stream);
+  lt_matmul(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dpre, lt_type<H>(), C, 1, 0,
+            0, 0, Epilogue{CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<H*>(pre)}, stream);
 }
 
-void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
-                     const bf16* inp, const bf16* weight, int N, int C, int OC,
+template <class H>
+void matmul_backward_t(H* dinp, float* dweight, float* dbias, const H* dout,
+                     const H* inp, const H* weight, int N, int C, int OC,
                      cudaStream_t stream, bool overwrite_dinp, bool overwrite_params,
                      float* dbias_scratch) {
   if (dinp)  // dinp (N,C) (+)= dout (N,OC) @ weight (OC,C)
     lt_matmul(false, false, N, C, OC, 1.0f, dout, OC, weight, C, overwrite_dinp ? 0.0f : 1.0f,
-              dinp, CUDA_R_16BF, C, 1, 0, 0, 0, Epilogue{}, stream);
+              dinp, lt_type<H>(), C, 1, 0, 0, 0, Epilogue{}, stream);
   const float beta = overwrite_params ? 0.0f : 1.0f;
   // dbias by BGRADB on the dweight product (the column sums of dout, its B operand, in fp32),
   // which writes: straight into dbias on a first write, else into the scratch, then added.
@@ -367,16 +389,90 @@ void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
   }
 }
 
-void bias_add(bf16* out, const bf16* inp, const bf16* bias, int N, int C, cudaStream_t stream) {
+template <class H>
+void bias_add_t(H* out, const H* inp, const H* bias, int N, int C, cudaStream_t stream) {
   const int64_t n = (int64_t)N * C;
   if (n <= 0) return;
-  GPUMIX_LAUNCH(bias_add_kernel, detail::grid_for(n, 256), 256, 0, stream, out, inp, bias, n, C);
+  auto* bias_add = &bias_add_kernel<H>;
+  GPUMIX_LAUNCH(bias_add, detail::grid_for(n, 256), 256, 0, stream, out, inp, bias, n, C);
   CUDA_CHECK_LAST();
 }
 
-void bias_backward(float* dbias, const bf16* dout, int N, int C, cudaStream_t stream) {
+template <class H>
+void bias_backward_t(float* dbias, const H* dout, int N, int C, cudaStream_t stream) {
   if (!dbias) return;
-  detail::colreduce<1>(dbias, nullptr, N, C, ColSum{dout, C}, stream);
+  detail::colreduce<1>(dbias, nullptr, N, C, ColSum<H>{dout, C}, stream);
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* a, int lda, const bf16* b,
+          int ldb, float beta, bf16* c, int ldc, int batch, int64_t stride_a, int64_t stride_b, int64_t stride_c,
+          cudaStream_t stream) {
+  gemm_t(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch, stride_a, stride_b, stride_c, stream);
+}
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const f16* a, int lda, const f16* b,
+          int ldb, float beta, f16* c, int ldc, int batch, int64_t stride_a, int64_t stride_b, int64_t stride_c,
+          cudaStream_t stream) {
+  gemm_t(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch, stride_a, stride_b, stride_c, stream);
+}
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* a, int lda, const bf16* b,
+          int ldb, float beta, float* c, int ldc, int batch, int64_t stride_a, int64_t stride_b, int64_t stride_c,
+          cudaStream_t stream) {
+  gemm_f32_t(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch, stride_a, stride_b, stride_c, stream);
+}
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const f16* a, int lda, const f16* b,
+          int ldb, float beta, float* c, int ldc, int batch, int64_t stride_a, int64_t stride_b, int64_t stride_c,
+          cudaStream_t stream) {
+  gemm_f32_t(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch, stride_a, stride_b, stride_c, stream);
+}
+void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int N, int C, int OC,
+                    cudaStream_t stream) {
+  matmul_forward_t(out, inp, weight, bias, N, C, OC, stream);
+}
+void matmul_forward(f16* out, const f16* inp, const f16* weight, const f16* bias, int N, int C, int OC,
+                    cudaStream_t stream) {
+  matmul_forward_t(out, inp, weight, bias, N, C, OC, stream);
+}
+void matmul_gelu_forward(bf16* out, bf16* pre, const bf16* inp, const bf16* weight, const bf16* bias, int N,
+                         int C, int OC, cudaStream_t stream) {
+  matmul_gelu_forward_t(out, pre, inp, weight, bias, N, C, OC, stream);
+}
+void matmul_gelu_forward(f16* out, f16* pre, const f16* inp, const f16* weight, const f16* bias, int N,
+                         int C, int OC, cudaStream_t stream) {
+  matmul_gelu_forward_t(out, pre, inp, weight, bias, N, C, OC, stream);
+}
+void matmul_backward_dgelu(bf16* dpre, const bf16* dout, const bf16* weight, const bf16* pre, int N, int C,
+                           int OC, cudaStream_t stream) {
+  matmul_backward_dgelu_t(dpre, dout, weight, pre, N, C, OC, stream);
+}
+void matmul_backward_dgelu(f16* dpre, const f16* dout, const f16* weight, const f16* pre, int N, int C,
+                           int OC, cudaStream_t stream) {
+  matmul_backward_dgelu_t(dpre, dout, weight, pre, N, C, OC, stream);
+}
+void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                     const bf16* weight, int N, int C, int OC, cudaStream_t stream, bool overwrite_dinp,
+                     bool overwrite_params, float* dbias_scratch) {
+  matmul_backward_t(dinp, dweight, dbias, dout, inp, weight, N, C, OC, stream, overwrite_dinp, overwrite_params,
+                    dbias_scratch);
+}
+void matmul_backward(f16* dinp, float* dweight, float* dbias, const f16* dout, const f16* inp,
+                     const f16* weight, int N, int C, int OC, cudaStream_t stream, bool overwrite_dinp,
+                     bool overwrite_params, float* dbias_scratch) {
+  matmul_backward_t(dinp, dweight, dbias, dout, inp, weight, N, C, OC, stream, overwrite_dinp, overwrite_params,
+                    dbias_scratch);
+}
+void bias_add(bf16* out, const bf16* inp, const bf16* bias, int N, int C, cudaStream_t stream) {
+  bias_add_t(out, inp, bias, N, C, stream);
+}
+void bias_add(f16* out, const f16* inp, const f16* bias, int N, int C, cudaStream_t stream) {
+  bias_add_t(out, inp, bias, N, C, stream);
+}
+void bias_backward(float* dbias, const bf16* dout, int N, int C, cudaStream_t stream) {
+  bias_backward_t(dbias, dout, N, C, stream);
+}
+void bias_backward(float* dbias, const f16* dout, int N, int C, cudaStream_t stream) {
+  bias_backward_t(dbias, dout, N, C, stream);
 }
 
 int matmul_cached_algos() {

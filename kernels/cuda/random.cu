@@ -48,11 +48,19 @@ void uniform(bf16* out, int64_t n, uint64_t key, uint64_t offset, float low, flo
              cudaStream_t stream) {
   generate(out, n, UniformAt{key, offset, low, high}, stream);
 }
+void uniform(f16* out, int64_t n, uint64_t key, uint64_t offset, float low, float high,
+             cudaStream_t stream) {
+  generate(out, n, UniformAt{key, offset, low, high}, stream);
+}
 void normal(float* out, int64_t n, uint64_t key, uint64_t offset, float mean, float std,
             cudaStream_t stream) {
   generate(out, n, NormalAt{key, offset, mean, std}, stream);
 }
 void normal(bf16* out, int64_t n, uint64_t key, uint64_t offset, float mean, float std,
+            cudaStream_t stream) {
+  generate(out, n, NormalAt{key, offset, mean, std}, stream);
+}
+void normal(f16* out, int64_t n, uint64_t key, uint64_t offset, float mean, float std,
             cudaStream_t stream) {
   generate(out, n, NormalAt{key, offset, mean, std}, stream);
 }

@@ -90,10 +90,16 @@ void sum(double* out, const float* a, int64_t n, cudaStream_t stream) {
 void sum(double* out, const bf16* a, int64_t n, cudaStream_t stream) {
   reduce<false>(out, a, n, stream);
 }
+void sum(double* out, const f16* a, int64_t n, cudaStream_t stream) {
+  reduce<false>(out, a, n, stream);
+}
 void sum_squares(double* out, const float* a, int64_t n, cudaStream_t stream) {
   reduce<true>(out, a, n, stream);
 }
 void sum_squares(double* out, const bf16* a, int64_t n, cudaStream_t stream) {
+  reduce<true>(out, a, n, stream);
+}
+void sum_squares(double* out, const f16* a, int64_t n, cudaStream_t stream) {
   reduce<true>(out, a, n, stream);
 }
 double sum_sync(const float* a, int64_t n, cudaStream_t stream) {

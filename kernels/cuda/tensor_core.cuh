@@ -41,10 +41,8 @@
 
 namespace gpumix::kernels::cuda::detail {
 
-// Two fp32 rounded to bf16 (as kernels/bf16.h: nearest, ties to even) in one register.
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  return (uint32_t)to_bf16(lo) | ((uint32_t)to_bf16(hi) << 16);
-}
+// Two fp32 rounded to bf16 (as kernels/half_types.h: nearest, ties to even) in one register.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) { return pack2<bf16>(lo, hi); }
 __device__ __forceinline__ float bf16x2_lo(uint32_t r) { return __uint_as_float(r << 16); }
 __device__ __forceinline__ float bf16x2_hi(uint32_t r) { return __uint_as_float(r & 0xffff0000u); }
 

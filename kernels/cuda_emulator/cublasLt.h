@@ -17,7 +17,8 @@
 //   (CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, MIN_ALIGNMENT_A/B/C/D_BYTES),
 // cublasLtMatmulAlgo_t, cublasLtMatmulHeuristicResult_t, cublasLtMatmulAlgoGetHeuristic,
 // cublasLtMatmul.
-// Types: A and B CUDA_R_16BF; C and D CUDA_R_16BF or CUDA_R_32F (the same); compute
+// Types: A and B CUDA_R_16BF or CUDA_R_16F (the same); C and D A's type or CUDA_R_32F (the
+// same); compute
 // CUBLAS_COMPUTE_32F, scale CUDA_R_32F, host scalars. Every other attribute, value or type
 // is refused at run time with its name. The enum names GPUMix does not use are declared
 // only so that refusals can name them (CUBLASLT_EPILOGUE_RELU, ...).

@@ -29,8 +29,8 @@
 // to every column ("Bias vector length must match matrix D rows count",
 // cublasLtMatmulDescAttributes_t, CUBLASLT_MATMUL_DESC_BIAS_POINTER), after alpha and beta.
 // Strided batches: matrix b of a layout starts STRIDED_BATCH_OFFSET elements after matrix
-// b - 1 (cublasLtMatrixLayoutAttribute_t). Sums in fp32 in k order; a bf16 D is rounded to
-// nearest even once. When beta == 0, C is not read (cuBLAS "cublas<t>gemm()": "if beta ==
+// b - 1 (cublasLtMatrixLayoutAttribute_t). Sums in fp32 in k order; a bf16 or f16 D is rounded
+// to nearest even once. When beta == 0, C is not read (cuBLAS "cublas<t>gemm()": "if beta ==
 // 0 then C does not have to be a valid input"), so a poisoned D-as-C gives clean output.
 //
 // Validation as the real library: leading dimensions smaller than the rows, shapes that do
@@ -53,7 +53,7 @@
 
 #include "cublasLt.h"
 #include "emulator.h"
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 
 using cuda_emulator::refuse;
 
@@ -153,12 +153,17 @@ float gelu_grad(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * s * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
+// Elements of the emulated types: fp32, bf16 and IEEE binary16 (kernels/half_types.h's
+// conversions: round to nearest even, f16 overflowing to inf and keeping subnormals).
 void store(void* p, int type, size_t i, float v) {
   if (type == CUDA_R_32F)
     ((float*)p)[i] = v;
+  else if (type == CUDA_R_16F)
+    ((uint16_t*)p)[i] = gpumix::f32_to_f16_bits(v);
   else
     ((uint16_t*)p)[i] = gpumix::f32_to_bf16_bits(v);
 }
+bool emulated_16bit(int type) { return type == CUDA_R_16BF || type == CUDA_R_16F; }
 
 template <class T>
 T read_attr(const void* buf, size_t size, const char* call, const char* attr) {
@@ -172,6 +177,7 @@ T read_attr(const void* buf, size_t size, const char* call, const char* attr) {
 
 float load(const void* p, int type, size_t i) {
   if (type == CUDA_R_32F) return ((const float*)p)[i];
+  if (type == CUDA_R_16F) return gpumix::f16_bits_to_f32(((const uint16_t*)p)[i]);
   return gpumix::bf16_bits_to_f32(((const uint16_t*)p)[i]);
 }
 
@@ -190,12 +196,12 @@ cublasStatus_t check_problem(const char* call, const cublasLtMatmulDescOpaque_t&
                              const cublasLtMatrixLayoutOpaque_t& c,
                              const cublasLtMatrixLayoutOpaque_t& d, std::string* why) {
   const std::string cs = call;
-  if (a.type != CUDA_R_16BF || b.type != CUDA_R_16BF)
+  if (!emulated_16bit(a.type) || b.type != a.type)
     refuse(cs + ": A and B of type " + type_name(a.type) + " and " + type_name(b.type) +
-           " (only CUDA_R_16BF operands are emulated)");
-  if (c.type != d.type || (d.type != CUDA_R_16BF && d.type != CUDA_R_32F))
-    refuse(cs + ": C " + type_name(c.type) + ", D " + type_name(d.type) +
-           " (C and D of the same type, CUDA_R_16BF or CUDA_R_32F, are emulated)");
+           " (only CUDA_R_16BF or CUDA_R_16F operands, both of one type, are emulated)");
+  if (c.type != d.type || (d.type != a.type && d.type != CUDA_R_32F))
+    refuse(cs + ": C " + type_name(c.type) + ", D " + type_name(d.type) + " with A and B " +
+           type_name(a.type) + " (C and D of the same type, A's or CUDA_R_32F, are emulated)");
   if (reads_bias(op.epilogue) || writes_bias(op.epilogue)) {
     const int bt = op.bias_type == -1 ? (int)d.type : op.bias_type;
     if (bt != (int)d.type)
@@ -250,7 +256,7 @@ cublasStatus_t check_problem(const char* call, const cublasLtMatmulDescOpaque_t&
 void reference(const cublasLtMatmulDescOpaque_t& op, const cublasLtMatrixLayoutOpaque_t& la,
                const cublasLtMatrixLayoutOpaque_t& lb, const cublasLtMatrixLayoutOpaque_t& lc,
                const cublasLtMatrixLayoutOpaque_t& ld, float alpha, float beta,
-               const uint16_t* A, const uint16_t* B, const void* C, void* D,
+               const void* A, const void* B, const void* C, void* D,
                std::vector<float>& af, std::vector<float>& bf) {
   const bool ta = op.trans_a == CUBLAS_OP_T, tb = op.trans_b == CUBLAS_OP_T;
   const int64_t m = (int64_t)ld.rows, n = (int64_t)ld.cols;
@@ -260,12 +266,10 @@ void reference(const cublasLtMatmulDescOpaque_t& op, const cublasLtMatrixLayoutO
   bf.resize((size_t)(k * n));
   for (int64_t p = 0; p < k; ++p)
     for (int64_t i = 0; i < m; ++i)
-      af[(size_t)(i + p * m)] =
-          gpumix::bf16_bits_to_f32(A[ta ? p + i * la.ld : i + p * la.ld]);
+      af[(size_t)(i + p * m)] = load(A, la.type, (size_t)(ta ? p + i * la.ld : i + p * la.ld));
   for (int64_t j = 0; j < n; ++j)
     for (int64_t p = 0; p < k; ++p)
-      bf[(size_t)(p + j * k)] =
-          gpumix::bf16_bits_to_f32(B[tb ? j + p * lb.ld : p + j * lb.ld]);
+      bf[(size_t)(p + j * k)] = load(B, lb.type, (size_t)(tb ? j + p * lb.ld : p + j * lb.ld));
   const uint32_t epi = op.epilogue;
   const int dt = ld.type;
   const float* afp = af.data();
@@ -423,17 +427,17 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: {
       const int32_t v =
           read_attr<int32_t>(buf, size, call, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE");
-      if (v != CUDA_R_16BF && v != CUDA_R_32F && v != -1)
+      if (!emulated_16bit(v) && v != CUDA_R_32F && v != -1)
         refuse(std::string(call) + ": CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = " +
-               type_name(v) + " (only CUDA_R_16BF and CUDA_R_32F are emulated)");
+               type_name(v) + " (only CUDA_R_16BF, CUDA_R_16F and CUDA_R_32F are emulated)");
       desc->aux_type = v;
       return CUBLAS_STATUS_SUCCESS;
     }
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: {
       const int32_t v = read_attr<int32_t>(buf, size, call, "CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE");
-      if (v != CUDA_R_16BF && v != CUDA_R_32F && v != -1)
+      if (!emulated_16bit(v) && v != CUDA_R_32F && v != -1)
         refuse(std::string(call) + ": CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = " + type_name(v) +
-               " (only CUDA_R_16BF and CUDA_R_32F are emulated)");
+               " (only CUDA_R_16BF, CUDA_R_16F and CUDA_R_32F are emulated)");
       desc->bias_type = v;
       return CUBLAS_STATUS_SUCCESS;
     }
@@ -452,9 +456,9 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type,
                                           uint64_t rows, uint64_t cols, int64_t ld) {
-  if (type != CUDA_R_16BF && type != CUDA_R_32F)
+  if (!emulated_16bit(type) && type != CUDA_R_32F)
     refuse(std::string("cublasLtMatrixLayoutCreate: type ") + type_name(type) +
-           " (only CUDA_R_16BF and CUDA_R_32F are emulated)");
+           " (only CUDA_R_16BF, CUDA_R_16F and CUDA_R_32F are emulated)");
   auto* l = new cublasLtMatrixLayoutOpaque_t();
   l->type = type;
   l->rows = rows;
@@ -645,8 +649,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
                  ed = elem_size(ldd.type);
     for (int32_t i = 0; i < ldd.batch; ++i) {
       reference(desc, la, lb, lc, ldd, al, be,
-                (const uint16_t*)((const char*)A + (size_t)i * la.stride * ea),
-                (const uint16_t*)((const char*)B + (size_t)i * lb.stride * eb),
+                (const char*)A + (size_t)i * la.stride * ea,
+                (const char*)B + (size_t)i * lb.stride * eb,
                 (const char*)C + (size_t)i * lc.stride * ec, (char*)D + (size_t)i * ldd.stride * ed,
                 af, bf);
     }

@@ -2,7 +2,7 @@
 // CUDA's (cuda_bf16.hpp, CUDA 13):
 //   __nv_bfloat16 (nv_bfloat16): 2 bytes, the top half of an IEEE fp32;
 //   __float2bfloat16, __float2bfloat16_rn: round to nearest, ties to even; overflow gives
-//     inf; any NaN gives the canonical NaN 0x7fff (as CUDA's, unlike kernels/bf16.h, which
+//     inf; any NaN gives the canonical NaN 0x7fff (as CUDA's, unlike kernels/half_types.h, which
 //     keeps the NaN's sign and payload: both are NaN);
 //   __bfloat162float: exact;
 //   __bfloat16_as_ushort, __ushort_as_bfloat16: the bits.

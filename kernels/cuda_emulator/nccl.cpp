@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "emulator.h"
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 #include "nccl.h"
 
 #if defined(GPUMIX_HAVE_MPI)

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 #include "nn/data/file_util.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian, as this host must be");
@@ -42,20 +42,6 @@ const DTypeEntry& entry_of(DType t) {
   for (const auto& e : dtypes)
     if (e.dtype == t) return e;
   throw std::logic_error("safetensors: unknown DType value " + std::to_string((int)t));
-}
-
-// IEEE binary16 -> fp32, exactly (every half is a float).
-float f16_to_f32(uint16_t h) {
-  const int sign = h >> 15, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
-  float v;
-  if (exponent == 0) {
-    v = std::ldexp((float)mantissa, -24);  // zero and subnormals
-  } else if (exponent == 31) {
-    v = mantissa ? NAN : INFINITY;
-  } else {
-    v = std::ldexp((float)(mantissa | 0x400), exponent - 25);
-  }
-  return sign ? -v : v;
 }
 
 std::string range_str(uint64_t begin, uint64_t end) {
@@ -247,7 +233,7 @@ void Reader::read_f32(const TensorInfo& t, float* out) const {
   for (int64_t i = 0; i < n; ++i) {  // BF16 or F16
     uint16_t h;
     std::memcpy(&h, p + 2 * i, 2);
-    out[i] = t.dtype == DType::BF16 ? bf16_bits_to_f32(h) : f16_to_f32(h);
+    out[i] = t.dtype == DType::BF16 ? bf16_bits_to_f32(h) : f16_bits_to_f32(h);  // kernels/half_types.h
   }
 }
 

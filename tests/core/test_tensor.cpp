@@ -332,10 +332,22 @@ TEST(DTypeNames, ParseAndPrint) {
   EXPECT_EQ(dtype_from_name("bf16"), DType::bf16);
   EXPECT_EQ(dtype_from_name("i32"), DType::i32);
   EXPECT_EQ(dtype_from_name("f32"), DType::f32);
-  EXPECT_THROW_WITH(dtype_from_name("fp16"), InputError, "unknown dtype 'fp16'", "f32 (or fp32), bf16, i32");
+  EXPECT_EQ(dtype_from_name("f16"), DType::f16);
+  EXPECT_EQ(dtype_from_name("fp16"), DType::f16);
+  EXPECT_THROW_WITH(dtype_from_name("fp8"), InputError, "unknown dtype 'fp8'",
+                    "f32 (or fp32), bf16, i32, f16 (or fp16)");
   EXPECT_EQ(dtype_size(DType::f32), 4u);
   EXPECT_EQ(dtype_size(DType::bf16), 2u);
+  EXPECT_EQ(dtype_size(DType::f16), 2u);
   EXPECT_EQ(dtype_size(DType::i32), 4u);
+  // Every row of the table parses back to itself by its name and its alias.
+  for (const DTypeInfo& d : kDTypes) {
+    EXPECT_EQ(dtype_from_name(d.name), d.dtype) << d.name;
+    if (d.alias) {
+      EXPECT_EQ(dtype_from_name(d.alias), d.dtype) << d.alias;
+    }
+    EXPECT_EQ(is_16bit_float(d.dtype), d.is_float && d.size == 2) << d.name;
+  }
 }
 
 TEST(Errors, CarryTheSourceLocation) {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 
 namespace gpumix::test {
 

@@ -1,4 +1,4 @@
-// Helpers of the CUDA kernel tests: device buffers, bf16-rounded random inputs, and the
+// Helpers of the CUDA kernel tests: device buffers, 16-bit-rounded random inputs, and the
 // tolerance check that prints the worst element.
 //
 // Tolerances are a formula of the output's dtype (docs/design.md, "Numbers and precision"), never tuned:
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda.h"
 
@@ -48,10 +48,11 @@ struct DevBuf {
   ~DevBuf() { cudaFree(p); }
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
-  void poison() { CUDA_CHECK(cudaMemset(p, 0xff, sizeof(T) * n)); }  // NaN in bf16 and fp32
+  void poison() { CUDA_CHECK(cudaMemset(p, 0xff, sizeof(T) * n)); }  // NaN in bf16, f16 and fp32
 };
 
 inline float round_bf16(float x) { return bf16_bits_to_f32(f32_to_bf16_bits(x)); }
+inline float round_f16(float x) { return f16_bits_to_f32(f32_to_f16_bits(x)); }
 
 // Normal(0, stddev) values rounded to bf16.
 inline std::vector<float> randn(size_t n, uint32_t seed, float stddev = 1.0f) {
@@ -62,25 +63,33 @@ inline std::vector<float> randn(size_t n, uint32_t seed, float stddev = 1.0f) {
   return v;
 }
 
-inline void upload(DevBuf<uint16_t>& d, const std::vector<float>& h) {
-  std::vector<uint16_t> bits(h.size());
-  for (size_t i = 0; i < h.size(); ++i) bits[i] = f32_to_bf16_bits(h[i]);
-  CUDA_CHECK(cudaMemcpy(d.p, bits.data(), 2 * h.size(), cudaMemcpyHostToDevice));
+// 16-bit buffers (H = bf16 or f16) take and give fp32 values, rounded to nearest even on
+// the way in (kernels/half_types.h).
+template <class H>
+inline void upload_16bit(DevBuf<H>& d, const std::vector<float>& h) {
+  std::vector<H> v(h.size());
+  for (size_t i = 0; i < h.size(); ++i) v[i] = H(h[i]);
+  CUDA_CHECK(cudaMemcpy(d.p, v.data(), 2 * h.size(), cudaMemcpyHostToDevice));
 }
+template <class H>
+inline std::vector<float> download_16bit(const DevBuf<H>& d) {
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<H> v(d.n);
+  CUDA_CHECK(cudaMemcpy(v.data(), d.p, 2 * d.n, cudaMemcpyDeviceToHost));
+  std::vector<float> h(d.n);
+  for (size_t i = 0; i < d.n; ++i) h[i] = (float)v[i];
+  return h;
+}
+inline void upload(DevBuf<bf16>& d, const std::vector<float>& h) { upload_16bit(d, h); }
+inline void upload(DevBuf<f16>& d, const std::vector<float>& h) { upload_16bit(d, h); }
 inline void upload(DevBuf<float>& d, const std::vector<float>& h) {
   CUDA_CHECK(cudaMemcpy(d.p, h.data(), 4 * h.size(), cudaMemcpyHostToDevice));
 }
 inline void upload(DevBuf<int32_t>& d, const std::vector<int32_t>& h) {
   CUDA_CHECK(cudaMemcpy(d.p, h.data(), 4 * h.size(), cudaMemcpyHostToDevice));
 }
-inline std::vector<float> download(const DevBuf<uint16_t>& d) {
-  CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<uint16_t> bits(d.n);
-  CUDA_CHECK(cudaMemcpy(bits.data(), d.p, 2 * d.n, cudaMemcpyDeviceToHost));
-  std::vector<float> h(d.n);
-  for (size_t i = 0; i < d.n; ++i) h[i] = bf16_bits_to_f32(bits[i]);
-  return h;
-}
+inline std::vector<float> download(const DevBuf<bf16>& d) { return download_16bit(d); }
+inline std::vector<float> download(const DevBuf<f16>& d) { return download_16bit(d); }
 inline std::vector<float> download(const DevBuf<float>& d) {
   CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> h(d.n);
@@ -100,6 +109,13 @@ inline double rms(const std::vector<float>& v) {
 
 inline Tol tol_bf16(const std::vector<float>& ref) {
   const double rtol = std::ldexp(1.0, -7);
+  return Tol{rtol * rms(ref) / 16.0 + 1e-30, rtol};
+}
+// f16 outputs: the same formula with f16's unit roundoff 2^-11 (two roundings, room for the
+// fp32 differences before them: rtol = 4 * 2^-11 = 2^-9), for values inside f16's normal
+// range; inputs rounded to f16 on both sides.
+inline Tol tol_f16(const std::vector<float>& ref) {
+  const double rtol = std::ldexp(1.0, -9);
   return Tol{rtol * rms(ref) / 16.0 + 1e-30, rtol};
 }
 // A log-sum-exp in fp32 (cross-entropy, attention): the sum of exps is accumulated

@@ -20,11 +20,11 @@ __global__ void mma_tile_kernel(float* D, const bf16* A, const bf16* B, const fl
   float c[4], d[4];
   for (int i = 0; i < 4; ++i) {
     const int row = g + (i % 2) * 8, col = 2 * t + (i / 2) * 8;
-    a[i] = (uint32_t)A[row * 16 + col] | (uint32_t)A[row * 16 + col + 1] << 16;
+    a[i] = (uint32_t)A[row * 16 + col].bits | (uint32_t)A[row * 16 + col + 1].bits << 16;
   }
   for (int i = 0; i < 2; ++i) {
     const int k = 2 * t + i * 8;
-    b[i] = (uint32_t)B[k * 8 + g] | (uint32_t)B[(k + 1) * 8 + g] << 16;
+    b[i] = (uint32_t)B[k * 8 + g].bits | (uint32_t)B[(k + 1) * 8 + g].bits << 16;
   }
   for (int i = 0; i < 4; ++i) c[i] = C[(g + (i / 2) * 8) * 8 + 2 * t + i % 2];
   mma_bf16_16816(d, a, b, c);
@@ -106,7 +106,8 @@ __global__ void gemm_kernel(float* C, const bf16* A, const bf16* B, int M, int N
       C[(size_t)(m0 + wm + g + (i / 2) * 8) * N + n0 + wn + j * 8 + 2 * t + i % 2] = acc[j][i];
 }
 
-__global__ void cp_async_kernel(Bf16x8* out, const Bf16x8* src) {
+__global__ void cp_async_kernel(Half8<bf16>* out, const Half8<bf16>* src) {
+  using Bf16x8 = Half8<bf16>;  // one 16-byte word
   GPUMIX_SHARED(Bf16x8, sh, [3][64]);
   const int t = threadIdx.x;
   cp_async_cg16(&sh[0][t], &src[t]);
@@ -155,7 +156,7 @@ __global__ void warp_intrinsics_kernel(int* out, const int* in) {
 }  // namespace
 
 void mma_tile(float* d, const uint16_t* a, const uint16_t* b, const float* c) {
-  GPUMIX_LAUNCH(mma_tile_kernel, 1, 32, 0, nullptr, d, a, b, c);
+  GPUMIX_LAUNCH(mma_tile_kernel, 1, 32, 0, nullptr, d, (const bf16*)a, (const bf16*)b, c);
   CUDA_CHECK_LAST();
 }
 
@@ -165,7 +166,7 @@ void ldmatrix_registers(uint32_t* out, const uint16_t* src, int num, bool trans)
   if (num == 2) k = trans ? &ldmatrix_kernel<2, true> : &ldmatrix_kernel<2, false>;
   if (num == 4) k = trans ? &ldmatrix_kernel<4, true> : &ldmatrix_kernel<4, false>;
   if (k == nullptr) throw std::invalid_argument("ldmatrix_registers: num is 1, 2 or 4");
-  GPUMIX_LAUNCH(k, 1, 32, 0, nullptr, out, src);
+  GPUMIX_LAUNCH(k, 1, 32, 0, nullptr, out, (const bf16*)src);
   CUDA_CHECK_LAST();
 }
 
@@ -173,13 +174,13 @@ void gemm(float* c, const uint16_t* a, const uint16_t* b, int M, int N, int K, b
           FragmentBug bug) {
   if (M % kTile || N % kTile || K % 16 || K <= 0)
     throw std::invalid_argument("tc::gemm: M, N multiples of 32 and K of 16");
-  GPUMIX_LAUNCH(gemm_kernel, dim3(N / kTile, M / kTile), 128, 0, nullptr, c, a, b, M, N, K, b_nk,
-                bug);
+  GPUMIX_LAUNCH(gemm_kernel, dim3(N / kTile, M / kTile), 128, 0, nullptr, c, (const bf16*)a, (const bf16*)b, M, N,
+                K, b_nk, bug);
   CUDA_CHECK_LAST();
 }
 
 void cp_async_groups(uint16_t* out, const uint16_t* src) {
-  GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, (Bf16x8*)out, (const Bf16x8*)src);
+  GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, (Half8<bf16>*)out, (const Half8<bf16>*)src);
   CUDA_CHECK_LAST();
 }
 

@@ -49,7 +49,7 @@ TEST_F(CudaTest, ConversionsMatchBf16HBitForBit) {
   for (float s : specials) in.push_back(s);
   for (int64_t n : {(int64_t)1, (int64_t)3, (int64_t)17, (int64_t)in.size()}) {
     DevBuf<float> din(n), dback(n);
-    DevBuf<uint16_t> dout(n);
+    DevBuf<bf16> dout(n);
     upload(din, std::vector<float>(in.end() - n, in.end()));
     dout.poison();
     dback.poison();
@@ -106,7 +106,7 @@ TEST_F(CudaTest, ElementwiseF32AndBf16) {
         cu::axpy(dout.p + offset, da.p + offset, s, n);
         check("axpy f32", raxpy, fma_tol);
         // mixed: fp32 out += s * bf16 a
-        DevBuf<uint16_t> ha(n + 1);
+        DevBuf<bf16> ha(n + 1);
         upload(ha, pa);
         upload(dout, po);
         cu::axpy(dout.p + offset, ha.p + offset, s, n);
@@ -117,7 +117,7 @@ TEST_F(CudaTest, ElementwiseF32AndBf16) {
       }
       // bf16: one rounding of the fp32 result
       {
-        DevBuf<uint16_t> da(n + 1), db(n + 1), dout(n + 1);
+        DevBuf<bf16> da(n + 1), db(n + 1), dout(n + 1);
         std::vector<float> pa(n + 1), pb(n + 1), po(n + 1);
         std::copy(a.begin(), a.end(), pa.begin() + offset);
         std::copy(b.begin(), b.end(), pb.begin() + offset);
@@ -154,7 +154,7 @@ TEST_F(CudaTest, Reductions) {
     const double gs = cu::sum_sync(da.p, n), gss = cu::sum_squares_sync(da.p, n);
     EXPECT_NEAR(gs, rs, 1e-10 * (1.0 + std::fabs(rss))) << "n " << n;
     EXPECT_NEAR(gss, rss, 1e-10 * (1.0 + rss)) << "n " << n;
-    DevBuf<uint16_t> ha(n);
+    DevBuf<bf16> ha(n);
     if (n) upload(ha, a);
     DevBuf<double> out(2);
     out.poison();
@@ -177,7 +177,7 @@ TEST_P(CudaMatmul, ForwardAndBackwardMatchRef) {
                            bias = randn(OC, 12), dout = randn((size_t)N * OC, 13),
                            dinp0 = randn((size_t)N * C, 14), dw0 = randn((size_t)OC * C, 15),
                            db0 = randn(OC, 16);
-  DevBuf<uint16_t> d_inp(inp.size()), d_w(w.size()), d_b(OC), d_out((size_t)N * OC),
+  DevBuf<bf16> d_inp(inp.size()), d_w(w.size()), d_b(OC), d_out((size_t)N * OC),
       d_dout(dout.size()), d_dinp(dinp0.size());
   DevBuf<float> d_dw(dw0.size()), d_db(OC);
   upload(d_inp, inp);
@@ -218,7 +218,7 @@ TEST_P(CudaMatmul, FusedEpiloguesAndFirstWritesMatchTheSeparatePasses) {
   const std::vector<float> inp = randn((size_t)N * C, 70), w = randn((size_t)OC * C, 71, 0.1f),
                            bias = randn(OC, 72), dout = randn((size_t)N * OC, 73),
                            dw0 = randn((size_t)OC * C, 74), db0 = randn(OC, 75);
-  DevBuf<uint16_t> d_inp(inp.size()), d_w(w.size()), d_b(OC), d_out((size_t)N * OC),
+  DevBuf<bf16> d_inp(inp.size()), d_w(w.size()), d_b(OC), d_out((size_t)N * OC),
       d_pre((size_t)N * OC), d_dout(dout.size()), d_dinp(inp.size());
   DevBuf<float> d_dw(w.size()), d_db(OC), d_scratch(OC);
   upload(d_inp, inp);
@@ -240,7 +240,7 @@ TEST_P(CudaMatmul, FusedEpiloguesAndFirstWritesMatchTheSeparatePasses) {
     std::vector<float> rg((size_t)N * C, 0.0f), rdx((size_t)N * C, 0.0f);
     ref::matmul_backward(rg.data(), nullptr, nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
     ref::gelu_backward(rdx.data(), x.data(), rg.data(), (int64_t)N * C);
-    DevBuf<uint16_t> d_x(x.size());
+    DevBuf<bf16> d_x(x.size());
     upload(d_x, x);
     d_dinp.poison();
     cu::matmul_backward_dgelu(d_dinp.p, d_dout.p, d_w.p, d_x.p, N, C, OC);
@@ -294,7 +294,7 @@ TEST_F(CudaTest, GemmAllTransposesBatched) {
       std::vector<float> r = c0;
       ref::gemm(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 1.0f, r.data(), ldc, batch,
                 sa, sb, sc);
-      DevBuf<uint16_t> da(a.size()), db(b.size()), dc(c0.size());
+      DevBuf<bf16> da(a.size()), db(b.size()), dc(c0.size());
       DevBuf<float> dcf(c0.size());
       upload(da, a);
       upload(db, b);
@@ -318,7 +318,7 @@ TEST_F(CudaTest, BiasAddAndBackward) {
     std::vector<float> r((size_t)N * C), rdb = db0;
     ref::bias_add(r.data(), inp.data(), bias.data(), N, C);
     ref::bias_backward(rdb.data(), inp.data(), N, C);
-    DevBuf<uint16_t> di(inp.size()), dbias(C), dout(inp.size());
+    DevBuf<bf16> di(inp.size()), dbias(C), dout(inp.size());
     DevBuf<float> ddb(C);
     upload(di, inp);
     upload(dbias, bias);
@@ -344,7 +344,7 @@ TEST_F(CudaTest, LayerNorm) {
     std::vector<float> rout(n), rmean(N), rrstd(N), rdinp = dinp0, rdw = dw0, rdb = db0;
     ref::layernorm_forward(rout.data(), rmean.data(), rrstd.data(), inp.data(), w.data(),
                            b.data(), N, C);
-    DevBuf<uint16_t> di(n), dw(C), db(C), dout_(n), dd(n), dgo(n);
+    DevBuf<bf16> di(n), dw(C), db(C), dout_(n), dd(n), dgo(n);
     DevBuf<float> dmean(N), drstd(N), ddw(C), ddb(C);
     upload(di, inp);
     upload(dw, w);
@@ -381,7 +381,7 @@ TEST_F(CudaTest, Gelu) {
     std::vector<float> r(n), rd = d0;
     ref::gelu_forward(r.data(), x.data(), n);
     ref::gelu_backward(rd.data(), x.data(), g.data(), n);
-    DevBuf<uint16_t> dx(n), dg(n), dout(n), dd(n);
+    DevBuf<bf16> dx(n), dg(n), dout(n), dd(n);
     upload(dx, x);
     upload(dg, g);
     upload(dd, d0);
@@ -517,7 +517,7 @@ TEST_P(CudaAttention, FlashAndReferenceMatchCpu) {
   ref::attention_backward(rdqkv.data(), dout.data(), qkv.data(), rout.data(), rlse.data(), B, T,
                           C, NH);
   const std::vector<float> rdqkv_flash = flash_backward_reference(rdqkv, qkv, dout, rout, rlse, B, T, C, NH);
-  DevBuf<uint16_t> dqkv_in(nqkv), dgo(nout), dout_(nout), ddq(nqkv);
+  DevBuf<bf16> dqkv_in(nqkv), dgo(nout), dout_(nout), ddq(nqkv);
   DevBuf<float> dlse(nlse);
   upload(dqkv_in, qkv);
   upload(dgo, dout);
@@ -543,7 +543,7 @@ TEST_P(CudaAttention, FlashAndReferenceMatchCpu) {
                       tol_lse()))
         << shape;
     // backward from the CPU's out (rounded to bf16, as the GPU stores it) and lse
-    DevBuf<uint16_t> dref_out(nout);
+    DevBuf<bf16> dref_out(nout);
     upload(dref_out, rounded(rout));
     upload(dlse, rlse);
     upload(ddq, dqkv0);
@@ -588,7 +588,7 @@ TEST_F(CudaTest, FlashOnTensorCoresAtT1024AndRaggedT) {
     ref::attention_backward(rdqkv.data(), dout.data(), qkv.data(), rout.data(), rlse.data(), B, T,
                             C, NH);
     const std::vector<float> want = flash_backward_reference(rdqkv, qkv, dout, rout, rlse, B, T, C, NH);
-    DevBuf<uint16_t> dqkv(nqkv), dout_(nout), dgo(nout), ddq(nqkv);
+    DevBuf<bf16> dqkv(nqkv), dout_(nout), dgo(nout), ddq(nqkv);
     DevBuf<float> dlse(nlse);
     upload(dqkv, qkv);
     upload(dgo, dout);
@@ -614,7 +614,7 @@ TEST_F(CudaTest, FlashOnTensorCoresAtT1024AndRaggedT) {
   const std::vector<float> qkv = randn(nqkv, 81);
   std::vector<float> rout(nout), rlse(nlse);
   ref::attention_forward(rout.data(), rlse.data(), qkv.data(), B, T, C, NH);
-  DevBuf<uint16_t> dqkv(nqkv + 1), dout(nout);
+  DevBuf<bf16> dqkv(nqkv + 1), dout(nout);
   DevBuf<float> dlse(nlse);
   std::vector<uint16_t> bits(nqkv);
   for (size_t i = 0; i < nqkv; ++i) bits[i] = f32_to_bf16_bits(qkv[i]);
@@ -630,7 +630,7 @@ TEST_F(CudaTest, FlashOnTensorCoresAtT1024AndRaggedT) {
   std::vector<float> rdqkv(nqkv, 0.0f);
   ref::attention_backward(rdqkv.data(), g.data(), qkv.data(), rout.data(), rlse.data(), B, T, C, NH);
   const std::vector<float> want = flash_backward_reference(rdqkv, qkv, g, rout, rlse, B, T, C, NH);
-  DevBuf<uint16_t> dg(nout), ddq(nqkv);
+  DevBuf<bf16> dg(nout), ddq(nqkv);
   upload(dg, g);
   upload(dout, rounded(rout));
   upload(dlse, rlse);
@@ -642,7 +642,7 @@ TEST_F(CudaTest, FlashOnTensorCoresAtT1024AndRaggedT) {
 TEST_F(CudaTest, FlashAttentionIsDeterministicAndRejectsOddHeads) {
   const int B = 2, T = 200, NH = 2, HS = 64, C = NH * HS;
   const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
-  DevBuf<uint16_t> qkv(nqkv), out(nout), g(nout), d1(nqkv), d2(nqkv);
+  DevBuf<bf16> qkv(nqkv), out(nout), g(nout), d1(nqkv), d2(nqkv);
   DevBuf<float> lse((size_t)B * NH * T);
   upload(qkv, randn(nqkv, 70));
   upload(g, randn(nout, 71));
@@ -677,7 +677,7 @@ TEST_F(CudaTest, CrossEntropy) {
                                ignore);
     ref::crossentropy_backward(rd_fresh.data(), logits.data(), rlse.data(), targets.data(), dloss,
                                N, V, ignore);
-    DevBuf<uint16_t> dl(n), dd(n);
+    DevBuf<bf16> dl(n), dd(n);
     DevBuf<float> dloss_(N), dlse(N);
     DevBuf<int32_t> dt(N);
     upload(dl, logits);
@@ -716,7 +716,7 @@ TEST_F(CudaTest, Embedding) {
     std::vector<float> rout(n), rdwte = dwte0, rdwpe = dwpe0;
     ref::embedding_forward(rout.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
     ref::embedding_backward(rdwte.data(), rdwpe.data(), dout.data(), tokens.data(), B, T, C);
-    DevBuf<uint16_t> dwte(wte.size()), dwpe(wpe.size()), dout_(n), dgo(n);
+    DevBuf<bf16> dwte(wte.size()), dwpe(wpe.size()), dout_(n), dgo(n);
     DevBuf<float> ddwte(wte.size()), ddwpe(wpe.size());
     DevBuf<int32_t> dtok(B * T);
     upload(dwte, wte);
@@ -749,7 +749,7 @@ TEST_F(CudaTest, AdamW) {
       ref::adamw_step(rp.data(), g.data(), rm.data(), rv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
                       0.1f, step);
       DevBuf<float> dp(n), dg(n), dm(n), dv(n);
-      DevBuf<uint16_t> dh(n);
+      DevBuf<bf16> dh(n);
       upload(dp, p0);
       upload(dg, g);
       upload(dm, m0);
@@ -809,7 +809,7 @@ TEST_F(CudaTest, RandomStreamsAreTheHosts) {
     nref[i] = 0.25f + 3.0f * philox_normal_at(key, offset + i);
   }
   DevBuf<float> u(n), z(n);
-  DevBuf<uint16_t> uh(n);
+  DevBuf<bf16> uh(n);
   u.poison();
   z.poison();
   uh.poison();

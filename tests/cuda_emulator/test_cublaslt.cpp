@@ -17,7 +17,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 #include "kernels/cuda_emulator/emulator.h"
 
 namespace {

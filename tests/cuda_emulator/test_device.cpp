@@ -12,7 +12,7 @@
 #include <set>
 #include <vector>
 
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 #include "kernels/cuda/launch.cuh"
 
 #if defined(__has_feature)

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 #include "kernels/cuda_emulator/emulator.h"
 
 namespace {

@@ -13,7 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 #include "nn/data/bpe.h"
 #include "nn/data/file_util.h"
 #include "nn/gpt.h"

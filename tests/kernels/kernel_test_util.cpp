@@ -4,7 +4,7 @@
 #include <cmath>
 #include <random>
 
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 #include "kernels/cpu/isa.h"
 
 namespace gpumix::kernels::test {
@@ -33,19 +33,19 @@ double bf16_rtol(int64_t k) {
   return std::ldexp(1.0, -8) * (1.0 + 2.0 * std::sqrt((double)std::max<int64_t>(k, 1))) + fp32_rtol(k);
 }
 
-std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
-  std::vector<uint16_t> h(x.size());
-  for (size_t i = 0; i < x.size(); i++) h[i] = f32_to_bf16_bits(x[i]);
+std::vector<bf16> to_bf16(const std::vector<float>& x) {
+  std::vector<bf16> h(x.size());
+  for (size_t i = 0; i < x.size(); i++) h[i] = bf16(x[i]);
   return h;
 }
 
-std::vector<float> to_f32(const std::vector<uint16_t>& h) {
+std::vector<float> to_f32(const std::vector<bf16>& h) {
   std::vector<float> x(h.size());
-  for (size_t i = 0; i < h.size(); i++) x[i] = bf16_bits_to_f32(h[i]);
+  for (size_t i = 0; i < h.size(); i++) x[i] = (float)(h[i]);
   return x;
 }
 
-std::vector<uint16_t> random_bf16(size_t n, uint32_t seed, float lo, float hi) {
+std::vector<bf16> random_bf16(size_t n, uint32_t seed, float lo, float hi) {
   return to_bf16(random_floats(n, seed, lo, hi));
 }
 

@@ -8,6 +8,8 @@
 #include <functional>
 #include <vector>
 
+#include "tests/half_bits.h"
+
 namespace gpumix::kernels::test {
 
 // Uniform floats in [lo, hi), reproducible from the seed.
@@ -33,12 +35,12 @@ double bf16_out_rtol(int64_t k);
 double bf16_rtol(int64_t k);
 
 // bf16 bits <-> fp32 (exact widening; round to nearest even).
-std::vector<uint16_t> to_bf16(const std::vector<float>& x);
-std::vector<float> to_f32(const std::vector<uint16_t>& h);
+std::vector<bf16> to_bf16(const std::vector<float>& x);
+std::vector<float> to_f32(const std::vector<bf16>& h);
 // Uniform floats in [lo, hi) rounded to bf16, as bits.
-std::vector<uint16_t> random_bf16(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f);
+std::vector<bf16> random_bf16(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f);
 // A quiet NaN in bf16: poisons outputs, so an element the kernel does not write fails.
-constexpr uint16_t k_bf16_nan = 0x7fc0;
+constexpr bf16 k_bf16_nan = bf16::from_bits(0x7fc0);
 
 // Runs f once for every instruction-set path (kernels/cpu/isa.h) this CPU supports, with
 // that path set and its name in the failure messages; restores the path it found.
@@ -59,7 +61,7 @@ inline ::testing::AssertionResult all_close(const char* what, const std::vector<
   return all_close(what, fast.data(), ref.data(), (int64_t)fast.size(), rtol);
 }
 
-inline ::testing::AssertionResult all_close(const char* what, const std::vector<uint16_t>& fast,
+inline ::testing::AssertionResult all_close(const char* what, const std::vector<bf16>& fast,
                                             const std::vector<float>& ref, double rtol) {
   return all_close(what, to_f32(fast), ref, rtol);
 }

@@ -13,6 +13,8 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/ref.h"
 
+using gpumix::bf16;
+
 namespace cpu = gpumix::kernels::cpu;
 namespace ref = gpumix::kernels::cpu::ref;
 using gpumix::kernels::test::all_close;
@@ -71,7 +73,7 @@ TEST_P(AttentionDecode, Bf16MatchesTheTwinOnWidenedInputs) {
   const int HS = C / NH;
   auto qkv = random_bf16((size_t)B * Tc * 3 * C, 400 + pos, -2.0f, 2.0f);
   poison_after(qkv, B, Tc, C, pos, k_bf16_nan);
-  std::vector<uint16_t> fast((size_t)B * C, k_bf16_nan), twin((size_t)B * C, k_bf16_nan);
+  std::vector<bf16> fast((size_t)B * C, k_bf16_nan), twin((size_t)B * C, k_bf16_nan);
   cpu::attention_decode(fast.data(), qkv.data(), B, Tc, C, NH, pos);
   ref::attention_decode(twin.data(), qkv.data(), B, Tc, C, NH, pos);
   // The reference unrounded: the fp32 twin on the widened inputs.

@@ -13,6 +13,8 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/ref.h"
 
+using gpumix::bf16;
+
 namespace cpu = gpumix::kernels::cpu;
 namespace ref = gpumix::kernels::cpu::ref;
 using namespace gpumix::kernels::test;
@@ -34,7 +36,7 @@ TEST_P(AttentionBf16, ForwardMatchesRef) {
   std::vector<float> out_r((size_t)B * T * C), lse_r((size_t)B * NH * T);
   ref::attention_forward(out_r.data(), lse_r.data(), to_f32(qkv).data(), B, T, C, NH);
   for_each_isa([&] {
-    std::vector<uint16_t> out((size_t)B * T * C, k_bf16_nan);
+    std::vector<bf16> out((size_t)B * T * C, k_bf16_nan);
     std::vector<float> lse((size_t)B * NH * T, NAN);
     cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
     EXPECT_TRUE(all_close("bf16 attention out", out, out_r, bf16_rtol(T)));
@@ -59,7 +61,7 @@ TEST_P(AttentionBf16, BackwardMatchesRefAndAccumulates) {
   for (size_t i = 0; i < d_r.size(); i++) d_r[i] += z_r[i];
   for_each_isa([&] {
     // From zero: the increments alone, every element of dqkv written.
-    std::vector<uint16_t> z(qkv.size(), 0);
+    std::vector<bf16> z(qkv.size(), bf16{});
     cpu::attention_backward(z.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
     // D_i = dout_i . out_i takes the bf16-rounded out: 2^-8 more on each score gradient.
     EXPECT_TRUE(all_close("bf16 attention dqkv from zero", z, z_r, bf16_rtol(T)));
@@ -79,10 +81,10 @@ TEST_P(AttentionBf16, FastForwardThenBackwardMatchesRef) {
   ref::attention_backward(d_r.data(), to_f32(dout).data(), to_f32(qkv).data(), o32.data(), l32.data(),
                           B, T, C, NH);
   for_each_isa([&] {
-    std::vector<uint16_t> out((size_t)B * T * C, k_bf16_nan);
+    std::vector<bf16> out((size_t)B * T * C, k_bf16_nan);
     std::vector<float> lse((size_t)B * NH * T, NAN);
     cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    std::vector<uint16_t> d(qkv.size(), 0);
+    std::vector<bf16> d(qkv.size(), bf16{});
     cpu::attention_backward(d.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
     EXPECT_TRUE(all_close("bf16 attention dqkv (fast fwd + bwd)", d, d_r, bf16_rtol(T)));
   });

@@ -18,6 +18,8 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/ref.h"
 
+using gpumix::bf16;
+
 namespace cpu = gpumix::kernels::cpu;
 namespace ref = gpumix::kernels::cpu::ref;
 using namespace gpumix::kernels::test;
@@ -29,20 +31,20 @@ struct GemmCase {
 };
 
 std::vector<float> widen(const std::vector<float>& x) { return x; }
-std::vector<float> widen(const std::vector<uint16_t>& h) { return to_f32(h); }
+std::vector<float> widen(const std::vector<bf16>& h) { return to_f32(h); }
 
 template <class Out>
 std::vector<Out> random_out(size_t n, uint32_t seed);
 template <>
 std::vector<float> random_out<float>(size_t n, uint32_t seed) { return random_floats(n, seed); }
 template <>
-std::vector<uint16_t> random_out<uint16_t>(size_t n, uint32_t seed) { return random_bf16(n, seed); }
+std::vector<bf16> random_out<bf16>(size_t n, uint32_t seed) { return random_bf16(n, seed); }
 template <class Out>
 Out poison();
 template <>
 float poison<float>() { return NAN; }
 template <>
-uint16_t poison<uint16_t>() { return k_bf16_nan; }
+bf16 poison<bf16>() { return k_bf16_nan; }
 
 template <class Out>
 double out_rtol(int64_t k) {
@@ -92,7 +94,7 @@ TEST(GemmBf16, MatchesRefAllTransposesBothResultTypes) {
     for (int ta = 0; ta < 2; ta++)
       for (int tb = 0; tb < 2; tb++)
         for (float beta : {0.0f, 1.0f, -0.6f}) {
-          check_gemm<uint16_t>(g, ta, tb, 0.7f, beta, false, seed++);
+          check_gemm<bf16>(g, ta, tb, 0.7f, beta, false, seed++);
           check_gemm<float>(g, ta, tb, beta == 1.0f ? 1.0f : 0.7f, beta, false, seed++);
         }
 }
@@ -104,14 +106,14 @@ TEST(GemmBf16, ATransposedOfManyRowsRunsInRowBlocks) {
   uint32_t seed = 500;
   for (int tb = 0; tb < 2; tb++)
     for (float beta : {0.0f, 1.0f}) {
-      check_gemm<uint16_t>(g, true, tb, 0.7f, beta, false, seed++);
+      check_gemm<bf16>(g, true, tb, 0.7f, beta, false, seed++);
       check_gemm<float>(g, true, tb, 1.0f, beta, false, seed++);
     }
 }
 
 TEST(GemmBf16, SharedOperandAcrossTheBatch) {
   // stride_b == 0: one B for every batch matrix (oneDNN broadcasts it).
-  check_gemm<uint16_t>({33, 20, 17, 3}, false, true, 1.0f, 0.0f, true, 7);
+  check_gemm<bf16>({33, 20, 17, 3}, false, true, 1.0f, 0.0f, true, 7);
   check_gemm<float>({33, 20, 17, 3}, true, false, 0.5f, 1.0f, true, 8);
 }
 
@@ -130,21 +132,21 @@ TEST(GemmBf16, SameCForEveryBatchMatrixAccumulatesInOrder) {
 
 TEST(GemmBf16, EdgeCasesFollowTheContract) {
   // k == 0: C = beta * C (beta 0 writes zeros over NaN); m or n == 0: nothing is touched.
-  std::vector<uint16_t> c = to_bf16({1, 2, 3, 4, 5, 6});
-  cpu::gemm(false, false, 2, 3, 0, 1.0f, (const uint16_t*)nullptr, 1, nullptr, 3, 0.5f, c.data(), 3);
+  std::vector<bf16> c = to_bf16({1, 2, 3, 4, 5, 6});
+  cpu::gemm(false, false, 2, 3, 0, 1.0f, (const bf16*)nullptr, 1, nullptr, 3, 0.5f, c.data(), 3);
   EXPECT_EQ(to_f32(c), (std::vector<float>{0.5f, 1, 1.5f, 2, 2.5f, 3}));
   std::vector<float> cf(6, NAN);
-  cpu::gemm(false, false, 2, 3, 0, 1.0f, (const uint16_t*)nullptr, 1, nullptr, 3, 0.0f, cf.data(), 3);
+  cpu::gemm(false, false, 2, 3, 0, 1.0f, (const bf16*)nullptr, 1, nullptr, 3, 0.0f, cf.data(), 3);
   EXPECT_EQ(cf, std::vector<float>(6, 0.0f));
-  std::vector<uint16_t> untouched(6, k_bf16_nan);
-  cpu::gemm(false, false, 0, 3, 4, 1.0f, (const uint16_t*)nullptr, 4, nullptr, 3, 1.0f, untouched.data(), 3);
-  cpu::gemm(false, false, 2, 0, 4, 1.0f, (const uint16_t*)nullptr, 4, nullptr, 3, 1.0f, untouched.data(), 3);
-  EXPECT_EQ(untouched, std::vector<uint16_t>(6, k_bf16_nan));
+  std::vector<bf16> untouched(6, k_bf16_nan);
+  cpu::gemm(false, false, 0, 3, 4, 1.0f, (const bf16*)nullptr, 4, nullptr, 3, 1.0f, untouched.data(), 3);
+  cpu::gemm(false, false, 2, 0, 4, 1.0f, (const bf16*)nullptr, 4, nullptr, 3, 1.0f, untouched.data(), 3);
+  EXPECT_EQ(untouched, std::vector<bf16>(6, k_bf16_nan));
 }
 
 TEST(GemmBf16, BadLeadingDimensionIsAClearError) {
   const auto a = random_bf16(64, 1), b = random_bf16(64, 2);
-  std::vector<uint16_t> c(64);
+  std::vector<bf16> c(64);
   try {
     cpu::gemm(false, false, 4, 4, 8, 1.0f, a.data(), 5, b.data(), 4, 0.0f, c.data(), 4);
     FAIL() << "lda 5 < k 8 was accepted";
@@ -160,7 +162,7 @@ TEST(GemmBf16, BadLeadingDimensionIsAClearError) {
 
 TEST(GemmBf16, PrimitivesAreCachedAndTheBf16PathIsNamed) {
   const auto a = random_bf16(48 * 40, 1), b = random_bf16(40 * 24, 2);
-  std::vector<uint16_t> c(48 * 24);
+  std::vector<bf16> c(48 * 24);
   cpu::gemm(false, false, 48, 24, 40, 1.0f, a.data(), 40, b.data(), 24, 0.0f, c.data(), 24);
   const int64_t cached = cpu::gemm_cached_primitives();
   for (int i = 0; i < 3; i++)
@@ -213,8 +215,8 @@ TEST_P(MatmulBf16, ForwardMatchesRefEveryElementWritten) {
   const auto inp = random_bf16((size_t)N * C, 10), w = random_bf16((size_t)OC * C, 11),
              bias = random_bf16(OC, 12);
   for_each_isa([&] {
-    for (const uint16_t* bp : {bias.data(), (const uint16_t*)nullptr}) {
-      std::vector<uint16_t> out((size_t)N * OC, k_bf16_nan);
+    for (const bf16* bp : {bias.data(), (const bf16*)nullptr}) {
+      std::vector<bf16> out((size_t)N * OC, k_bf16_nan);
       std::vector<float> out_ref((size_t)N * OC);
       cpu::matmul_forward(out.data(), inp.data(), w.data(), bp, N, C, OC);
       const auto b32 = to_f32(bias);
@@ -269,7 +271,7 @@ TEST_P(BiasBf16, AddIsTheRoundedSumInPlaceToo) {
     for (int c = 0; c < C; c++) sum[(size_t)i * C + c] = x[(size_t)i * C + c] + b[c];
   const auto expected = to_bf16(sum);  // exact: one fp32 add, one rounding
   for_each_isa([&] {
-    std::vector<uint16_t> out((size_t)N * C, k_bf16_nan);
+    std::vector<bf16> out((size_t)N * C, k_bf16_nan);
     cpu::bias_add(out.data(), inp.data(), bias.data(), N, C);
     EXPECT_EQ(out, expected);
     auto inplace = inp;

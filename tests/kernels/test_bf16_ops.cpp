@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "kernel_test_util.h"
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/ref.h"
+
+using gpumix::bf16;
 
 namespace cpu = gpumix::kernels::cpu;
 namespace ref = gpumix::kernels::cpu::ref;
@@ -32,7 +34,7 @@ TEST_P(LayerNormBf16, ForwardMatchesRef) {
   ref::layernorm_forward(out_r.data(), mean_r.data(), rstd_r.data(), to_f32(inp).data(),
                          to_f32(w).data(), to_f32(b).data(), N, C);
   for_each_isa([&] {
-    std::vector<uint16_t> out((size_t)N * C, k_bf16_nan);
+    std::vector<bf16> out((size_t)N * C, k_bf16_nan);
     std::vector<float> mean(N, NAN), rstd(N, NAN);
     cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
     // Statistics in fp32 over C terms; out = (x - mean) * rstd * w + b: an error in the
@@ -41,7 +43,7 @@ TEST_P(LayerNormBf16, ForwardMatchesRef) {
     EXPECT_TRUE(all_close("bf16 layernorm rstd", rstd, rstd_r, fp32_rtol(C + 1)));
     EXPECT_TRUE(all_close("bf16 layernorm out", out, out_r, bf16_out_rtol(0) + 4 * fp32_rtol(C + 1)));
     // mean and rstd may be null (cuda.h): out is the same.
-    std::vector<uint16_t> out2((size_t)N * C, k_bf16_nan);
+    std::vector<bf16> out2((size_t)N * C, k_bf16_nan);
     cpu::layernorm_forward(out2.data(), nullptr, nullptr, inp.data(), w.data(), b.data(), N, C);
     EXPECT_EQ(out2, out);
   });
@@ -90,7 +92,7 @@ TEST_P(Bf16Sizes, GeluMatchesRef) {
   auto dx_r = to_f32(dx0);
   ref::gelu_backward(dx_r.data(), to_f32(x).data(), to_f32(dy).data(), n);
   for_each_isa([&] {
-    std::vector<uint16_t> y(n, k_bf16_nan);
+    std::vector<bf16> y(n, k_bf16_nan);
     cpu::gelu_forward(y.data(), x.data(), n);
     // exp_vec is within 2 ulp of exp: a few fp32 roundings before the bf16 one.
     EXPECT_TRUE(all_close("bf16 gelu", y, y_r, bf16_out_rtol(8)));
@@ -114,7 +116,7 @@ TEST_P(Bf16Sizes, ElementwiseAreTheRoundedFp32Results) {
   }
   for_each_isa([&] {
     // add and scale: one fp32 operation, one rounding: bit-exact.
-    std::vector<uint16_t> out(n, k_bf16_nan);
+    std::vector<bf16> out(n, k_bf16_nan);
     cpu::add(out.data(), a.data(), b.data(), n);
     EXPECT_EQ(out, to_bf16(sum));
     auto x = a;
@@ -134,9 +136,9 @@ TEST_P(Bf16Sizes, ElementwiseAreTheRoundedFp32Results) {
     ref::axpy(z_r.data(), af.data(), 0.3f, n);
     EXPECT_TRUE(all_close("fp32 += bf16 axpy", z, z_r, fp32_rtol(2)));
     // fill writes every element, rounding the value once.
-    std::vector<uint16_t> f(n, k_bf16_nan);
+    std::vector<bf16> f(n, k_bf16_nan);
     cpu::fill(f.data(), 1.0f / 3.0f, n);
-    EXPECT_EQ(f, std::vector<uint16_t>(n, gpumix::f32_to_bf16_bits(1.0f / 3.0f)));
+    EXPECT_EQ(f, std::vector<bf16>(n, gpumix::bf16(1.0f / 3.0f)));
     std::vector<float> ff(n, NAN);
     cpu::fill(ff.data(), -2.5f, n);
     EXPECT_EQ(ff, std::vector<float>(n, -2.5f));
@@ -166,7 +168,7 @@ TEST_P(Bf16Sizes, AdamWMatchesRefAndWritesTheBf16Copy) {
   for_each_isa([&] {
     for (int step = 1; step <= 3; step++) {
       const auto g = random_floats(n, 10 + step, -0.1f, 0.1f);
-      std::vector<uint16_t> copy(n, k_bf16_nan);
+      std::vector<bf16> copy(n, k_bf16_nan);
       cpu::adamw_step(p.data(), copy.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
       ref::adamw_step(p_r.data(), g.data(), m_r.data(), v_r.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
       EXPECT_EQ(copy, to_bf16(p));  // the copy is exactly the new master weights, rounded
@@ -184,7 +186,7 @@ INSTANTIATE_TEST_SUITE_P(N, Bf16Sizes, ::testing::Values(1, 3, 17, 33, 1000, 100
 TEST(Bf16Conversion, BitExactOnEveryPathOverAllUpperHalves) {
   // Every bf16 value (all 2^16 upper halves, NaNs, infinities and subnormals included)
   // under lower halves at, around and away from the rounding ties, plus random words:
-  // f32_to_bf16 equals kernels/bf16.h's scalar rounding on every path, and widening is
+  // f32_to_bf16 equals kernels/half_types.h's scalar rounding on every path, and widening is
   // exact.
   std::vector<float> x;
   for (uint32_t hi = 0; hi < 65536; hi++)
@@ -202,18 +204,18 @@ TEST(Bf16Conversion, BitExactOnEveryPathOverAllUpperHalves) {
     x.push_back(f);
   }
   const int64_t n = (int64_t)x.size();
-  std::vector<uint16_t> expected(n);
-  for (int64_t i = 0; i < n; i++) expected[i] = gpumix::f32_to_bf16_bits(x[i]);
+  std::vector<bf16> expected(n);
+  for (int64_t i = 0; i < n; i++) expected[i] = gpumix::bf16(x[i]);
   for_each_isa([&] {
-    std::vector<uint16_t> h(n);
+    std::vector<bf16> h(n);
     cpu::f32_to_bf16(h.data(), x.data(), n);
-    ASSERT_EQ(0, std::memcmp(h.data(), expected.data(), n * 2)) << "f32_to_bf16 differs from bf16.h";
+    ASSERT_EQ(0, std::memcmp(h.data(), expected.data(), n * 2)) << "f32_to_bf16 differs from half_types.h";
     std::vector<float> back(n);
     cpu::bf16_to_f32(back.data(), h.data(), n);
     for (int64_t i = 0; i < n; i++) {
       uint32_t u;
       std::memcpy(&u, &back[i], 4);
-      ASSERT_EQ(u, (uint32_t)h[i] << 16) << i;
+      ASSERT_EQ(u, (uint32_t)h[i].bits << 16) << i;
     }
   });
 }
@@ -257,7 +259,7 @@ TEST_P(CrossEntropyBf16, ForwardBackwardMatchRefWithIgnoreIndex) {
     for (int i = 0; i < N; i += 3)
       EXPECT_EQ(0, std::memcmp(d.data() + (size_t)i * V, d0.data() + (size_t)i * V, V * 2)) << i;
     // Writing: every element written (poisoned first), ignored rows zero.
-    std::vector<uint16_t> w((size_t)N * V, k_bf16_nan);
+    std::vector<bf16> w((size_t)N * V, k_bf16_nan);
     cpu::crossentropy_backward(w.data(), logits.data(), lse_r.data(), targets.data(), dloss, N, V, k_ignore, false);
     EXPECT_TRUE(all_close("bf16 dlogits (write)", w, fresh_r, bf16_out_rtol(4)));
     // ... also in place over the logits.
@@ -290,7 +292,7 @@ TEST_P(EmbeddingBf16, ForwardIsTheRoundedSumBackwardMatchesRef) {
   auto dwte_r = dwte0, dwpe_r = dwpe0;
   ref::embedding_backward(dwte_r.data(), dwpe_r.data(), to_f32(dout).data(), tokens.data(), B, T, C);
   for_each_isa([&] {
-    std::vector<uint16_t> out((size_t)B * T * C, k_bf16_nan);
+    std::vector<bf16> out((size_t)B * T * C, k_bf16_nan);
     cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
     EXPECT_EQ(out, to_bf16(sum));
     auto dwte = dwte0, dwpe = dwpe0;
@@ -313,12 +315,12 @@ TEST(RefBf16Twins, AreTheRoundedFp32Twins) {
   // that contract on two ops with bf16 outputs (the rest share the same helpers).
   const int N = 7, C = 33, OC = 9;
   const auto x = random_bf16((size_t)N * C, 1), w = random_bf16((size_t)OC * C, 2), b = random_bf16(OC, 3);
-  std::vector<uint16_t> out((size_t)N * OC);
+  std::vector<bf16> out((size_t)N * OC);
   std::vector<float> out_r((size_t)N * OC);
   ref::matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
   ref::matmul_forward(out_r.data(), to_f32(x).data(), to_f32(w).data(), to_f32(b).data(), N, C, OC);
   EXPECT_EQ(out, to_bf16(out_r));
-  std::vector<uint16_t> g((size_t)N * C);
+  std::vector<bf16> g((size_t)N * C);
   std::vector<float> g_r((size_t)N * C);
   ref::gelu_forward(g.data(), x.data(), (int64_t)N * C);
   ref::gelu_forward(g_r.data(), to_f32(x).data(), (int64_t)N * C);

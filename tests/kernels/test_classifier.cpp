@@ -12,6 +12,8 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/ref.h"
 
+using gpumix::bf16;
+
 namespace cpu = gpumix::kernels::cpu;
 namespace ref = gpumix::kernels::cpu::ref;
 using namespace gpumix::kernels::test;
@@ -110,7 +112,7 @@ TEST_P(Classifier, Bf16MatchesUnfusedAndRef) {
   const double d_rtol = fp32_rtol(4) + rtol * max_abs(lse_r);
   for_each_isa([&] {
     std::vector<float> loss_u(N), lse_u(N);
-    std::vector<uint16_t> d_u((size_t)N * V, k_bf16_nan);
+    std::vector<bf16> d_u((size_t)N * V, k_bf16_nan);
     cpu::crossentropy_forward(loss_u.data(), lse_u.data(), xv.data(), targets.data(), N, V, k_ignore);
     cpu::crossentropy_backward(d_u.data(), xv.data(), lse_u.data(), targets.data(), scale, N, V, k_ignore, false);
     std::vector<float> loss(N, NAN), lse(N, NAN);

@@ -14,6 +14,7 @@
 
 namespace cpu = gpumix::kernels::cpu;
 namespace ref = gpumix::kernels::cpu::ref;
+using gpumix::bf16;
 using gpumix::kernels::test::all_close;
 using gpumix::kernels::test::fp32_rtol;
 using gpumix::kernels::test::random_floats;
@@ -84,7 +85,7 @@ TEST_P(Sizes, Bf16ConversionMatchesRefBitwise) {
     a[1] = INFINITY;
     a[2] = -FLT_MAX;
   }
-  std::vector<uint16_t> h_f(n), h_r(n);
+  std::vector<bf16> h_f(n), h_r(n);
   cpu::f32_to_bf16(h_f.data(), a.data(), n);
   ref::f32_to_bf16(h_r.data(), a.data(), n);
   EXPECT_EQ(h_f, h_r);
@@ -102,13 +103,15 @@ TEST_P(Sizes, Bf16ConversionMatchesRefBitwise) {
 INSTANTIATE_TEST_SUITE_P(N, Sizes, ::testing::Values(1, 3, 17, 33, 100003));
 
 namespace {
+// Through the kernels, bits in and out.
 uint16_t to_bf16(float x) {
-  uint16_t h;
+  bf16 h;
   cpu::f32_to_bf16(&h, &x, 1);
-  return h;
+  return h.bits;
 }
-float from_bf16(uint16_t h) {
+float from_bf16(uint16_t bits) {
   float x;
+  const bf16 h = bf16::from_bits(bits);
   cpu::bf16_to_f32(&x, &h, 1);
   return x;
 }
@@ -181,7 +184,7 @@ GPUMIX_TARGET_AVX512 void exp16_of(float* y, const float* x, int n) {
     cpu::store16(y + i, cpu::exp16(cpu::load16(x + i, m)), m);
   }
 }
-GPUMIX_TARGET_AVX512 void bf16_round_trip(uint16_t* h, float* back, const float* x, int n) {
+GPUMIX_TARGET_AVX512 void bf16_round_trip(bf16* h, float* back, const float* x, int n) {
   for (int i = 0; i < n; i += 16) {
     const __mmask16 m = cpu::lanes_below(n, i);
     cpu::store16(h + i, cpu::load16(x + i, m), m);
@@ -230,16 +233,16 @@ TEST(Bf16, SixteenLaneStoresRoundAsTheScalarConversion) {
   const std::vector<float> r = random_floats(1000, 11, -3.0f, 3.0f);
   x.insert(x.end(), r.begin(), r.end());  // 1016 values: a masked tail of 8
   const int n = (int)x.size();
-  std::vector<uint16_t> h(n + 16, 0xbeef);
+  std::vector<bf16> h(n + 16, bf16::from_bits(0xbeef));
   std::vector<float> back(n + 16, -7.0f);
   bf16_round_trip(h.data(), back.data(), x.data(), n);
   for (int i = 0; i < n; i++) {
-    ASSERT_EQ(h[i], to_bf16(x[i])) << "x[" << i << "] = " << x[i];
-    const float widened = from_bf16(h[i]);
+    ASSERT_EQ(h[i].bits, to_bf16(x[i])) << "x[" << i << "] = " << x[i];
+    const float widened = from_bf16(h[i].bits);
     ASSERT_EQ(std::memcmp(&back[i], &widened, 4), 0) << i;
   }
   for (int i = n; i < n + 16; i++) {
-    EXPECT_EQ(h[i], 0xbeef) << "the store wrote past the mask at " << i;
+    EXPECT_EQ(h[i].bits, 0xbeef) << "the store wrote past the mask at " << i;
     EXPECT_EQ(back[i], -7.0f) << i;
   }
 }
