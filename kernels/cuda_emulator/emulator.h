@@ -56,6 +56,12 @@ class WorkError : public std::runtime_error {
   int error;
 };
 
+// The shared-memory race detector (launch.h): on unless GPUMIX_EMULATED_RACECHECK=0. A test
+// turns it off (0) or on (1) for the kernels launched after, or back to the environment's
+// choice (-1).
+void set_racecheck(int on);
+bool racecheck_enabled();
+
 // The device ordinal of a stream (nullptr: the current device's legacy default stream).
 int stream_device(CUstream_st* stream);
 

@@ -14,6 +14,7 @@
 
 #include "kernels/bf16.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda_emulator/emulator.h"
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
@@ -101,9 +102,24 @@ TEST_F(EmulatedDevice, BlockReductionWithBarriersIsExact) {
   EXPECT_EQ(got, want);
 }
 
-TEST_F(EmulatedDevice, RemovedSyncthreadsGivesAWrongResult) {
+// The race detector names the race: a thread reads what another wrote in the same barrier
+// interval (the tree's first step reads sh[t + s] that thread t + s wrote before).
+TEST_F(EmulatedDevice, RemovedSyncthreadsIsAReadAfterWriteRace) {
+  std::vector<float> got, want;
+  EXPECT_DEATH(block_sums(false, &got, &want),
+               "device fault in kernel block_sum_kernel .*shared-memory race \\((read after "
+               "write|write after read)\\): thread \\([0-9]+,0,0\\) (reads|writes) 0x[0-9a-f]+ "
+               "\\(byte [0-9]+ of __shared__ sh\\) at [^ ]*test_device.cpp:[0-9]+ .*; thread "
+               "\\([0-9]+,0,0\\) (wrote|read) it at [^ ]*test_device.cpp:[0-9]+ .*since the "
+               "block's start");
+}
+
+// Without the detector, the same kernel still fails: a wrong result, from the interleaving.
+TEST_F(EmulatedDevice, RemovedSyncthreadsGivesAWrongResultWithoutTheDetector) {
+  cuda_emulator::set_racecheck(0);
   std::vector<float> got, want;
   block_sums(false, &got, &want);
+  cuda_emulator::set_racecheck(-1);
   int wrong = 0;
   for (size_t b = 0; b < got.size(); ++b) wrong += !(got[b] == want[b]);
   EXPECT_GT(wrong, 0) << "every block summed correctly without its barriers";
@@ -250,7 +266,7 @@ __global__ void dynamic_shared_kernel(float* out, int n) {
   if (threadIdx.x == 0) out[0] = dyn[n - 1];  // poison: nothing wrote it
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += blockDim.x) dyn[i] = (float)i;
-  st[threadIdx.x % 4] = 0.0f;
+  if (threadIdx.x < 4) st[threadIdx.x] = 0.0f;
   __syncthreads();
   if (threadIdx.x == 0) out[1] = dyn[n - 1];
 }
