@@ -1193,14 +1193,58 @@ cudaError_t func_set_attribute(const void* kernel, cudaFuncAttribute attr, int v
   return cudaSuccess;
 }
 
+}  // namespace detail
+}  // namespace cuda_emulator
+
+// The start of each patchable_function_entry padding in the program (g++ and the linker make
+// them; absent without any).
+extern "C" const uintptr_t __start___patchable_function_entries[] __attribute__((weak));
+extern "C" const uintptr_t __stop___patchable_function_entries[] __attribute__((weak));
+
+namespace cuda_emulator {
+namespace detail {
+
+// A kernel's __launch_bounds__ max threads (device_language.h), or 0 for none: the length of
+// the run of one-byte NOPs right before its entry that a padding entry starts.
+unsigned launch_bound(const void* kernel) {
+  static std::mutex m;
+  static std::vector<uintptr_t>* starts = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(m);
+    if (!starts) {
+      starts = new std::vector<uintptr_t>;
+      if (__start___patchable_function_entries)
+        starts->assign(__start___patchable_function_entries, __stop___patchable_function_entries);
+      std::sort(starts->begin(), starts->end());
+    }
+  }
+  const uintptr_t k = (uintptr_t)kernel;
+  auto it = std::lower_bound(starts->begin(), starts->end(), k);
+  if (it == starts->begin()) return 0;
+  const uintptr_t p = *--it;
+  if (k - p > kMaxThreads) return 0;
+  for (uintptr_t a = p; a < k; ++a)
+    if (*(const unsigned char*)a != 0x90) return 0;  // another function's body: no bound
+  return (unsigned)(k - p);
+}
+
 cudaError_t check_launch(const LaunchSite& site, dim3 grid, dim3 block, size_t smem) {
-  (void)site;
   const DeviceLimits l = limits_of_current_device();
   const uint64_t threads = (uint64_t)block.x * block.y * block.z;
   if (block.x == 0 || block.y == 0 || block.z == 0 || block.x > (unsigned)l.max_bx ||
       block.y > (unsigned)l.max_by || block.z > (unsigned)l.max_bz ||
       threads > (uint64_t)l.max_threads)
     return cudaErrorInvalidConfiguration;
+  // CUDA C++ Programming Guide, "Launch Bounds": a launch of more threads per block than the
+  // kernel's maxThreadsPerBlock fails (the driver: too many resources requested for launch).
+  const unsigned bound = launch_bound(site.kernel);
+  if (bound > 0 && threads > bound) {
+    fprintf(stderr,
+            "cuda_emulator: kernel %s launched at %s:%d with %llu threads per block, over its "
+            "__launch_bounds__(%u): cudaErrorLaunchOutOfResources\n",
+            site.name, site.file, site.line, (unsigned long long)threads, bound);
+    return cudaErrorLaunchOutOfResources;
+  }
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > (unsigned)l.max_gx ||
       grid.y > (unsigned)l.max_gy || grid.z > (unsigned)l.max_gz)
     return cudaErrorInvalidConfiguration;
