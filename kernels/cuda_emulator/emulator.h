@@ -62,6 +62,11 @@ class WorkError : public std::runtime_error {
 void set_racecheck(int on);
 bool racecheck_enabled();
 
+// cuBLASLt refusals on request (cublaslt.cpp): rules such as "DGELU=none,TRANSA=NOT_SUPPORTED"
+// make cublasLtMatmulAlgoGetHeuristic answer 0 algorithms, NOT_SUPPORTED or INVALID_VALUE for
+// the problems they name; null: GPUMIX_EMULATED_CUBLASLT_REFUSE's (read at the first call).
+void set_cublaslt_refusals(const char* rules);
+
 // The device ordinal of a stream (nullptr: the current device's legacy default stream).
 int stream_device(CUstream_st* stream);
 
