@@ -384,18 +384,22 @@ bool racecheck_on() {
   return v < 0 ? racecheck_default() : v != 0;
 }
 
+Schedule parse_schedule(const char* e, const char* source) {
+  if (!e || !*e || strcmp(e, "fixed") == 0) return Schedule::fixed;
+  if (strcmp(e, "warp-ahead") == 0) return Schedule::warp_ahead;
+  if (strcmp(e, "warp-shuffle") == 0) return Schedule::warp_shuffle;
+  fprintf(stderr,
+          "cuda_emulator: %s '%s' is not a schedule: fixed (the default), warp-ahead or "
+          "warp-shuffle\n",
+          source, e);
+  abort();
+}
+std::atomic<int> g_schedule{-1};  // -1: the environment's
 Schedule schedule_from_env() {
-  static const Schedule s = [] {
-    const char* e = getenv("GPUMIX_EMULATED_SCHEDULE");
-    if (!e || !*e || strcmp(e, "fixed") == 0) return Schedule::fixed;
-    if (strcmp(e, "warp-ahead") == 0) return Schedule::warp_ahead;
-    if (strcmp(e, "warp-shuffle") == 0) return Schedule::warp_shuffle;
-    fprintf(stderr,
-            "cuda_emulator: GPUMIX_EMULATED_SCHEDULE=%s is not a schedule: fixed (the default), "
-            "warp-ahead or warp-shuffle\n",
-            e);
-    abort();
-  }();
+  const int v = g_schedule.load(std::memory_order_relaxed);
+  if (v >= 0) return (Schedule)v;
+  static const Schedule s = parse_schedule(getenv("GPUMIX_EMULATED_SCHEDULE"),
+                                           "GPUMIX_EMULATED_SCHEDULE=");
   return s;
 }
 
@@ -1171,6 +1175,9 @@ void nanosleep_ns(unsigned ns) { std::this_thread::sleep_for(std::chrono::nanose
 }  // namespace detail
 
 void set_racecheck(int on) { detail::g_racecheck.store(on < 0 ? -1 : on != 0); }
+void set_schedule(const char* name) {
+  detail::g_schedule.store(name ? (int)detail::parse_schedule(name, "set_schedule:") : -1);
+}
 bool racecheck_enabled() { return detail::racecheck_on(); }
 
 namespace detail {

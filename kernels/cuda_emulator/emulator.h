@@ -61,6 +61,9 @@ class WorkError : public std::runtime_error {
 // choice (-1).
 void set_racecheck(int on);
 bool racecheck_enabled();
+// The block scheduler's policy for the kernels launched after (launch.h): "fixed",
+// "warp-ahead" or "warp-shuffle"; null: GPUMIX_EMULATED_SCHEDULE's (default fixed).
+void set_schedule(const char* name);
 
 // cuBLASLt refusals on request (cublaslt.cpp): rules such as "DGELU=none,TRANSA=NOT_SUPPORTED"
 // make cublasLtMatmulAlgoGetHeuristic answer 0 algorithms, NOT_SUPPORTED or INVALID_VALUE for

@@ -475,6 +475,56 @@ __global__ void atomics_kernel(int* isum, float* fsum, unsigned long long* umin,
   atomicMax(imax, i);
 }
 
+// The order threads first run in, per schedule: a ticket per thread before the barrier and
+// one after. fixed: the warps interleave (a seeded shuffle of the threads); warp-ahead: one
+// warp runs to the barrier before any other starts; warp-shuffle: every warp runs to the
+// barrier before the next starts, in both intervals.
+__global__ void schedule_ticket_kernel(int* first, int* second, int* counter) {
+  first[threadIdx.x] = atomicAdd(&counter[0], 1);
+  __syncthreads();
+  second[threadIdx.x] = atomicAdd(&counter[1], 1);
+}
+
+// How many of the warps' tickets (per interval) are 32 consecutive numbers starting at a
+// multiple of 32, and whether the first 32 tickets of the first interval are one warp's.
+void tickets(const char* schedule, int* whole_warps, bool* leader) {
+  cuda_emulator::set_schedule(schedule);
+  Dev<int> first(128), second(128), counter(2);
+  CHECK_CUDA(cudaMemset(counter.p, 0, 8));
+  GPUMIX_LAUNCH(schedule_ticket_kernel, 1, 128, 0, nullptr, first.p, second.p, counter.p);
+  const std::vector<int> a = first.get(), b = second.get();
+  cuda_emulator::set_schedule(nullptr);
+  *whole_warps = 0;
+  for (const std::vector<int>* t : {&a, &b})
+    for (int w = 0; w < 4; ++w) {
+      const int base = (*t)[w * 32] / 32 * 32;
+      bool whole = true;
+      for (int l = 0; l < 32; ++l) whole = whole && (*t)[w * 32 + l] / 32 * 32 == base;
+      *whole_warps += whole;
+    }
+  *leader = false;
+  for (int w = 0; w < 4; ++w) {
+    bool lead = true;
+    for (int l = 0; l < 32; ++l) lead = lead && a[w * 32 + l] < 32;
+    *leader = *leader || lead;
+  }
+}
+
+TEST_F(EmulatedDevice, SchedulesLetWarpsRunAhead) {
+  int whole = 0;
+  bool leader = false;
+  tickets("fixed", &whole, &leader);
+  EXPECT_EQ(whole, 0);
+  EXPECT_FALSE(leader);
+  tickets("warp-ahead", &whole, &leader);
+  EXPECT_TRUE(leader);
+  EXPECT_GE(whole, 2);  // the leader of each interval
+  tickets("warp-shuffle", &whole, &leader);
+  EXPECT_TRUE(leader);
+  EXPECT_EQ(whole, 8);
+  EXPECT_DEATH(cuda_emulator::set_schedule("ahead"), "set_schedule: 'ahead' is not a schedule");
+}
+
 TEST_F(EmulatedDevice, AtomicsAreExactReadModifyWrites) {
   Dev<int> isum(1), imax(1);
   Dev<float> fsum(1);
