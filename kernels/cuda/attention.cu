@@ -304,6 +304,13 @@ constexpr bool kTcFormat = std::is_same<H, bf16>::value;
 //   the kernels write disjoint parts).
 constexpr int kTcRows = 64;  // rows per block (4 warps x 16), and rows per streamed tile
 
+// Two barriers of flash_forward_tc_kernel that tests/cuda_emulator/test_seeded_bugs.cpp removes
+// in its own copy of this file (defining the macro first), to show that the emulated device
+// fails without each; everywhere else a plain __syncthreads().
+#ifndef GPUMIX_SEEDED_BARRIER
+#define GPUMIX_SEEDED_BARRIER(which) __syncthreads()
+#endif
+
 template <int D>
 struct Tc {
   static_assert(D % 32 == 0, "the tensor-core attention takes head sizes that are multiples of 32");
@@ -459,7 +466,7 @@ __global__ void __launch_bounds__(128) flash_forward_tc_kernel(
     } else {
       cp_async_wait<0>();
     }
-    __syncthreads();
+    GPUMIX_SEEDED_BARRIER(after_wait);
     if (it == 0) {
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) tc_load_a<D>(qa[ks], Qs + warp * 16, ks, lane);
@@ -510,7 +517,7 @@ __global__ void __launch_bounds__(128) flash_forward_tc_kernel(
     uint32_t pa[4][4];
     tc_pack_a<8>(pa, s);
     tc_ab<D, 4>(o, pa, Vs(buf), lane);
-    __syncthreads();  // the next iteration's copies overwrite this buffer
+    GPUMIX_SEEDED_BARRIER(before_overwrite);  // the next iteration's copies overwrite this buffer
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

@@ -99,6 +99,7 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo;
   bool found = false;  // false: the heuristic has no algorithm (the caller decides)
+  std::string refusal;  // then, what the heuristic answered
   std::mutex mutex;
   ~Plan() {
     if (c) cublasLtMatrixLayoutDestroy(c);
@@ -126,6 +127,17 @@ struct Epilogue {
   const void* bias = nullptr;
   void* aux = nullptr;
 };
+
+const char* epilogue_name(uint32_t kind) {
+  switch (kind) {
+    case CUBLASLT_EPILOGUE_DEFAULT: return "DEFAULT";
+    case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
+    case CUBLASLT_EPILOGUE_BGRADB: return "BGRADB";
+  }
+  return "(another)";
+}
 
 // Row-major C (m,n) = alpha op(A) (m,k) op(B) (k,n) + beta C, then the epilogue. Returns
 // false, having done nothing, when `may_decline` and cuBLASLt has no algorithm for the
@@ -234,13 +246,20 @@ bool lt_matmul(bool ta, bool tb, int m, int n, int k, float alpha, const H* a, i
     if (st == CUBLAS_STATUS_SUCCESS)
       st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                 &al_c, sizeof al_c);
-    if (st == CUBLAS_STATUS_SUCCESS)
+    const cublasStatus_t pref_st = st;
+    if (pref_st == CUBLAS_STATUS_SUCCESS)
       st = cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, pref, 1, &result,
                                           &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED) {  // how the real heuristic says "none for this"
+    CUBLAS_CHECK(pref_st);
+    // The heuristic's refusals: NOT_SUPPORTED is how it says "none for this", INVALID_VALUE
+    // that no algorithm of it takes this configuration, and it may return 0 algorithms.
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+      d.refusal = std::string("the heuristic returned ") + cublasLtGetStatusName(st);
       st = CUBLAS_STATUS_SUCCESS;
       found = 0;
+    } else if (st == CUBLAS_STATUS_SUCCESS && found == 0) {
+      d.refusal = "the heuristic returned 0 algorithms";
     }
     CUBLAS_CHECK(st);
     d.found = found > 0;
@@ -251,16 +270,17 @@ bool lt_matmul(bool ta, bool tb, int m, int n, int k, float alpha, const H* a, i
   }
   if (!plan->found) {
     if (may_decline) return false;
-    throw Error("cuBLASLt has no algorithm for gemm(trans_a=" + std::to_string(ta) +
+    throw Error("cuBLASLt refused gemm(trans_a=" + std::to_string(ta) +
                 ", trans_b=" + std::to_string(tb) + ", m=" + std::to_string(m) +
                 ", n=" + std::to_string(n) + ", k=" + std::to_string(k) +
                 ", lda=" + std::to_string(lda) + ", ldb=" + std::to_string(ldb) +
                 ", ldc=" + std::to_string(ldc) + ", batch=" + std::to_string(batch) +
                 ", A and B " + (abtype == CUDA_R_16F ? "f16" : "bf16") + ", C " +
                 (csize == 4 ? "fp32" : abtype == CUDA_R_16F ? "f16" : "bf16") + ", epilogue " +
-                std::to_string(epi.kind) + ", alignments " + std::to_string(key.align_a) + "/" +
+                epilogue_name(epi.kind) + ", alignments " + std::to_string(key.align_a) + "/" +
                 std::to_string(key.align_b) + "/" + std::to_string(key.align_c) +
-                " bytes); hint: 16-bit leading dimensions should be multiples of 8");
+                " bytes): " + plan->refusal +
+                "; hint: 16-bit leading dimensions should be multiples of 8");
   }
   std::lock_guard<std::mutex> lock(plan->mutex);
   if (epi.bias || epi.aux) {  // this call's pointers (same alignment: it is in the key)
@@ -332,8 +352,13 @@ void matmul_forward_t(H* out, const H* inp, const H* weight, const H* bias, int 
                     int C, int OC, cudaStream_t stream) {
   Epilogue epi;
   if (bias) epi = Epilogue{CUBLASLT_EPILOGUE_BIAS, bias, nullptr};
+  if (lt_matmul(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, lt_type<H>(), OC, 1, 0,
+                0, 0, epi, stream, /*may_decline=*/bias != nullptr))
+    return;
+  // No algorithm fuses the bias: the product, then the bias (out rounded twice).
   lt_matmul(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, lt_type<H>(), OC, 1, 0, 0,
-            0, epi, stream);
+            0, Epilogue{}, stream);
+  bias_add(out, out, bias, N, OC, stream);
 }
 
 template <class H>
@@ -356,8 +381,18 @@ void matmul_backward_dgelu_t(H* dpre, const H* dout, const H* weight, const H* p
                 " is not a multiple of 8, which cuBLASLt's DGELU epilogue needs "
                 "(EPILOGUE_AUX_LD); hint: use matmul_backward and gelu_backward");
   // dpre (N,C) = (dout (N,OC) @ weight (OC,C)) * gelu'(pre), written (beta 0)
-  lt_matmul(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dpre, lt_type<H>(), C, 1, 0,
-            0, 0, Epilogue{CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<H*>(pre)}, stream);
+  if (lt_matmul(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dpre, lt_type<H>(), C, 1,
+                0, 0, 0, Epilogue{CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<H*>(pre)},
+                stream, /*may_decline=*/true))
+    return;
+  // No algorithm fuses DGELU: the product into scratch, then dpre = 0 + it * gelu'(pre).
+  const int64_t n = (int64_t)N * C;
+  H* prod = (H*)detail::scratch_alloc(sizeof(H) * (size_t)n, stream);
+  lt_matmul(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, prod, lt_type<H>(), C, 1, 0,
+            0, 0, Epilogue{}, stream);
+  CUDA_CHECK(cudaMemsetAsync(dpre, 0, sizeof(H) * (size_t)n, stream));
+  gelu_backward(dpre, pre, prod, n, stream);
+  detail::scratch_free(prod, stream);
 }
 
 template <class H>

@@ -41,6 +41,15 @@
 // (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, default 256) is refused: the real library
 // may have picked a kernel that needs that alignment.
 //
+// Refusals on request (cuda_emulator::set_cublaslt_refusals, or GPUMIX_EMULATED_CUBLASLT_REFUSE
+// in the environment): rules "WHAT=HOW" separated by commas, WHAT an epilogue without its
+// prefix (DEFAULT, BIAS, GELU_AUX_BIAS, DGELU, DGELU_BGRAD, BGRADB) or a layout (TRANSA,
+// TRANSB: that operand transposed; BATCHED: more than one batch; C_FP32: C and D fp32), HOW
+// what cublasLtMatmulAlgoGetHeuristic then answers for such a problem: "none" (success with 0
+// algorithms), NOT_SUPPORTED (the library's "no algorithm for this") or INVALID_VALUE. The
+// real library answers so for shapes, alignments and epilogues no kernel of it takes: the
+// callers' fallbacks and messages are tested through these.
+//
 // Not modelled: cuBLASLt's own algorithms and rounding (it may split or reorder the
 // k-sum, use tensor cores with their own intermediate precision): only a real GPU tells.
 #include <algorithm>
@@ -48,6 +57,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -543,6 +553,86 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   }
 }
 
+extern "C++" {
+namespace {
+
+struct Refusal {
+  std::string what;          // an epilogue's name without CUBLASLT_EPILOGUE_, or a layout
+  cublasStatus_t answer;     // CUBLAS_STATUS_SUCCESS: 0 algorithms
+};
+
+std::vector<Refusal> parse_refusals(const std::string& rules, const char* source) {
+  static const char* whats[] = {"DEFAULT", "BIAS", "GELU_AUX_BIAS", "DGELU", "DGELU_BGRAD",
+                                "BGRADB", "TRANSA", "TRANSB", "BATCHED", "C_FP32"};
+  std::vector<Refusal> out;
+  size_t start = 0;
+  while (start < rules.size()) {
+    size_t end = rules.find(',', start);
+    if (end == std::string::npos) end = rules.size();
+    const std::string rule = rules.substr(start, end - start);
+    start = end + 1;
+    if (rule.empty()) continue;
+    const size_t eq = rule.find('=');
+    const std::string what = rule.substr(0, eq), how = eq == std::string::npos ? "" : rule.substr(eq + 1);
+    bool known = false;
+    for (const char* w : whats) known = known || what == w;
+    Refusal r{what, CUBLAS_STATUS_SUCCESS};
+    if (how == "NOT_SUPPORTED")
+      r.answer = CUBLAS_STATUS_NOT_SUPPORTED;
+    else if (how == "INVALID_VALUE")
+      r.answer = CUBLAS_STATUS_INVALID_VALUE;
+    else if (how != "none")
+      known = false;
+    if (!known)
+      refuse(std::string(source) + ": the rule '" + rule +
+             "' is not WHAT=HOW with WHAT one of DEFAULT, BIAS, GELU_AUX_BIAS, DGELU, "
+             "DGELU_BGRAD, BGRADB, TRANSA, TRANSB, BATCHED, C_FP32 and HOW one of none, "
+             "NOT_SUPPORTED, INVALID_VALUE (e.g. DGELU=none,TRANSA=NOT_SUPPORTED)");
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::mutex g_refusals_mutex;
+bool g_refusals_set = false;  // by set_cublaslt_refusals; else the environment's
+std::vector<Refusal> g_refusals;
+
+std::vector<Refusal> refusals() {
+  std::lock_guard<std::mutex> lock(g_refusals_mutex);
+  if (!g_refusals_set) {
+    const char* e = getenv("GPUMIX_EMULATED_CUBLASLT_REFUSE");
+    g_refusals = parse_refusals(e ? e : "", "GPUMIX_EMULATED_CUBLASLT_REFUSE");
+    g_refusals_set = true;
+  }
+  return g_refusals;
+}
+
+// The first rule that names this problem, or null.
+const Refusal* refusal_for(const std::vector<Refusal>& rules, const cublasLtMatmulDescOpaque_t& op,
+                           const cublasLtMatrixLayoutOpaque_t& c,
+                           const cublasLtMatrixLayoutOpaque_t& d,
+                           const cublasLtMatrixLayoutOpaque_t& a) {
+  const std::string epi = std::string(epilogue_name(op.epilogue)).substr(strlen("CUBLASLT_EPILOGUE_"));
+  for (const Refusal& r : rules)
+    if (r.what == epi || (r.what == "TRANSA" && op.trans_a != CUBLAS_OP_N) ||
+        (r.what == "TRANSB" && op.trans_b != CUBLAS_OP_N) ||
+        (r.what == "BATCHED" && a.batch > 1) ||
+        (r.what == "C_FP32" && (c.type == CUDA_R_32F || d.type == CUDA_R_32F)))
+      return &r;
+  return nullptr;
+}
+
+}  // namespace
+
+namespace cuda_emulator {
+void set_cublaslt_refusals(const char* rules) {
+  std::lock_guard<std::mutex> lock(g_refusals_mutex);
+  g_refusals_set = rules != nullptr;
+  g_refusals = rules ? parse_refusals(rules, "set_cublaslt_refusals") : std::vector<Refusal>{};
+}
+}  // namespace cuda_emulator
+}  // extern "C++"
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t op,
                                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
@@ -561,6 +651,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   *returned = 0;
   std::string why;
   if (check_problem(call, *op, *a, *b, *c, *d, &why) != CUBLAS_STATUS_SUCCESS) return invalid(call, why);
+  const std::vector<Refusal> rules = refusals();
+  if (const Refusal* no = refusal_for(rules, *op, *c, *d, *a)) return no->answer;  // 0 returned
   cublasLtMatmulHeuristicResult_t r;
   memset(&r, 0, sizeof r);
   r.algo.data[0] = kAlgoMagic;

@@ -1,11 +1,15 @@
 // The emulated CUDA device's execution of kernels: the launcher's checks, the block pool,
 // the fibers that are a block's threads, barriers, warp shuffles and shared memory
 // (launch.h says what is modelled and why).
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -273,6 +277,7 @@ std::string warp_op_name(WarpOp op, int variant) {
 struct AsyncCopy {
   unsigned char* dst;
   unsigned char bytes[16];
+  uintptr_t site;  // racecheck: where it was issued
 };
 
 struct Fiber {
@@ -334,7 +339,69 @@ struct Warp {
 struct SharedArray {
   const void* tag;
   void* ptr;
+  size_t bytes;
+  const char* name;
 };
+
+// ---- the shared-memory race detector's state (racecheck) --------------------------------
+// One record per access kept: the thread (tid + 1; 0: none), how many __syncwarp() it had
+// completed then, and where (a return address inside the kernel, or, with the top bit set,
+// which no user-space address has, an interned "FILE:LINE (ldmatrix...)").
+constexpr uintptr_t kInstructionSite = (uintptr_t)1 << 63;
+struct Access {
+  uint16_t tid1 = 0;
+  uint32_t syncs = 0;
+  uintptr_t site = 0;
+};
+// Per byte of the block's shared memory: the barrier interval (epoch) its writer and readers
+// belong to (stale records of older intervals count as none), the last writer, up to two
+// distinct readers, and a cp.async in flight into it (no epoch: until its thread's wait).
+struct ByteShadow {
+  uint32_t epoch = 0;
+  Access w, r1, r2;
+  Access pending;
+};
+// How the scheduler picks the next fiber of a block (GPUMIX_EMULATED_SCHEDULE):
+//   fixed         first come, first served from a seeded shuffle (the default);
+//   warp-ahead    per barrier interval one seeded warp runs as far as it can (to its next
+//                 barrier, or its end) before any other, then the rest in order;
+//   warp-shuffle  per barrier interval the warps run in a seeded order, each as far as it
+//                 can before the next.
+enum class Schedule { fixed, warp_ahead, warp_shuffle };
+
+struct Runner;
+// The runner whose fiber is running on this OS thread while racecheck is on, else null: the
+// instrumented kernels' access hooks (end of file) return at once when it is null.
+thread_local Runner* tl_race = nullptr;
+
+bool racecheck_default() {
+  static const bool on = env_u64("GPUMIX_EMULATED_RACECHECK", 1) != 0;
+  return on;
+}
+std::atomic<int> g_racecheck{-1};  // -1: the environment's
+bool racecheck_on() {
+  const int v = g_racecheck.load(std::memory_order_relaxed);
+  return v < 0 ? racecheck_default() : v != 0;
+}
+
+Schedule parse_schedule(const char* e, const char* source) {
+  if (!e || !*e || strcmp(e, "fixed") == 0) return Schedule::fixed;
+  if (strcmp(e, "warp-ahead") == 0) return Schedule::warp_ahead;
+  if (strcmp(e, "warp-shuffle") == 0) return Schedule::warp_shuffle;
+  fprintf(stderr,
+          "cuda_emulator: %s '%s' is not a schedule: fixed (the default), warp-ahead or "
+          "warp-shuffle\n",
+          source, e);
+  abort();
+}
+std::atomic<int> g_schedule{-1};  // -1: the environment's
+Schedule schedule_from_env() {
+  const int v = g_schedule.load(std::memory_order_relaxed);
+  if (v >= 0) return (Schedule)v;
+  static const Schedule s = parse_schedule(getenv("GPUMIX_EMULATED_SCHEDULE"),
+                                           "GPUMIX_EMULATED_SCHEDULE=");
+  return s;
+}
 
 // The state of the block running on this OS thread (one block at a time per OS thread).
 struct Runner {
@@ -366,6 +433,21 @@ struct Runner {
   std::deque<unsigned> runq;
   Fiber* current = nullptr;
   std::mt19937_64 rng;
+  // Warp-priority schedules: a run queue per warp and each warp's rank in this interval.
+  Schedule schedule = Schedule::fixed;
+  std::vector<std::deque<unsigned>> warp_runq;
+  std::vector<unsigned> warp_rank_order;  // warps, highest priority first
+
+  // racecheck (see ByteShadow): off when GPUMIX_EMULATED_RACECHECK=0.
+  ByteShadow* shadow = nullptr;
+  size_t smem_end = 0;      // accesses below this offset are shared memory
+  uint32_t epoch = 0;       // this runner's barrier intervals, unique across its blocks
+  const char* interval_file = nullptr;  // the barrier that opened this interval (null: start)
+  int interval_line = 0;
+  std::vector<uint32_t> syncs, last_full_sync;  // per thread: __syncwarp()s completed
+  std::vector<std::array<uint32_t, 32>> last_sync_with;  // partial masks: per lane pair
+  bool partial_syncwarp = false;
+  std::unordered_map<uint64_t, uintptr_t> site_cache;
 
   Runner() {
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -378,10 +460,67 @@ struct Runner {
     fibers.resize(kMaxThreads);
     for (unsigned i = 0; i < kMaxThreads; ++i) fibers[i].stack = stacks + i * stack_stride + page;
     smem = (unsigned char*)aligned_alloc(4096, kSmemBuffer);
+    void* sh = mmap(nullptr, sizeof(ByteShadow) * kSmemBuffer, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (sh == MAP_FAILED) refuse("launch: mmap of the race detector's shadow failed");
+    shadow = static_cast<ByteShadow*>(sh);  // zero pages: every record none
+    syncs.assign(kMaxThreads, 0);
+    last_full_sync.assign(kMaxThreads, 0);
+    last_sync_with.assign(kMaxThreads, std::array<uint32_t, 32>{});
   }
   ~Runner() {
     munmap(stacks, stack_stride * kMaxThreads);
+    munmap(shadow, sizeof(ByteShadow) * kSmemBuffer);
     free(smem);
+  }
+
+  void next_epoch(const char* file, int line) {
+    interval_file = file;
+    interval_line = line;
+    if (++epoch == 0) {  // wrapped (after 4G intervals): forget every record
+      madvise(shadow, sizeof(ByteShadow) * kSmemBuffer, MADV_DONTNEED);
+      epoch = 1;
+    }
+  }
+  void race_access(unsigned tid, size_t off, size_t n, bool write, uintptr_t site);
+  [[noreturn]] void race_fault(unsigned tid, size_t off, bool write, uintptr_t site,
+                               const Access& other, const char* kind);
+  std::string shared_str(size_t off) const;
+  uintptr_t instruction_site(const char* what, int variant, const char* file, int line);
+  void make_runnable(unsigned t) {
+    if (schedule == Schedule::fixed)
+      runq.push_back(t);
+    else
+      warp_runq[t / 32].push_back(t);
+  }
+  // The next fiber to run, or false.
+  bool pick(unsigned* t) {
+    if (schedule == Schedule::fixed) {
+      if (runq.empty()) return false;
+      *t = runq.front();
+      runq.pop_front();
+      return true;
+    }
+    for (unsigned w : warp_rank_order)
+      if (!warp_runq[w].empty()) {
+        *t = warp_runq[w].front();
+        warp_runq[w].pop_front();
+        return true;
+      }
+    return false;
+  }
+  void rank_warps() {
+    if (schedule == Schedule::fixed) return;
+    const unsigned nw = (unsigned)warps.size();
+    warp_rank_order.resize(nw);
+    for (unsigned w = 0; w < nw; ++w) warp_rank_order[w] = w;
+    if (schedule == Schedule::warp_shuffle) {
+      std::shuffle(warp_rank_order.begin(), warp_rank_order.end(), rng);
+    } else {
+      const unsigned lead = (unsigned)(rng() % nw);
+      std::rotate(warp_rank_order.begin(), warp_rank_order.begin() + lead,
+                  warp_rank_order.begin() + lead + 1);
+    }
   }
 
   std::string thread_str(unsigned tid) const {
@@ -403,6 +542,7 @@ struct Runner {
   void resume(Fiber& f) {
     current = &f;
     set_builtins(f);
+    if (racecheck_on()) tl_race = this;
 #if defined(GPUMIX_EMU_ASAN)
     __sanitizer_start_switch_fiber(&sched_fake_stack, f.stack, kStackBytes);
 #endif
@@ -410,6 +550,7 @@ struct Runner {
 #if defined(GPUMIX_EMU_ASAN)
     __sanitizer_finish_switch_fiber(sched_fake_stack, nullptr, nullptr);
 #endif
+    tl_race = nullptr;
     current = nullptr;
   }
 
@@ -431,6 +572,142 @@ struct Runner {
   void release_barrier();
   [[noreturn]] void deadlock();
 };
+
+
+// ---- racecheck ----------------------------------------------------------------------------
+
+// Where a recorded access was: an instruction site (low bit set: an interned string), or a PC
+// in the kernel, as FILE:LINE (function) through addr2line on the module's line tables (the
+// instrumented sources are built with them); the bare address where there are none.
+std::string site_str_of(uintptr_t site) {
+  if (site & kInstructionSite) return reinterpret_cast<const char*>(site & ~kInstructionSite);
+  const uintptr_t pc = site - 1;  // inside the call instruction
+  Dl_info info;
+  char hexpc[32];
+  snprintf(hexpc, sizeof hexpc, "pc %p", (void*)pc);
+  if (!dladdr((void*)pc, &info) || !info.dli_fbase) return hexpc;
+  const bool relative = reinterpret_cast<const ElfW(Ehdr)*>(info.dli_fbase)->e_type == ET_DYN;
+  const uintptr_t addr = relative ? pc - (uintptr_t)info.dli_fbase : pc;
+  std::string file = info.dli_fname && *info.dli_fname && access(info.dli_fname, R_OK) == 0
+                         ? info.dli_fname : "/proc/self/exe";
+  char cmd[4096 + 64];
+  snprintf(cmd, sizeof cmd, "addr2line -C -f -i -e '%s' 0x%lx 2>/dev/null", file.c_str(),
+           (unsigned long)addr);
+  std::vector<std::string> lines;
+  if (FILE* p = popen(cmd, "r")) {
+    char buf[4096];
+    while (fgets(buf, sizeof buf, p)) {
+      std::string l(buf);
+      while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+      lines.push_back(l);
+    }
+    pclose(p);
+  }
+  auto strip = [](std::string l) {  // "DIR/x/../FILE:LINE (discriminator N)" -> "DIR/FILE:LINE"
+    const size_t d = l.find(" (discriminator");
+    if (d != std::string::npos) l = l.substr(0, d);
+    for (size_t up; (up = l.find("/../")) != std::string::npos && up > 0;) {
+      const size_t start = l.rfind('/', up - 1);
+      if (start == std::string::npos) break;
+      l.erase(start, up + 3 - start);
+    }
+    return l;
+  };
+  if (lines.size() < 2 || lines[1].rfind("??", 0) == 0)
+    return std::string(hexpc) + (info.dli_sname ? std::string(" in ") + info.dli_sname : "");
+  std::string out = strip(lines[1]) + " (in " + lines[0] + ")";
+  if (lines.size() >= 4) out += ", inlined at " + strip(lines[3]) + " (in " + lines[2] + ")";
+  return out;
+}
+
+uintptr_t Runner::instruction_site(const char* what, int variant, const char* file, int line) {
+  const uint64_t key = (uint64_t)(uintptr_t)file * 1000003u ^ (uint64_t)line * 131u ^
+                       (uint64_t)(uintptr_t)what ^ (uint64_t)variant << 56;
+  auto it = site_cache.find(key);
+  if (it != site_cache.end()) return it->second;
+  const std::string text =
+      std::string(file) + ":" + std::to_string(line) + " (" + what +
+      (variant >= 0 ? std::string(".x") + std::to_string(variant & 7) + (variant & 8 ? ".trans" : "")
+                    : std::string()) + ")";
+  const uintptr_t site = (uintptr_t)intern(text) | kInstructionSite;
+  site_cache.emplace(key, site);
+  return site;
+}
+
+std::string Runner::shared_str(size_t off) const {
+  char addr[32];
+  snprintf(addr, sizeof addr, "%p", (void*)(smem + off));
+  for (const SharedArray& a : statics) {
+    const size_t start = (size_t)((unsigned char*)a.ptr - smem);
+    if (off >= start && off < start + a.bytes)
+      return std::string(addr) + " (byte " + std::to_string(off - start) + " of __shared__ " +
+             a.name + ")";
+  }
+  return std::string(addr) + " (byte " + std::to_string(off) + " of the dynamic shared memory)";
+}
+
+void Runner::race_fault(unsigned tid, size_t off, bool write, uintptr_t site, const Access& other,
+                        const char* kind) {
+  const unsigned o = other.tid1 - 1u;
+  const std::string interval =
+      interval_file ? std::string("the __syncthreads() at ") + interval_file + ":" +
+                          std::to_string(interval_line)
+                    : std::string("the block's start");
+  std::string what;
+  if (strcmp(kind, "cp.async in flight") == 0) {
+    what = std::string("shared-memory race (") + kind + "):" + thread_str(tid) + " " +
+           (write ? "writes" : "reads") + " " + shared_str(off) + " at " + site_str_of(site) +
+           ", the destination of a cp.async that" + thread_str(o) + " issued at " +
+           site_str_of(other.site) +
+           " and has not waited for (a cp.async's bytes are written until its thread's "
+           "cp.async.wait_group; other threads read them after that wait and a __syncthreads())";
+  } else {
+    what = std::string("shared-memory race (") + kind + "):" + thread_str(tid) + " " +
+           (write ? "writes" : "reads") + " " + shared_str(off) + " at " + site_str_of(site) +
+           ";" + thread_str(o) + " " + (strcmp(kind, "read after write") == 0 ||
+                                               strcmp(kind, "write after write") == 0
+                                                   ? "wrote"
+                                                   : "read") +
+           " it at " + site_str_of(other.site) + " in the same barrier interval (since " +
+           interval + ") with no __syncthreads()" +
+           (o / 32 == tid / 32 ? " or __syncwarp() naming both lanes" : "") + " between them";
+  }
+  fault(tid, what);
+}
+
+void Runner::race_access(unsigned tid, size_t off, size_t n, bool write, uintptr_t site) {
+  const uint16_t me = (uint16_t)(tid + 1);
+  const unsigned warp = tid / 32, lane = tid % 32;
+  // Whether a __syncwarp() of both orders `a` (another lane of this warp) before now.
+  auto ordered = [&](const Access& a) {
+    const unsigned t = a.tid1 - 1u;
+    if (t / 32 != warp) return false;
+    return std::max(last_full_sync[t], last_sync_with[t][lane]) > a.syncs;
+  };
+  auto conflicts = [&](const Access& a) { return a.tid1 != 0 && a.tid1 != me && !ordered(a); };
+  const Access mine{me, syncs[tid], site};
+  for (size_t i = 0; i < n && off + i < kSmemBuffer; ++i) {
+    ByteShadow& b = shadow[off + i];
+    if (b.pending.tid1 != 0) race_fault(tid, off + i, write, site, b.pending, "cp.async in flight");
+    if (b.epoch != epoch) {
+      b.epoch = epoch;
+      b.w = b.r1 = b.r2 = Access{};
+    }
+    if (write) {
+      if (conflicts(b.w)) race_fault(tid, off + i, true, site, b.w, "write after write");
+      if (conflicts(b.r1)) race_fault(tid, off + i, true, site, b.r1, "write after read");
+      if (conflicts(b.r2)) race_fault(tid, off + i, true, site, b.r2, "write after read");
+      b.w = mine;
+      b.r1 = b.r2 = Access{};
+    } else {
+      if (conflicts(b.w)) race_fault(tid, off + i, false, site, b.w, "read after write");
+      if (b.r1.tid1 == 0 || b.r1.tid1 == me)
+        b.r1 = mine;
+      else if (b.r2.tid1 == 0 || b.r2.tid1 == me)
+        b.r2 = mine;
+    }
+  }
+}
 
 thread_local Runner* tl_runner = nullptr;
 thread_local std::unique_ptr<Runner> tl_runner_owner;
@@ -479,6 +756,12 @@ void Runner::on_exit(Fiber& f) {
       fault(f.tid, "returned while lanes of its warp wait in " + g.str() + " whose mask names it" +
                        (aligned(g.op) ? " (.aligned: every lane of the warp must execute it)" : ""));
   // Copies it never waited for land nowhere: nothing may read them (a wait is the only way).
+  auto forget = [this](const std::vector<AsyncCopy>& copies) {
+    for (const AsyncCopy& c : copies)
+      for (size_t i = 0; i < 16; ++i) shadow[c.dst - smem + i].pending = Access{};
+  };
+  forget(f.cp_issued);
+  for (const std::vector<AsyncCopy>& g : f.cp_groups) forget(g);
   f.cp_issued.clear();
   f.cp_groups.clear();
 }
@@ -492,7 +775,9 @@ void Runner::release_barrier() {
       woken.push_back(t);
     }
   std::shuffle(woken.begin(), woken.end(), rng);
-  for (unsigned t : woken) runq.push_back(t);
+  next_epoch(bar_file, bar_line);
+  rank_warps();
+  for (unsigned t : woken) make_runnable(t);
   at_barrier = 0;
 }
 
@@ -541,8 +826,21 @@ void Runner::run_block(Grid& g, uint64_t linear) {
   ASAN_POISON_MEMORY_REGION(smem + g.dyn_smem, kSmemBuffer - g.dyn_smem);
 #endif
   smem_used = (g.dyn_smem + 15) / 16 * 16 + kRedzone;
+  smem_end = g.dyn_smem;
   static_total = 0;
   statics.clear();
+  next_epoch(nullptr, 0);
+  if (partial_syncwarp) {
+    for (unsigned t = 0; t < nthreads; ++t) last_sync_with[t].fill(0);
+    partial_syncwarp = false;
+  }
+  std::fill(syncs.begin(), syncs.begin() + nthreads, 0);
+  std::fill(last_full_sync.begin(), last_full_sync.begin() + nthreads, 0);
+  schedule = schedule_from_env();
+  if (schedule != Schedule::fixed) {
+    warp_runq.assign(warps.size(), std::deque<unsigned>{});
+    rank_warps();
+  }
 
   runq.clear();
   std::vector<unsigned> order(nthreads);
@@ -556,13 +854,9 @@ void Runner::run_block(Grid& g, uint64_t linear) {
     f.cp_issued.clear();
     f.cp_groups.clear();
     make_context(&f.ctx, f.stack, kStackBytes, &Runner::entry);
-    runq.push_back(order[t]);
   }
-  while (!runq.empty()) {
-    const unsigned t = runq.front();
-    runq.pop_front();
-    resume(fibers[t]);
-  }
+  for (unsigned t = 0; t < nthreads; ++t) make_runnable(order[t]);
+  for (unsigned t; pick(&t);) resume(fibers[t]);
   if (live > 0) deadlock();
   long long expected = -1;
   g.static_bytes.compare_exchange_strong(expected, (long long)static_total);
@@ -753,7 +1047,7 @@ void warp_collective(WarpOp op, int variant, unsigned mask, const char* file, in
   for (unsigned l = 0; l < 32; ++l) {
     if (!(mask & (1u << l)) || base + l == f.tid) continue;
     r.fibers[base + l].state = FiberState::runnable;
-    r.runq.push_back(base + l);
+    r.make_runnable(base + l);
   }
   w.groups.erase(w.groups.begin() + (g - w.groups.data()));
 }
@@ -824,8 +1118,26 @@ unsigned ballot(unsigned mask, bool predicate, const char* file, int line) {
   return (unsigned)f.warp_result;
 }
 
+// __syncwarp(mask) orders the memory accesses of its lanes (CUDA C++ Programming Guide,
+// "Synchronization Functions"): what a lane did before it happens before what every lane of
+// the mask does after it. Shuffles, votes, mma and ldmatrix order nothing.
 void syncwarp(unsigned mask, const char* file, int line) {
-  warp_collective(WarpOp::syncwarp, 0, mask, file, line, [](unsigned) {});
+  Runner& r = *tl_runner;
+  warp_collective(WarpOp::syncwarp, 0, mask, file, line, [&r, mask](unsigned base) {
+    const bool full = mask == r.warps[base / 32].present;
+    if (!full) r.partial_syncwarp = true;
+    for (unsigned l = 0; l < 32; ++l) {
+      if (!(mask & (1u << l))) continue;
+      const unsigned t = base + l;
+      const uint32_t n = ++r.syncs[t];
+      if (full) {
+        r.last_full_sync[t] = n;
+      } else {
+        for (unsigned x = 0; x < 32; ++x)
+          if (mask & (1u << x)) r.last_sync_with[t][x] = n;
+      }
+    }
+  });
 }
 
 void* shared_static(const void* tag, size_t bytes, size_t align, const char* name,
@@ -850,14 +1162,25 @@ void* shared_static(const void* tag, size_t bytes, size_t align, const char* nam
 #endif
   memset(p, 0xff, bytes);
   r.smem_used = off + bytes + kRedzone;
+  r.smem_end = std::max(r.smem_end, off + bytes);
   r.static_total = used_static;
-  r.statics.push_back(SharedArray{tag, p});
+  r.statics.push_back(SharedArray{tag, p, bytes, name});
   return p;
 }
 
 void* shared_dynamic() { return tl_runner->smem; }
 
 void nanosleep_ns(unsigned ns) { std::this_thread::sleep_for(std::chrono::nanoseconds(ns)); }
+
+}  // namespace detail
+
+void set_racecheck(int on) { detail::g_racecheck.store(on < 0 ? -1 : on != 0); }
+void set_schedule(const char* name) {
+  detail::g_schedule.store(name ? (int)detail::parse_schedule(name, "set_schedule:") : -1);
+}
+bool racecheck_enabled() { return detail::racecheck_on(); }
+
+namespace detail {
 
 // ---- host-side: attributes, checks, enqueue ---------------------------------------------
 
@@ -877,14 +1200,58 @@ cudaError_t func_set_attribute(const void* kernel, cudaFuncAttribute attr, int v
   return cudaSuccess;
 }
 
+}  // namespace detail
+}  // namespace cuda_emulator
+
+// The start of each patchable_function_entry padding in the program (g++ and the linker make
+// them; absent without any).
+extern "C" const uintptr_t __start___patchable_function_entries[] __attribute__((weak));
+extern "C" const uintptr_t __stop___patchable_function_entries[] __attribute__((weak));
+
+namespace cuda_emulator {
+namespace detail {
+
+// A kernel's __launch_bounds__ max threads (device_language.h), or 0 for none: the length of
+// the run of one-byte NOPs right before its entry that a padding entry starts.
+unsigned launch_bound(const void* kernel) {
+  static std::mutex m;
+  static std::vector<uintptr_t>* starts = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(m);
+    if (!starts) {
+      starts = new std::vector<uintptr_t>;
+      if (__start___patchable_function_entries)
+        starts->assign(__start___patchable_function_entries, __stop___patchable_function_entries);
+      std::sort(starts->begin(), starts->end());
+    }
+  }
+  const uintptr_t k = (uintptr_t)kernel;
+  auto it = std::lower_bound(starts->begin(), starts->end(), k);
+  if (it == starts->begin()) return 0;
+  const uintptr_t p = *--it;
+  if (k - p > kMaxThreads) return 0;
+  for (uintptr_t a = p; a < k; ++a)
+    if (*(const unsigned char*)a != 0x90) return 0;  // another function's body: no bound
+  return (unsigned)(k - p);
+}
+
 cudaError_t check_launch(const LaunchSite& site, dim3 grid, dim3 block, size_t smem) {
-  (void)site;
   const DeviceLimits l = limits_of_current_device();
   const uint64_t threads = (uint64_t)block.x * block.y * block.z;
   if (block.x == 0 || block.y == 0 || block.z == 0 || block.x > (unsigned)l.max_bx ||
       block.y > (unsigned)l.max_by || block.z > (unsigned)l.max_bz ||
       threads > (uint64_t)l.max_threads)
     return cudaErrorInvalidConfiguration;
+  // CUDA C++ Programming Guide, "Launch Bounds": a launch of more threads per block than the
+  // kernel's maxThreadsPerBlock fails (the driver: too many resources requested for launch).
+  const unsigned bound = launch_bound(site.kernel);
+  if (bound > 0 && threads > bound) {
+    fprintf(stderr,
+            "cuda_emulator: kernel %s launched at %s:%d with %llu threads per block, over its "
+            "__launch_bounds__(%u): cudaErrorLaunchOutOfResources\n",
+            site.name, site.file, site.line, (unsigned long long)threads, bound);
+    return cudaErrorLaunchOutOfResources;
+  }
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > (unsigned)l.max_gx ||
       grid.y > (unsigned)l.max_gy || grid.z > (unsigned)l.max_gz)
     return cudaErrorInvalidConfiguration;
@@ -1060,6 +1427,9 @@ void ldmatrix_m8n8(uint32_t* out, int num, bool trans, const void* row, const ch
           r.fault(src, "row address " + detail::hex(p) + " (matrix " + std::to_string(m) +
                            ", row " + std::to_string(i) +
                            ") is not in the block's shared memory" + at);
+        if (detail::tl_race)
+          r.race_access(src, (const unsigned char*)p - r.smem, 16, false,
+                        r.instruction_site("ldmatrix", variant, file, line));
         memcpy(M[m][i], p, 16);
       }
     for (unsigned l = 0; l < 32; ++l) {
@@ -1095,6 +1465,14 @@ void cp_async_16(void* dst, const void* src, int src_bytes, const char* file, in
                        " bytes) is not in one live device allocation (global memory)" + at);
   detail::AsyncCopy c;
   c.dst = static_cast<unsigned char*>(dst);
+  c.site = 0;
+  if (detail::tl_race) {  // written from now until this thread's wait covers it
+    const size_t off = c.dst - r.smem;
+    c.site = r.instruction_site("cp.async", -1, file, line);
+    r.race_access(f.tid, off, 16, true, c.site);
+    for (size_t i = 0; i < 16; ++i)
+      r.shadow[off + i].pending = detail::Access{(uint16_t)(f.tid + 1), r.syncs[f.tid], c.site};
+  }
   memset(c.bytes, 0, sizeof c.bytes);
   if (src_bytes > 0) memcpy(c.bytes, src, (size_t)src_bytes);
   memset(dst, 0xff, 16);
@@ -1114,7 +1492,18 @@ void cp_async_wait_group(int n, const char* file, int line) {
     r.fault(f.tid, "cp.async.wait_group " + std::to_string(n) + ": N must be >= 0" +
                        detail::site_str("cp.async.wait_group", file, line));
   while (f.cp_groups.size() > (size_t)n) {
-    for (const detail::AsyncCopy& c : f.cp_groups.front()) memcpy(c.dst, c.bytes, 16);
+    for (const detail::AsyncCopy& c : f.cp_groups.front()) {
+      memcpy(c.dst, c.bytes, 16);
+      if (c.site == 0) continue;  // issued with racecheck off
+      // Landed: an ordinary write by this thread in this interval.
+      for (size_t i = 0; i < 16; ++i) {
+        detail::ByteShadow& b = r.shadow[c.dst - r.smem + i];
+        b.pending = detail::Access{};
+        b.epoch = r.epoch;
+        b.w = detail::Access{(uint16_t)(f.tid + 1), r.syncs[f.tid], c.site};
+        b.r1 = b.r2 = detail::Access{};
+      }
+    }
     f.cp_groups.pop_front();
   }
 }
@@ -1166,3 +1555,76 @@ cudaError_t radix_sort_pairs_i32(void* temp, size_t* temp_bytes, const int32_t* 
 }
 
 }  // namespace cuda_emulator::detail
+
+// ---- the access hooks of the instrumented kernel sources (racecheck) -----------------------
+// The sources with device code are compiled with an instrumentation that calls a function at
+// every load and store (kernels/cuda_emulator/meson.build: g++ -fsanitize=thread without its
+// runtime, whose entry points are these; clang -fsanitize-coverage=trace-loads,trace-stores).
+// Each returns at once unless a block's fiber is running and the address is in its shared
+// memory. Atomics are done as the compiler would have done them (sequentially consistent);
+// they take no part in the race detection.
+namespace {
+using cuda_emulator::detail::tl_race;
+inline void note(const void* p, size_t n, bool write, uintptr_t pc) {
+  cuda_emulator::detail::Runner* r = tl_race;
+  if (__builtin_expect(r == nullptr, 1)) return;
+  const size_t off = (size_t)((const unsigned char*)p - r->smem);
+  if (off >= r->smem_end) return;
+  r->race_access(r->current->tid, off, n, write, pc);
+}
+}  // namespace
+
+#define GPUMIX_EMU_PC ((uintptr_t)__builtin_return_address(0))
+extern "C" {
+#define GPUMIX_EMU_HOOKS(N)                                                              \
+  void __tsan_read##N(void* p) { note(p, N, false, GPUMIX_EMU_PC); }                      \
+  void __tsan_write##N(void* p) { note(p, N, true, GPUMIX_EMU_PC); }                      \
+  void __tsan_unaligned_read##N(void* p) { note(p, N, false, GPUMIX_EMU_PC); }            \
+  void __tsan_unaligned_write##N(void* p) { note(p, N, true, GPUMIX_EMU_PC); }            \
+  void __sanitizer_cov_load##N(void* p) { note(p, N, false, GPUMIX_EMU_PC); }             \
+  void __sanitizer_cov_store##N(void* p) { note(p, N, true, GPUMIX_EMU_PC); }
+GPUMIX_EMU_HOOKS(1)
+GPUMIX_EMU_HOOKS(2)
+GPUMIX_EMU_HOOKS(4)
+GPUMIX_EMU_HOOKS(8)
+GPUMIX_EMU_HOOKS(16)
+#undef GPUMIX_EMU_HOOKS
+void __tsan_read_range(void* p, unsigned long n) { note(p, n, false, GPUMIX_EMU_PC); }
+void __tsan_write_range(void* p, unsigned long n) { note(p, n, true, GPUMIX_EMU_PC); }
+void __tsan_init() {}
+void __tsan_func_entry(void*) {}
+void __tsan_func_exit() {}
+void __tsan_vptr_update(void** vptr, void* /*new_value*/) { note(vptr, sizeof *vptr, true, GPUMIX_EMU_PC); }
+void __tsan_vptr_read(void** vptr) { note(vptr, sizeof *vptr, false, GPUMIX_EMU_PC); }
+
+#define GPUMIX_EMU_ATOMICS(N, T)                                                             \
+  T __tsan_atomic##N##_load(const volatile T* a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
+  void __tsan_atomic##N##_store(volatile T* a, T v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
+  T __tsan_atomic##N##_exchange(volatile T* a, T v, int) {                                   \
+    return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                      \
+  }                                                                                          \
+  T __tsan_atomic##N##_fetch_add(volatile T* a, T v, int) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
+  T __tsan_atomic##N##_fetch_sub(volatile T* a, T v, int) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
+  T __tsan_atomic##N##_fetch_and(volatile T* a, T v, int) { return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); } \
+  T __tsan_atomic##N##_fetch_or(volatile T* a, T v, int) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }   \
+  T __tsan_atomic##N##_fetch_xor(volatile T* a, T v, int) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); } \
+  T __tsan_atomic##N##_fetch_nand(volatile T* a, T v, int) { return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST); } \
+  int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) {      \
+    return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);   \
+  }                                                                                          \
+  int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) {        \
+    return __atomic_compare_exchange_n(a, c, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);    \
+  }                                                                                          \
+  T __tsan_atomic##N##_compare_exchange_val(volatile T* a, T c, T v, int, int) {             \
+    __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);         \
+    return c;                                                                                \
+  }
+GPUMIX_EMU_ATOMICS(8, char)
+GPUMIX_EMU_ATOMICS(16, short)
+GPUMIX_EMU_ATOMICS(32, int)
+GPUMIX_EMU_ATOMICS(64, long long)
+#undef GPUMIX_EMU_ATOMICS
+void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+}  // extern "C"
+#undef GPUMIX_EMU_PC

@@ -4,7 +4,9 @@
 //
 // Provided, and nothing else (anything else is a compile error, on purpose):
 //   qualifiers   __global__, __device__, __host__ (empty), __forceinline__ (inline),
-//                __launch_bounds__(...) (ignored), __restrict__ (the compilers' own)
+//                __launch_bounds__(max, ...) (g++: a launch of more than max threads per block
+//                fails with cudaErrorLaunchOutOfResources, as on a GPU; clang: ignored, see
+//                below), __restrict__ (the compilers' own)
 //   shared       GPUMIX_SHARED(type, name, dims) and GPUMIX_SHARED_DYNAMIC(type, name)
 //                (kernels/cuda/launch.cuh: plain __shared__ under nvcc); a bare
 //                `__shared__` is a compile error here, because a static or thread_local
@@ -53,7 +55,18 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+// __launch_bounds__(max, ...) sits between the return type and the kernel's name, where only
+// an attribute can go, so the bound travels with the function itself: g++ places `max` bytes
+// of padding (patchable_function_entry) right before the kernel's entry, which the launcher
+// reads back (device.cpp: launch_bound). clang accepts only literal arguments there (not
+// Shape<D>::THREADS), so under clang (the sanitized build) the bound is not enforced.
+#if defined(__clang__)
 #define __launch_bounds__(...)
+#else
+#define GPUMIX_EMU_LAUNCH_BOUNDS(max_threads, ...) \
+  __attribute__((patchable_function_entry((max_threads), (max_threads))))
+#define __launch_bounds__(...) GPUMIX_EMU_LAUNCH_BOUNDS(__VA_ARGS__, 0)
+#endif
 #define __shared__ \
   static_assert(false, "cuda_emulator: declare shared memory with GPUMIX_SHARED (kernels/cuda/launch.cuh)");
 

@@ -56,6 +56,20 @@ class WorkError : public std::runtime_error {
   int error;
 };
 
+// The shared-memory race detector (launch.h): on unless GPUMIX_EMULATED_RACECHECK=0. A test
+// turns it off (0) or on (1) for the kernels launched after, or back to the environment's
+// choice (-1).
+void set_racecheck(int on);
+bool racecheck_enabled();
+// The block scheduler's policy for the kernels launched after (launch.h): "fixed",
+// "warp-ahead" or "warp-shuffle"; null: GPUMIX_EMULATED_SCHEDULE's (default fixed).
+void set_schedule(const char* name);
+
+// cuBLASLt refusals on request (cublaslt.cpp): rules such as "DGELU=none,TRANSA=NOT_SUPPORTED"
+// make cublasLtMatmulAlgoGetHeuristic answer 0 algorithms, NOT_SUPPORTED or INVALID_VALUE for
+// the problems they name; null: GPUMIX_EMULATED_CUBLASLT_REFUSE's (read at the first call).
+void set_cublaslt_refusals(const char* rules);
+
 // The device ordinal of a stream (nullptr: the current device's legacy default stream).
 int stream_device(CUstream_st* stream);
 

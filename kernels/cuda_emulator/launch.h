@@ -10,7 +10,8 @@
 // - dynamic shared memory: <= the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize
 //   (default 48 KiB minus its static shared memory; cudaFuncSetAttribute raises it up to the
 //   device's opt-in limit, 227 KiB on an H200, minus the static part); else
-//   cudaErrorInvalidValue. The static part is known once the kernel has run one block (a
+//   cudaErrorInvalidValue. (A block over the kernel's __launch_bounds__: device_language.h.)
+//   The static part is known once the kernel has run one block (a
 //   compiler knows it before): the first launch checks it while running, and a block over
 //   the limit is a device fault;
 // - a failed launch runs nothing and sets the host thread's last error (cudaGetLastError);
@@ -38,9 +39,27 @@
 //   thread (the suite must run on one core in minutes), the schedule is reproducible per
 //   seed, and a deadlock (divergent barriers) is seen at once as "no fiber can run"
 //   instead of a hang. ASan is told of every switch (__sanitizer_start_switch_fiber /
-//   __sanitizer_finish_switch_fiber). The cost: TSan cannot see races between the threads
-//   of a block (they are one OS thread), so a missing barrier shows as a wrong or poisoned
-//   result, not a race report.
+//   __sanitizer_finish_switch_fiber). TSan cannot see races between the threads of a block
+//   (they are one OS thread): the emulator's own race detector does (below).
+// - schedules (GPUMIX_EMULATED_SCHEDULE, or set_schedule): fixed (the default: runnable
+//   fibers first come, first served), warp-ahead (per barrier interval one seeded warp runs
+//   as far as it can, to its next barrier or its end, before any other), warp-shuffle (per
+//   interval every warp in turn, in a seeded order, as far as it can);
+// - racecheck (on unless GPUMIX_EMULATED_RACECHECK=0, or set_racecheck), as
+//   compute-sanitizer's: the sources with device code are compiled with a call into the
+//   emulator at every load and store (kernels/cuda_emulator/meson.build), and per block and
+//   barrier interval each shared-memory byte keeps its last writer and up to two readers
+//   (thread, source line). A write after another thread's read or write, or a read after
+//   another thread's write, in the same interval, with no __syncthreads() or __syncwarp()
+//   naming both lanes between them (shuffles, votes, mma and ldmatrix order no memory), is a
+//   device fault naming the kernel, both threads, both source lines (addr2line on the line
+//   tables) and the address (the shared array and byte). A cp.async destination counts as
+//   written by its thread from the issue to that thread's cp.async.wait_group covering it:
+//   any access by anyone before is a fault ("cp.async in flight"); ldmatrix reads each row as
+//   the lane that gave its address. Detection does not depend on the interleaving: both
+//   accesses of a racing pair happen in the interval whatever the order. Atomics take no part.
+//   NOT caught: races through global memory (between blocks, or threads of one block), and
+//   accesses in code not compiled with the instrumentation (none of GPUMix's kernels);
 // - __syncthreads(): every live thread of the block must reach the same call site before
 //   any passes; threads at different call sites, a thread reaching a barrier after another
 //   returned, or a thread returning while others wait, is a device fault;

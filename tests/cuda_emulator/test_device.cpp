@@ -14,6 +14,7 @@
 
 #include "kernels/half_types.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda_emulator/emulator.h"
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
@@ -101,9 +102,24 @@ TEST_F(EmulatedDevice, BlockReductionWithBarriersIsExact) {
   EXPECT_EQ(got, want);
 }
 
-TEST_F(EmulatedDevice, RemovedSyncthreadsGivesAWrongResult) {
+// The race detector names the race: a thread reads what another wrote in the same barrier
+// interval (the tree's first step reads sh[t + s] that thread t + s wrote before).
+TEST_F(EmulatedDevice, RemovedSyncthreadsIsAReadAfterWriteRace) {
+  std::vector<float> got, want;
+  EXPECT_DEATH(block_sums(false, &got, &want),
+               "device fault in kernel block_sum_kernel .*shared-memory race \\((read after "
+               "write|write after read)\\): thread \\([0-9]+,0,0\\) (reads|writes) 0x[0-9a-f]+ "
+               "\\(byte [0-9]+ of __shared__ sh\\) at [^ ]*test_device.cpp:[0-9]+ .*; thread "
+               "\\([0-9]+,0,0\\) (wrote|read) it at [^ ]*test_device.cpp:[0-9]+ .*since the "
+               "block's start");
+}
+
+// Without the detector, the same kernel still fails: a wrong result, from the interleaving.
+TEST_F(EmulatedDevice, RemovedSyncthreadsGivesAWrongResultWithoutTheDetector) {
+  cuda_emulator::set_racecheck(0);
   std::vector<float> got, want;
   block_sums(false, &got, &want);
+  cuda_emulator::set_racecheck(-1);
   int wrong = 0;
   for (size_t b = 0; b < got.size(); ++b) wrong += !(got[b] == want[b]);
   EXPECT_GT(wrong, 0) << "every block summed correctly without its barriers";
@@ -250,7 +266,7 @@ __global__ void dynamic_shared_kernel(float* out, int n) {
   if (threadIdx.x == 0) out[0] = dyn[n - 1];  // poison: nothing wrote it
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += blockDim.x) dyn[i] = (float)i;
-  st[threadIdx.x % 4] = 0.0f;
+  if (threadIdx.x < 4) st[threadIdx.x] = 0.0f;
   __syncthreads();
   if (threadIdx.x == 0) out[1] = dyn[n - 1];
 }
@@ -457,6 +473,56 @@ __global__ void atomics_kernel(int* isum, float* fsum, unsigned long long* umin,
   atomicAdd(fsum, 1.0f);
   atomicMin(umin, (unsigned long long)(100000 - i));
   atomicMax(imax, i);
+}
+
+// The order threads first run in, per schedule: a ticket per thread before the barrier and
+// one after. fixed: the warps interleave (a seeded shuffle of the threads); warp-ahead: one
+// warp runs to the barrier before any other starts; warp-shuffle: every warp runs to the
+// barrier before the next starts, in both intervals.
+__global__ void schedule_ticket_kernel(int* first, int* second, int* counter) {
+  first[threadIdx.x] = atomicAdd(&counter[0], 1);
+  __syncthreads();
+  second[threadIdx.x] = atomicAdd(&counter[1], 1);
+}
+
+// How many of the warps' tickets (per interval) are 32 consecutive numbers starting at a
+// multiple of 32, and whether the first 32 tickets of the first interval are one warp's.
+void tickets(const char* schedule, int* whole_warps, bool* leader) {
+  cuda_emulator::set_schedule(schedule);
+  Dev<int> first(128), second(128), counter(2);
+  CHECK_CUDA(cudaMemset(counter.p, 0, 8));
+  GPUMIX_LAUNCH(schedule_ticket_kernel, 1, 128, 0, nullptr, first.p, second.p, counter.p);
+  const std::vector<int> a = first.get(), b = second.get();
+  cuda_emulator::set_schedule(nullptr);
+  *whole_warps = 0;
+  for (const std::vector<int>* t : {&a, &b})
+    for (int w = 0; w < 4; ++w) {
+      const int base = (*t)[w * 32] / 32 * 32;
+      bool whole = true;
+      for (int l = 0; l < 32; ++l) whole = whole && (*t)[w * 32 + l] / 32 * 32 == base;
+      *whole_warps += whole;
+    }
+  *leader = false;
+  for (int w = 0; w < 4; ++w) {
+    bool lead = true;
+    for (int l = 0; l < 32; ++l) lead = lead && a[w * 32 + l] < 32;
+    *leader = *leader || lead;
+  }
+}
+
+TEST_F(EmulatedDevice, SchedulesLetWarpsRunAhead) {
+  int whole = 0;
+  bool leader = false;
+  tickets("fixed", &whole, &leader);
+  EXPECT_EQ(whole, 0);
+  EXPECT_FALSE(leader);
+  tickets("warp-ahead", &whole, &leader);
+  EXPECT_TRUE(leader);
+  EXPECT_GE(whole, 2);  // the leader of each interval
+  tickets("warp-shuffle", &whole, &leader);
+  EXPECT_TRUE(leader);
+  EXPECT_EQ(whole, 8);
+  EXPECT_DEATH(cuda_emulator::set_schedule("ahead"), "set_schedule: 'ahead' is not a schedule");
 }
 
 TEST_F(EmulatedDevice, AtomicsAreExactReadModifyWrites) {

@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/tensor_core.cuh"
+#include "kernels/cuda_emulator/emulator.h"
 
 namespace {
 
@@ -180,9 +181,18 @@ TEST_F(EmulatedTensorCore, CpAsyncDestinationIsPoisonUntilItsWait) {
   GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, out.p, src.p, true, 0, 0, nullptr, 0);
   std::vector<float> got = out.get();
   for (int i = 0; i < 256; ++i) ASSERT_EQ(got[i], (float)((i + 4) % 256)) << i;
-  // Without the wait, every thread reads NaN where its neighbour's copy was to land.
+  // Without the wait, the race detector names the read of a copy in flight...
+  EXPECT_DEVICE_FAULT(
+      GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, out.p, src.p, false, 0, 0, nullptr, 0),
+      "device fault in kernel cp_async_kernel.*shared-memory race \\(cp.async in flight\\): "
+      "thread \\([0-9]+,0,0\\) reads 0x[0-9a-f]+ \\(byte [0-9]+ of __shared__ sh\\) at "
+      "[^ ]*test_tensor_core.cpp:[0-9]+ .*the destination of a cp.async that thread "
+      "\\([0-9]+,0,0\\) issued at [^ ]*test_tensor_core.cpp:[0-9]+ \\(cp.async\\)");
+  // ... and without it, every thread reads NaN where its neighbour's copy was to land.
+  cuda_emulator::set_racecheck(0);
   GPUMIX_LAUNCH(cp_async_kernel, 1, 64, 0, nullptr, out.p, src.p, false, 0, 0, nullptr, 0);
   got = out.get();
+  cuda_emulator::set_racecheck(-1);
   for (int i = 0; i < 256; ++i) ASSERT_TRUE(all_ones(got[i])) << i << ": " << got[i];
 }
 
