@@ -7,44 +7,13 @@
 #include "core/ops.h"
 #include "core/precision.h"
 #include "core/rng.h"
+#include "nn/model_stages.h"
 
 namespace gpumix {
 
 std::vector<ParamInfo> gpt_param_layout(const GPTConfig& config) {
   config.validate();
-  const int64_t C = config.C, V = config.V, T = config.T;
-  const float std_w = 0.02f;
-  const float std_residual = 0.02f / std::sqrt(2.0f * config.L);
-  std::vector<ParamInfo> layout;
-  int64_t offset = 0;
-  auto add = [&](std::string name, Shape shape, int unit, bool decay, float init_std) {
-    layout.push_back({std::move(name), shape, offset, unit, decay, init_std, shape.numel()});
-    offset += shape.numel();
-  };
-  add("wte", {config.Vp(), C}, 0, true, std_w);  // (Vp, C), also the LM head
-  layout.back().used = V * C;                     // rows V..Vp-1: padding
-  add("wpe", {T, C}, 0, true, std_w);  // (T, C)
-  for (int l = 0; l < config.L; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    const int unit = l + 1;
-    add(h + "ln_1.weight", {C}, unit, false, -1);
-    add(h + "ln_1.bias", {C}, unit, false, 0);
-    add(h + "attn.c_attn.weight", {3 * C, C}, unit, true, std_w);
-    add(h + "attn.c_attn.bias", {3 * C}, unit, false, 0);
-    add(h + "attn.c_proj.weight", {C, C}, unit, true, std_residual);
-    add(h + "attn.c_proj.bias", {C}, unit, false, 0);
-    add(h + "ln_2.weight", {C}, unit, false, -1);
-    add(h + "ln_2.bias", {C}, unit, false, 0);
-    add(h + "mlp.c_fc.weight", {4 * C, C}, unit, true, std_w);
-    add(h + "mlp.c_fc.bias", {4 * C}, unit, false, 0);
-    add(h + "mlp.c_proj.weight", {C, 4 * C}, unit, true, std_residual);
-    add(h + "mlp.c_proj.bias", {C}, unit, false, 0);
-  }
-  add("ln_f.weight", {C}, config.L + 1, false, -1);
-  add("ln_f.bias", {C}, config.L + 1, false, 0);
-  GPUMIX_CHECK(offset == config.total_params(), "parameter layout has ", offset,
-               " elements but the config counts ", config.total_params());
-  return layout;
+  return model_stages(config).param_layout(config);
 }
 
 std::vector<SavedRun> gpt_saved_runs(const std::vector<ParamInfo>& layout, int64_t offset, int64_t count) {
@@ -84,7 +53,8 @@ void GPT::init_slice(const std::vector<ParamInfo>& layout, uint64_t seed, int64_
 }
 
 GPT::GPT(const GPTConfig& config, Device device, DType compute)
-    : config_(config), device_(device), compute_dtype_(compute), layout_(gpt_param_layout(config)) {
+    : config_(config), device_(device), compute_dtype_(compute), layout_(gpt_param_layout(config)),
+      stages_(&model_stages(config)), used_vars_(layout_.size()) {
   check_compute_dtype(compute, "GPT");
   int unit = -1;
   for (size_t i = 0; i < layout_.size(); ++i) {
@@ -136,15 +106,14 @@ void GPT::bind_unit(int unit, const Tensor& params, const Tensor& grads) {
     v.value = params.flat_slice(at, n).view(info.shape);
     v.grad = grads.defined() ? grads.flat_slice(at, n).view(info.shape) : Tensor();
     v.requires_grad = grads.defined();
-  }
-  if (unit == 0) {  // the embedding's view of wte: its first V rows, value and gradient
-    const VarImpl& wte = *vars_[0].impl();
-    const int64_t V = config_.V, C = config_.C;
-    wte_vocab_ = Var(wte.value.flat_slice(0, V * C).view({V, C}), false, "wte");
-    VarImpl& w = *wte_vocab_.impl();
-    w.parameter = true;
-    w.grad = wte.grad.defined() ? wte.grad.flat_slice(0, V * C).view({V, C}) : Tensor();
-    w.requires_grad = wte.requires_grad;
+    if (info.used < n) {  // a padded parameter's used rows (the vocabulary's): value and gradient
+      const int64_t cols = info.shape[info.shape.ndim - 1], rows = info.used / cols;
+      used_vars_[i] = Var(v.value.flat_slice(0, info.used).view({rows, cols}), false, info.name);
+      VarImpl& w = *used_vars_[i].impl();
+      w.parameter = true;
+      w.grad = v.grad.defined() ? v.grad.flat_slice(0, info.used).view({rows, cols}) : Tensor();
+      w.requires_grad = v.requires_grad;
+    }
   }
 }
 
@@ -154,8 +123,8 @@ void GPT::unbind_unit(int unit) {
     VarImpl& v = *vars_[i].impl();
     v.value = v.grad = Tensor();
     v.requires_grad = false;
+    used_vars_[i] = Var();
   }
-  if (unit == 0) wte_vocab_ = Var();
 }
 
 std::pair<int64_t, int64_t> GPT::unit_range(int unit) const {
@@ -165,7 +134,7 @@ std::pair<int64_t, int64_t> GPT::unit_range(int unit) const {
   return {first.offset, config_.unit_params(unit)};
 }
 
-const Var& GPT::p(int unit, const char* suffix) const {
+const Var& GPT::param_named(int unit, const char* suffix) const {
   for (int i = unit_first_[unit]; i < unit_first_[unit + 1]; ++i) {
     const std::string& name = layout_[i].name;
     const size_t n = std::strlen(suffix);
@@ -174,31 +143,13 @@ const Var& GPT::p(int unit, const char* suffix) const {
   GPUMIX_CHECK(false, "no parameter ending in '", suffix, "' in unit ", unit);
 }
 
-Var GPT::embed(const Tensor& tokens) const { return embedding(tokens, wte_vocab_, vars_[1]); }
+const Var& GPT::param_used(int i) const { return layout_[i].used < layout_[i].shape.numel() ? used_vars_[i] : vars_[i]; }
 
-Var GPT::block(int l, const Var& x) const {
-  const int u = l + 1;
-  // Pre-norm residual block: x + attn(ln_1(x)), then + mlp(ln_2(.)).
-  Var h = layernorm(x, p(u, "ln_1.weight"), p(u, "ln_1.bias"));
-  h = linear(h, p(u, "attn.c_attn.weight"), p(u, "attn.c_attn.bias"));  // (B, T, 3C)
-  h = attention(h, config_.NH);                                           // (B, T, C)
-  h = linear(h, p(u, "attn.c_proj.weight"), p(u, "attn.c_proj.bias"));
-  Var x1 = add(x, h);
-  h = layernorm(x1, p(u, "ln_2.weight"), p(u, "ln_2.bias"));
-  // (B, T, 4C) in the middle, GELU in the products' epilogues
-  h = mlp(h, p(u, "mlp.c_fc.weight"), p(u, "mlp.c_fc.bias"), p(u, "mlp.c_proj.weight"),
-          p(u, "mlp.c_proj.bias"));
-  return add(x1, h);
-}
+Var GPT::embed(const Tensor& tokens) const { return stages_->embed(*this, tokens); }
 
-Var GPT::ln_f(const Var& x) const {
-  const int u = config_.L + 1;
-  return layernorm(x, p(u, "ln_f.weight"), p(u, "ln_f.bias"));
-}
+Var GPT::block(int l, const Var& x) const { return stages_->block(*this, l, x); }
 
-Var GPT::head(const Var& x) const {
-  return linear(ln_f(x), vars_[0], Var());  // tied: logits = h @ wte^T, (B, T, Vp)
-}
+Var GPT::head(const Var& x) const { return stages_->head(*this, x, true); }
 
 Var GPT::head_loss(const Var& x, const Tensor& targets, float scale) const {
   return classifier_loss(head(x), targets, scale, config_.V);
@@ -219,8 +170,7 @@ Tensor GPT::logits(const Tensor& tokens) const {
   NoGradGuard no_grad;
   Var x = embed(tokens);
   for (int l = 0; l < config_.L; ++l) x = block(l, x);
-  // The head on wte's V rows: no padding column to mask.
-  const Tensor out = linear(ln_f(x), wte_vocab_, Var()).value();
+  const Tensor out = stages_->head(*this, x, false).value();  // the model's V columns only
   return out.dtype() == DType::f32 ? out : out.to(DType::f32);
 }
 

@@ -1,15 +1,17 @@
-// GPT: a GPT-2-style decoder (pre-norm blocks, GELU MLP, tied LM head) on the autograd tape.
+// GPT: a decoder of any model family (nn/model_family.h, nn/model_stages.h; the name is
+// historical: GPT-2 was the first family) on the autograd tape: it holds the parameters and
+// runs the family's stages on them.
 //
 // Glossary: B batch, T sequence, C channels, L layers, NH heads, V vocabulary.
 //
 // All parameters live in ONE flat fp32 buffer (P elements, the master weights) in a stable
-// order; the gradients in another (fp32). The order defines the flat layout that dist/
-// shards: units are the embedding (wte, wpe), then each block, then the head (final
-// layernorm; the LM head reuses wte).
+// order (the family's param_layout); the gradients in another (fp32). The order defines the
+// flat layout that dist/ shards: units are the embedding, then each block, then the head.
 //
-// The padded vocabulary (GPTConfig::Vp): wte is (Vp, C) in the flat buffers, so that the
-// head computes (N, Vp) logits at full width. Its rows V..Vp-1 are zero from the start and
-// stay zero: no token looks them up (the embedding sees wte's first V rows), the
+// The padded vocabulary (GPTConfig::Vp): the vocabulary's matrices (GPT-2's wte) are
+// (Vp, C) in the flat buffers, so that the head computes (N, Vp) logits at full width
+// (ParamInfo::used marks the V rows). Rows V..Vp-1 are zero from the start and
+// stay zero: no token looks them up (the embedding sees the first V rows, param_used), the
 // classifier gives their logits no probability and so no gradient, and AdamW leaves a
 // zero weight with zero gradients at zero. Checkpoints and Hugging Face files hold the V
 // rows only (gpt_saved_runs maps the two layouts); inference computes V logits.
@@ -34,6 +36,8 @@
 #include "nn/gpt_config.h"
 
 namespace gpumix {
+
+class ModelStages;
 
 struct ParamInfo {
   std::string name;   // "wte", "h.3.attn.qkv.weight", "ln_f.bias"
@@ -96,13 +100,19 @@ class GPT {
   // (loaded from a checkpoint, copied in by a test). Nothing to do in f32.
   void sync_compute_params();
   const Var& param(int i) const { return vars_[i]; }
+  // Parameter i's first ParamInfo::used elements as (used / columns, columns): a padded
+  // vocabulary matrix's V rows, value and gradient (the parameter itself when unpadded).
+  const Var& param_used(int i) const;
+  // The parameter of `unit` whose name ends in `suffix` (the family's stages find theirs so).
+  const Var& param_named(int unit, const char* suffix) const;
   int64_t num_params() const { return params_.numel(); }
   // [offset, offset + count) of unit u in the flat buffer.
   std::pair<int64_t, int64_t> unit_range(int unit) const;
 
   void zero_grad() { grads_.zero_(); }
 
-  // Stages. tokens i32 (B, T) -> (B, T, C); block l (0-based) (B, T, C) -> (B, T, C);
+  // Stages (the family's, nn/model_stages.h). tokens i32 (B, T) -> (B, T, C); block l
+  // (0-based) (B, T, C) -> (B, T, C);
   // head (B, T, C) -> logits (B, T, Vp), the padding's columns included; head_loss: the
   // head and the fused classifier (autograd/functions.h classifier_loss), whose gradient
   // is computed in its forward, in place of the logits.
@@ -120,16 +130,15 @@ class GPT {
   Tensor logits(const Tensor& tokens) const;
 
  private:
-  const Var& p(int unit, const char* suffix) const;  // parameter by name within a unit
-  Var ln_f(const Var& x) const;                      // the head's layernorm
 
   GPTConfig config_;
   Device device_;
   DType compute_dtype_;
   std::vector<ParamInfo> layout_;
+  const ModelStages* stages_;
   Tensor params_, compute_params_, grads_;
   std::vector<Var> vars_;
-  Var wte_vocab_;  // wte's first V rows (the same storage): what the embedding looks up
+  std::vector<Var> used_vars_;  // per parameter: its used rows where padded (param_used)
   std::vector<int> unit_first_;  // index in layout_ of each unit's first parameter
 };
 

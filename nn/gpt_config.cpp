@@ -2,31 +2,15 @@
 
 #include <stdexcept>
 
+#include "nn/model_family.h"
+
 namespace gpumix {
 
-namespace {
+const ModelFamily& GPTConfig::family_info() const { return model_family(family); }
 
-// name, L, NH, C, V, T. Small presets use a small vocabulary (a BPE trained on the
-// corpus); GPT-2 shapes use GPT-2's 50257; the billion-parameter shapes are GPT-3's
-// (XL, 2.7B, 6.7B) at T = 2048.
-const GPTConfig kPresets[] = {
-    {"gpt-nano", 4, 4, 128, 4096, 128},
-    {"gpt-micro", 4, 4, 192, 8192, 256},
-    {"gpt-mini", 6, 6, 384, 8192, 256},
-    {"gpt2", 12, 12, 768, 50257, 1024},
-    {"gpt2-medium", 24, 16, 1024, 50257, 1024},
-    {"gpt2-large", 36, 20, 1280, 50257, 1024},
-    {"gpt2-xl", 48, 25, 1600, 50257, 1024},
-    {"gpt-1.3b", 24, 32, 2048, 50257, 2048},
-    {"gpt-2.7b", 32, 32, 2560, 50257, 2048},
-    {"gpt-6.7b", 32, 32, 4096, 50257, 2048},
-};
-
-}  // namespace
-
-int64_t GPTConfig::embed_params() const { return Vp() * C + (int64_t)T * C; }
-int64_t GPTConfig::block_params() const { return 12 * (int64_t)C * C + 13 * (int64_t)C; }
-int64_t GPTConfig::head_params() const { return 2 * (int64_t)C; }
+int64_t GPTConfig::embed_params() const { return family_info().embed_params(*this); }
+int64_t GPTConfig::block_params() const { return family_info().block_params(*this); }
+int64_t GPTConfig::head_params() const { return family_info().head_params(*this); }
 int64_t GPTConfig::total_params() const {
   return embed_params() + L * block_params() + head_params();
 }
@@ -42,13 +26,16 @@ int64_t GPTConfig::unit_params(int unit) const {
 }
 
 double GPTConfig::forward_flops_per_token(int t) const {
-  // Per block: qkv 6C^2, attention projection 2C^2, MLP 16C^2 (all 2*in*out), and
-  // attention scores + weighted sum 2 * 2 * t_avg * C with t_avg = (t+1)/2 under the mask.
-  const double c = C;
-  const double per_block = 24.0 * c * c + 2.0 * (t + 1) * c;
-  const double lm_head = 2.0 * c * V;
-  return L * per_block + lm_head;
+  return L * block_forward_flops_per_token(t) + head_forward_flops_per_token();
 }
+double GPTConfig::block_forward_flops_per_token(int t) const {
+  return family_info().block_forward_flops_per_token(*this, t);
+}
+double GPTConfig::head_forward_flops_per_token() const { return family_info().head_forward_flops_per_token(*this); }
+double GPTConfig::block_activation_bytes(int seq_len, int64_t m, int dtype_bytes) const {
+  return family_info().block_activation_bytes(*this, seq_len, m, dtype_bytes);
+}
+bool GPTConfig::head_reads_embedding() const { return family_info().head_reads_embedding(*this); }
 
 void GPTConfig::validate() const {
   auto positive = [&](const char* field, int value) {
@@ -64,10 +51,16 @@ void GPTConfig::validate() const {
   if (C % NH != 0)
     throw std::invalid_argument("model " + name + ": C (channels) = " + std::to_string(C) +
                                 " is not a multiple of NH (heads) = " + std::to_string(NH));
+  family_info().validate(*this);
 }
 
 nlohmann::json config_to_json(const GPTConfig& c) {
-  return {{"name", c.name}, {"L", c.L}, {"NH", c.NH}, {"C", c.C}, {"V", c.V}, {"T", c.T}};
+  nlohmann::json j = {{"name", c.name}, {"L", c.L}, {"NH", c.NH}, {"C", c.C}, {"V", c.V}, {"T", c.T}};
+  if (c.family != GPTConfig{}.family) {  // the default family's models keep their old JSON
+    j["family"] = c.family;
+    c.family_info().fields_to_json(c, j);
+  }
+  return j;
 }
 
 GPTConfig config_from_json(const nlohmann::json& j, const std::string& where) {
@@ -96,6 +89,13 @@ GPTConfig config_from_json(const nlohmann::json& j, const std::string& where) {
   c.V = dimension("V");
   c.T = dimension("T");
   try {
+    const auto family = j.find("family");
+    if (family != j.end()) {
+      if (!family->is_string())
+        throw std::invalid_argument("family: must be a family's name, got " + family->dump());
+      c.family = family->get<std::string>();
+    }
+    c.family_info().fields_from_json(j, where, c);
     c.validate();
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(where + ": " + e.what());
@@ -104,16 +104,18 @@ GPTConfig config_from_json(const nlohmann::json& j, const std::string& where) {
 }
 
 GPTConfig gpt_preset(const std::string& name) {
-  for (const GPTConfig& p : kPresets)
-    if (p.name == name) return p;
+  for (const ModelFamily* f : model_families())
+    for (const GPTConfig& p : f->presets())
+      if (p.name == name) return p;
   std::string known;
-  for (const GPTConfig& p : kPresets) known += (known.empty() ? "" : ", ") + p.name;
+  for (const std::string& n : gpt_preset_names()) known += (known.empty() ? "" : ", ") + n;
   throw std::invalid_argument("unknown model preset '" + name + "'; known presets: " + known);
 }
 
 std::vector<std::string> gpt_preset_names() {
   std::vector<std::string> names;
-  for (const GPTConfig& p : kPresets) names.push_back(p.name);
+  for (const ModelFamily* f : model_families())
+    for (const GPTConfig& p : f->presets()) names.push_back(p.name);
   return names;
 }
 

@@ -11,6 +11,7 @@
 #include "kernels/philox.h"
 #include "nn/data/loader.h"
 #include "nn/hf/gpt2.h"
+#include "nn/model_stages.h"
 
 namespace gpumix {
 
@@ -165,38 +166,10 @@ void sample_batch(const GPT& model, std::vector<std::vector<int32_t>>& seqs, con
 
 // ---- the key/value cache -----------------------------------------------------------------
 
-namespace {
+KVCache::KVCache(const GPT& model) : model_(model), state_(model_stages(model.config()).decoder(model)) {}
 
-int param_index(const GPT& model, const std::string& name) {
-  const std::vector<ParamInfo>& layout = model.layout();
-  for (size_t i = 0; i < layout.size(); ++i)
-    if (layout[i].name == name) return (int)i;
-  GPUMIX_CHECK(false, "KVCache: the model has no parameter '", name, "'");
-}
-
-}  // namespace
-
-KVCache::KVCache(const GPT& model) : model_(model) {
-  const GPTConfig& c = model.config();
-  for (int l = 0; l < c.L; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    const auto at = [&](const char* suffix) { return param_index(model, h + suffix); };
-    layers_.push_back({at("ln_1.weight"), at("ln_1.bias"), at("attn.c_attn.weight"), at("attn.c_attn.bias"),
-                       at("attn.c_proj.weight"), at("attn.c_proj.bias"), at("ln_2.weight"), at("ln_2.bias"),
-                       at("mlp.c_fc.weight"), at("mlp.c_fc.bias"), at("mlp.c_proj.weight"), at("mlp.c_proj.bias")});
-    qkv_.push_back(Tensor::empty({1, c.T, 3 * c.C}, model.compute_dtype(), model.device()));
-  }
-  wte_ = param_index(model, "wte");
-  wpe_ = param_index(model, "wpe");
-  lnf_w_ = param_index(model, "ln_f.weight");
-  lnf_b_ = param_index(model, "ln_f.bias");
-}
-
-const Tensor& KVCache::w(int i) const {
-  const Tensor& t = model_.param(i).value();
-  GPUMIX_CHECK(t.defined(), "KVCache: parameter ", model_.layout()[i].name, " is not bound");
-  return t;
-}
+KVCache::~KVCache() = default;
+KVCache::KVCache(KVCache&&) noexcept = default;
 
 std::vector<float> KVCache::prefill(const int32_t* ids, int64_t n) {
   const GPTConfig& c = model_.config();
@@ -214,50 +187,11 @@ std::vector<float> KVCache::step(int32_t id) {
   return forward(Tensor::from_vector(std::vector<int32_t>{id}, {1, 1}).to(model_.device()), 1);
 }
 
-// The ops of GPT::block and GPT::head (nn/gpt.cpp), without the tape, on `rows` new rows at
-// positions n_.. : their qkv go into the cache's rows, their attention reads rows 0..n_+rows-1.
+// The family's step (nn/model_stages.h DecodeState) on `rows` new rows at positions n_..
 std::vector<float> KVCache::forward(const Tensor& tokens, int64_t rows) {
-  const GPTConfig& c = model_.config();
-  const int64_t C = c.C, T = c.T, p0 = n_;
-  const DType dt = model_.compute_dtype();
-  const Device dev = model_.device();
-  const auto act = [&](int64_t width) { return Tensor::empty({1, rows, width}, dt, dev); };
-  Tensor mean = Tensor::empty({rows}, DType::f32, dev), rstd = Tensor::empty({rows}, DType::f32, dev);
-  // Positions p0..: wpe from row p0 on (the kernel reads wpe[t] for the t-th row).
-  const Tensor wpe = w(wpe_).flat_slice(p0 * C, (T - p0) * C).view({T - p0, C});
-  // wte's V rows (the rest is the padding of GPTConfig::Vp): the lookup and the V logits.
-  const Tensor wte = w(wte_).flat_slice(0, (int64_t)c.V * C).view({c.V, C});
-  Tensor x = act(C), h = act(C), att = act(C), fc = act(4 * C);
-  ops::embedding_forward(x, tokens, wte, wpe);
-  for (int l = 0; l < c.L; ++l) {
-    const Layer& y = layers_[l];
-    ops::layernorm_forward(h, mean, rstd, x, w(y.ln1_w), w(y.ln1_b));
-    Tensor qkv_rows = qkv_[l].flat_slice(p0 * 3 * C, rows * 3 * C).view({1, rows, 3 * C});
-    ops::matmul_forward(qkv_rows, h, w(y.qkv_w), w(y.qkv_b));
-    if (p0 == 0) {  // the prompt: attention over its own rows, the cache's first ones
-      Tensor lse = Tensor::empty({1, c.NH, rows}, DType::f32, dev);
-      ops::attention_forward(att, lse, qkv_rows, c.NH);
-    } else {
-      GPUMIX_CHECK(rows == 1, "KVCache: ", rows, " rows after ", p0, " cached ones; steps take one");
-      ops::attention_decode(att, qkv_[l], p0, c.NH);
-    }
-    ops::matmul_forward(h, att, w(y.proj_w), w(y.proj_b));
-    ops::add(x, x, h);
-    ops::layernorm_forward(h, mean, rstd, x, w(y.ln2_w), w(y.ln2_b));
-    ops::matmul_forward(fc, h, w(y.fc_w), w(y.fc_b));
-    ops::gelu_forward(fc, fc);
-    ops::matmul_forward(h, fc, w(y.fc2_w), w(y.fc2_b));
-    ops::add(x, x, h);
-  }
-  n_ = p0 + rows;
-  // The head on the last row only: the next id's logits.
-  const Tensor last = x.flat_slice((rows - 1) * C, C).view({1, 1, C});
-  Tensor hl = Tensor::empty({1, 1, C}, dt, dev);
-  Tensor m1 = Tensor::empty({1}, DType::f32, dev), r1 = Tensor::empty({1}, DType::f32, dev);
-  ops::layernorm_forward(hl, m1, r1, last, w(lnf_w_), w(lnf_b_));
-  Tensor logits = Tensor::empty({1, 1, c.V}, dt, dev);
-  ops::matmul_forward(logits, hl, wte, Tensor());
-  return logits.to(Device::cpu()).to_vector();
+  std::vector<float> logits = state_->forward(tokens, rows, n_);
+  n_ += rows;
+  return logits;
 }
 
 }  // namespace gpumix

@@ -20,6 +20,8 @@
 
 namespace gpumix {
 
+class DecodeState;
+
 // The checkpoint's model (its shape from meta.json, its fp32 master weights) on the CPU,
 // computing in `compute` (f32 or bf16: then with its compute copy made from the master).
 std::unique_ptr<GPT> load_model(const CheckpointReader& reader, DType compute = DType::f32);
@@ -93,13 +95,15 @@ void sample_batch(const GPT& model, std::vector<std::vector<int32_t>>& seqs, con
 // cumulative sum at u. The rule of sample_tokens, for tests of known distributions.
 int32_t pick_token(const float* logits, int64_t V, const SampleOptions& o, double u);
 
-// Incremental decoding's key/value cache of one sequence on the model's device: per layer,
-// the qkv rows (1, T, 3C) of the positions seen (the q part kept so that the prompt's
-// attention runs on the cache itself, with no copy), in the model's compute dtype:
-// L x T x 3C values (gpt2, fp32: 113 MB). The model must outlive the cache.
+// Incremental decoding's key/value cache of one sequence on the model's device: the model
+// family's cached keys and values per layer (nn/model_stages.h DecodeState; GPT-2's: the
+// qkv rows (1, T, 3C) of the positions seen, L x T x 3C values, gpt2 in fp32: 113 MB), in the
+// model's compute dtype. The model must outlive the cache.
 class KVCache {
  public:
   explicit KVCache(const GPT& model);
+  ~KVCache();
+  KVCache(KVCache&&) noexcept;
   // Forgets what it held and runs the model over ids[0, n) (1 <= n <= T) at positions
   // 0..n-1, one forward with n rows. Returns the logits (V) of the last position (fp32).
   std::vector<float> prefill(const int32_t* ids, int64_t n);
@@ -109,18 +113,12 @@ class KVCache {
   int64_t length() const { return n_; }
 
  private:
-  struct Layer {
-    int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b;
-  };
-  // Runs x (1, rows, C) at positions n_..n_+rows-1 through the blocks, then the head on
+  // Runs tokens (1, rows) at positions n_..n_+rows-1 through the blocks, then the head on
   // its last row.
   std::vector<float> forward(const Tensor& tokens, int64_t rows);
-  const Tensor& w(int i) const;
 
   const GPT& model_;
-  std::vector<Layer> layers_;
-  int wte_, wpe_, lnf_w_, lnf_b_;
-  std::vector<Tensor> qkv_;  // per layer (1, T, 3C), rows 0..n_-1 filled
+  std::unique_ptr<DecodeState> state_;
   int64_t n_ = 0;
 };
 

@@ -24,6 +24,7 @@
 #include "dist/engine/launch.h"
 #include "dist/engine/profiler.h"
 #include "dist/plan/device_catalog.h"
+#include "nn/model_stages.h"
 #include "bench_version.h"
 
 namespace gpumix::tools {
@@ -69,16 +70,11 @@ struct Case {
   std::function<Run()> make;
 };
 
-// The kernels of one step, in step order. Counts (per_block, per_step) follow
-// autograd/functions.cpp and nn/gpt.cpp: a Linear's backward is one matmul_backward_write call
-// that computes both products (timed here apart: the activation gradient, written with beta
-// 0 as its first contribution, and the weight gradient, with the bias gradient in its BGRADB
-// epilogue); the MLP's GELU rides in mlp_up's forward (GELU_AUX_BIAS) and mlp_down's
-// activation gradient (DGELU); add_grad copies a first contribution; only attention's dqkv
-// is still a zeroed buffer; the step runs each block once forward and once backward.
+// The kernels of one step, in step order: the model family's (the embedding, a block, the
+// head: nn/model_stages.h step_kernels), then the step's own over every parameter.
 std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt, Device dev, int devices) {
-  const int64_t C = m.C, V = m.V, N = B * T, L = m.L, NH = m.NH;
-  const double e = (double)dtype_size(dt), f4 = 4;  // bytes of a compute element, of an fp32 one
+  const int64_t L = m.L;
+  const double f4 = 4, e = (double)dtype_size(dt);  // bytes of an fp32 element, of a compute one
   const DType f32 = DType::f32;
   std::vector<Case> cases;
   auto add = [&](std::string role, std::string group, std::string what, int per_block, int outside, double flops,
@@ -93,158 +89,9 @@ std::vector<Case> step_cases(const GPTConfig& m, int64_t B, int64_t T, DType dt,
     k.bytes = bytes;
     cases.push_back({k, std::move(make)});
   };
-  auto shape3 = [&](int64_t k) { return str("(", B, ",", T, ",", k, ")"); };
-
-  // A Linear of K inputs and OC outputs: forward, the activation gradient, the weight (and
-  // bias) gradient. The LM head has no bias and its weight is wte (tied).
-  // gelu_out: its output goes through a GELU (mlp_up); dgelu_in: its input came out of one
-  // (mlp_down), so its activation gradient goes back through it.
-  auto linear = [&](const std::string& name, const std::string& group, int64_t K, int64_t OC, bool bias,
-                    int per_block, int outside, bool gelu_out = false, bool dgelu_in = false) {
-    const double mm = 2.0 * N * K * OC;
-    const std::string shape = str(shape3(K), "x(", OC, ",", K, ")");
-    add(name + ".fwd", group, (gelu_out ? "matmul_gelu_forward " : "matmul_forward ") + shape, per_block, outside,
-        mm + (bias ? N * OC : 0) + (gelu_out ? 12.0 * N * OC : 0),
-        e * (N * K + OC * K + (bias ? OC : 0) + (gelu_out ? 2 : 1) * N * OC), [=] {
-          Tensor x = random_tensor({B, T, K}, dev, "bench.x", dt), w = random_tensor({OC, K}, dev, "bench.w", dt);
-          Tensor b = bias ? random_tensor({OC}, dev, "bench.b", dt) : Tensor();
-          Tensor out = Tensor::empty({B, T, OC}, dt, dev), pre = Tensor::empty({B, T, OC}, dt, dev);
-          return Run([=]() mutable {
-            if (gelu_out)
-              ops::matmul_gelu_forward(out, pre, x, w, b);
-            else
-              ops::matmul_forward(out, x, w, b);
-          });
-        });
-    add(name + ".bwd_in", group, (dgelu_in ? "matmul_backward_dgelu " : "matmul_backward dinp (written) ") + shape,
-        per_block, outside, mm + (dgelu_in ? 20.0 * N * K : 0), e * (N * OC + OC * K + (dgelu_in ? 2 : 1) * N * K), [=] {
-          Tensor x = random_tensor({B, T, K}, dev, "bench.x", dt), w = random_tensor({OC, K}, dev, "bench.w", dt);
-          Tensor dout = random_tensor({B, T, OC}, dev, "bench.dy", dt), dx = Tensor::empty({B, T, K}, dt, dev);
-          return Run([=]() mutable {
-            Tensor none_w, none_b;
-            if (dgelu_in)  // x stands for the GELU's input
-              ops::matmul_backward_dgelu(dx, dout, w, x);
-            else
-              ops::matmul_backward_write(dx, none_w, none_b, dout, x, w, true, false);
-          });
-        });
-    // The bias gradient: BGRADB into an OC scratch, added (micro-batches accumulate).
-    add(name + ".bwd_w", group, "matmul_backward dweight " + shape, per_block, outside, mm + (bias ? N * OC : 0),
-        e * (N * OC + N * K) + f4 * 2 * (OC * K + (bias ? 2 * OC : 0)), [=] {
-          Tensor x = random_tensor({B, T, K}, dev, "bench.x", dt), w = random_tensor({OC, K}, dev, "bench.w", dt);
-          Tensor dout = random_tensor({B, T, OC}, dev, "bench.dy", dt), dw = Tensor::zeros({OC, K}, f32, dev);
-          Tensor db = bias ? Tensor::zeros({OC}, f32, dev) : Tensor();
-          return Run([=]() mutable {
-            Tensor none_x;
-            ops::matmul_backward(none_x, dw, db, dout, x, w);
-          });
-        });
-  };
-  auto layernorm = [&](int per_block, int outside) {
-    add("ln.fwd", "block", "layernorm_forward " + shape3(C), per_block, outside, 8.0 * N * C,
-        e * (2 * N * C + 2 * C) + f4 * 2 * N, [=] {
-          Tensor x = random_tensor({B, T, C}, dev, "bench.x", dt), w = random_tensor({C}, dev, "bench.w", dt),
-                 b = random_tensor({C}, dev, "bench.b", dt);
-          Tensor out = Tensor::empty({B, T, C}, dt, dev), mean = Tensor::empty({N}, f32, dev),
-                 rstd = Tensor::empty({N}, f32, dev);
-          return Run([=]() mutable { ops::layernorm_forward(out, mean, rstd, x, w, b); });
-        });
-    add("ln.bwd", "block", "layernorm_backward " + shape3(C), per_block, outside, 14.0 * N * C,
-        e * (4 * N * C + C) + f4 * (2 * N + 4 * C), [=] {
-          Tensor x = random_tensor({B, T, C}, dev, "bench.x", dt), w = random_tensor({C}, dev, "bench.w", dt),
-                 b = random_tensor({C}, dev, "bench.b", dt);
-          Tensor out = Tensor::empty({B, T, C}, dt, dev), mean = Tensor::empty({N}, f32, dev),
-                 rstd = Tensor::empty({N}, f32, dev);
-          ops::layernorm_forward(out, mean, rstd, x, w, b);
-          Tensor dout = random_tensor({B, T, C}, dev, "bench.dy", dt), dx = Tensor::zeros({B, T, C}, dt, dev),
-                 dw = Tensor::zeros({C}, f32, dev), db = Tensor::zeros({C}, f32, dev);
-          return Run([=]() mutable { ops::layernorm_backward(dx, dw, db, dout, x, w, mean, rstd); });
-        });
-  };
-
-  // Embedding (unit 0).
-  add("embed.fwd", "embed", str("embedding_forward tokens (", B, ",", T, "), wte (", V, ",", C, ")"), 0, 1, 1.0 * N * C,
-      e * (3 * N * C) + f4 * N, [=] {
-        Tensor tokens = random_tokens(B, T, (int)V, dev), wte = random_tensor({V, C}, dev, "bench.wte", dt),
-               wpe = random_tensor({m.T, C}, dev, "bench.wpe", dt), out = Tensor::empty({B, T, C}, dt, dev);
-        return Run([=]() mutable { ops::embedding_forward(out, tokens, wte, wpe); });
-      });
-  // One block (nn/gpt.cpp GPT::block), forward then backward.
-  layernorm(2, 1);  // ln_1, ln_2, and the head's ln_f
-  linear("qkv", "block", C, 3 * C, true, 1, 0);
-  const double attn_mm = 2.0 * B * T * T * C;  // QK^T and PV, causal (half the square)
-  add("attn.fwd", "block", str("attention_forward qkv ", shape3(3 * C), ", NH ", NH), 1, 0, attn_mm,
-      e * (4 * N * C) + f4 * B * NH * T, [=] {
-        Tensor qkv = random_tensor({B, T, 3 * C}, dev, "bench.qkv", dt), out = Tensor::empty({B, T, C}, dt, dev),
-               lse = Tensor::empty({B, NH, T}, f32, dev);
-        return Run([=]() mutable { ops::attention_forward(out, lse, qkv, (int)NH); });
-      });
-  add("attn.bwd", "block", str("attention_backward qkv ", shape3(3 * C), ", NH ", NH), 1, 0, 2.5 * attn_mm,
-      e * (3 * N * C + 2 * N * C + 6 * N * C) + f4 * B * NH * T, [=] {
-        Tensor qkv = random_tensor({B, T, 3 * C}, dev, "bench.qkv", dt), out = Tensor::empty({B, T, C}, dt, dev),
-               lse = Tensor::empty({B, NH, T}, f32, dev);
-        ops::attention_forward(out, lse, qkv, (int)NH);
-        Tensor dout = random_tensor({B, T, C}, dev, "bench.dy", dt), dqkv = Tensor::zeros({B, T, 3 * C}, dt, dev);
-        return Run([=]() mutable { ops::attention_backward(dqkv, dout, qkv, out, lse, (int)NH); });
-      });
-  linear("attn_proj", "block", C, C, true, 1, 0);
-  linear("mlp_up", "block", C, 4 * C, true, 1, 0, /*gelu_out=*/true);  // GELU_AUX_BIAS
-  linear("mlp_down", "block", 4 * C, C, true, 1, 0, false, /*dgelu_in=*/true);  // DGELU
-  add("residual.fwd", "block", "add " + shape3(C), 2, 0, 1.0 * N * C, e * 3 * N * C, [=] {
-    Tensor a = random_tensor({B, T, C}, dev, "bench.a", dt), b = random_tensor({B, T, C}, dev, "bench.b", dt),
-           out = Tensor::empty({B, T, C}, dt, dev);
-    return Run([=]() mutable { ops::add(out, a, b); });
-  });
-  // add_grad (autograd/tape.cpp): each residual add's backward gives dout to both inputs'
-  // gradients, in the block each one's first contribution: a copy.
-  add("residual.bwd", "block", "copy (add_grad, first contribution) " + shape3(C), 4, 0, 0.0, e * 2 * N * C, [=] {
-    Tensor g = random_tensor({B, T, C}, dev, "bench.dy", dt), acc = Tensor::empty({B, T, C}, dt, dev);
-    return Run([=]() mutable { ops::convert(acc, g); });
-  });
-  // The activation gradient a block's backward still zeroes (grad_buffer): attention's dqkv,
-  // which attention_backward accumulates into.
-  add("grad_zero.act", "block", str("fill 1x", shape3(3 * C)), 1, 0, 0, e * 3.0 * N * C, [=] {
-    Tensor t = Tensor::empty({B, T, 3 * C}, dt, dev);
-    return Run([=]() mutable { ops::fill(t, 0.0f); });
-  });
-  // Head (unit L+1): ln_f (counted with ln above), the tied LM head, the loss.
-  linear("lm_head", "head", C, V, false, 0, 1);
-  add("xent.fwd", "head", str("crossentropy_forward + sum_to logits (", N, ",", V, ")"), 0, 1, 4.0 * N * V,
-      e * N * V + f4 * 4 * N, [=] {
-        Tensor logits = random_tensor({N, V}, dev, "bench.logits", dt), targets = random_tokens(B, T, (int)V, dev);
-        Tensor flat_targets = targets.reshape({N});
-        Tensor losses = Tensor::empty({N}, f32, dev), lse = Tensor::empty({N}, f32, dev),
-               loss = Tensor::empty({1}, f32, dev);
-        const double scale = 1.0 / (double)N;
-        return Run([=]() mutable {
-          ops::crossentropy_forward(losses, lse, logits, flat_targets);
-          ops::sum_to(loss, losses, scale);
-        });
-      });
-  add("xent.bwd", "head", str("crossentropy_backward logits (", N, ",", V, ")"), 0, 1, 4.0 * N * V,
-      e * 3 * N * V + f4 * 2 * N, [=] {
-        Tensor logits = random_tensor({N, V}, dev, "bench.logits", dt), targets = random_tokens(B, T, (int)V, dev);
-        Tensor flat_targets = targets.reshape({N});
-        Tensor losses = Tensor::empty({N}, f32, dev), lse = Tensor::empty({N}, f32, dev);
-        ops::crossentropy_forward(losses, lse, logits, flat_targets);
-        Tensor dlogits = Tensor::zeros({N, V}, dt, dev), dloss = Tensor::full({1}, 1.0f, f32, dev);
-        const float scale = 1.0f / (float)N;
-        return Run([=]() mutable { ops::crossentropy_backward(dlogits, logits, lse, flat_targets, dloss, scale); });
-      });
-  // The head's zeroed activation gradients: the logits', ln_f's output's and its input's.
-  add("grad_zero.head", "head", str("fill (", N, ",", V, ") 2x", shape3(C)), 0, 1, 0, e * (N * V + 2.0 * N * C), [=] {
-    std::vector<Tensor> ts{Tensor::empty({N, V}, dt, dev), Tensor::empty({B, T, C}, dt, dev),
-                           Tensor::empty({B, T, C}, dt, dev)};
-    return Run([=]() mutable {
-      for (Tensor& t : ts) ops::fill(t, 0.0f);
-    });
-  });
-  add("embed.bwd", "embed", str("embedding_backward dwte (", V, ",", C, ") f32"), 0, 1, 2.0 * N * C,
-      e * N * C + f4 * (2 * N * C + 2 * T * C + N), [=] {
-        Tensor tokens = random_tokens(B, T, (int)V, dev), dout = random_tensor({B, T, C}, dev, "bench.dy", dt);
-        Tensor dwte = Tensor::zeros({V, C}, f32, dev), dwpe = Tensor::zeros({m.T, C}, f32, dev);
-        return Run([=]() mutable { ops::embedding_backward(dwte, dwpe, dout, tokens); });
-      });
+  for (StepKernel& k : model_stages(m).step_kernels(m, B, T, dt, dev))
+    add(std::move(k.role), std::move(k.group), std::move(k.what), k.per_block, k.outside, k.flops, k.bytes,
+        std::move(k.make));
 
   // Once per step, over every parameter (fp32 master weights, gradients, moments).
   const int64_t P = m.total_params();

@@ -18,6 +18,7 @@
 #include "dist/plan/cost_model.h"
 #include "nn/data/progress.h"
 #include "nn/gpt.h"
+#include "nn/model_stages.h"
 #include "nn/optim.h"
 
 namespace gpumix::dist {
@@ -148,16 +149,10 @@ class Together {
 }  // namespace
 
 Tensor random_tensor(const Shape& shape, Device device, const char* name, DType dtype) {
-  Tensor t = Tensor::empty(shape, DType::f32, device);
-  ops::normal_(t, rng_key(0, name), 0, 0.0f, 1.0f);
-  return dtype == DType::f32 ? t : t.to(dtype);
+  return named_random_tensor(shape, device, name, dtype);
 }
 
-Tensor random_tokens(int64_t m, int64_t T, int V, Device device) {
-  std::vector<int32_t> v(m * T);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = (int32_t)(mix64(i) % (uint64_t)V);
-  return Tensor::from_vector(v, {m, T}, device);
-}
+Tensor random_tokens(int64_t m, int64_t T, int V, Device device) { return hashed_random_tokens(m, T, V, device); }
 
 namespace {
 
@@ -233,6 +228,7 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
   // dtype and fp32 gradients (the fp32 initial values freed before the gradients are made,
   // so that a device with little memory holds no more than in training).
   GPT gpt(model, device, dtype);
+  const ModelStages& stages = model_stages(model);
   auto bind = [&](int unit) {
     const int64_t n = model.unit_params(unit);
     Tensor p = Tensor::empty({n}, DType::f32, device);
@@ -249,9 +245,9 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
   for (int m = 1; m <= o.max_micro_batch; m *= 2) {
     MicroBatchSample s;
     s.m = m;
-    Tensor x, dy, tokens, dwte, dwpe;
+    Tensor x, dy, tokens, g0;
     auto free_if_stopped = [&] {  // the filler needs the room
-      if (together.stopped()) x = dy = tokens = dwte = dwpe = Tensor();
+      if (together.stopped()) x = dy = tokens = g0 = Tensor();
     };
     together.prepare([&] {
       x = random_tensor({m, T, C}, device, "profile.x", dtype);
@@ -275,8 +271,7 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
     // `gathered` term), not in the head's working memory.
     together.prepare([&] {
       tokens = random_tokens(m, T, model.V, device);
-      dwte = Tensor::zeros({model.V, C}, DType::f32, device);
-      dwpe = Tensor::zeros({model.T, C}, DType::f32, device);
+      g0 = Tensor::zeros({model.embed_params()}, DType::f32, device);
     });
     free_if_stopped();
     const int64_t head_base = alloc.stats().in_use;
@@ -288,7 +283,7 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
         h = Var(gpt.embed(tokens).value(), true);
       }
       backward(gpt.head_loss(h, tokens, 1.0f / (float)(m * T)));
-      ops::embedding_backward(dwte, dwpe, h.grad(), tokens);
+      stages.embed_backward(model, g0, h.grad(), tokens);
     });
     s.head_bytes = (double)(alloc.stats().peak - head_base);
     if (!together.stopped()) {

@@ -4,6 +4,7 @@
 #include "core/ops.h"
 #include "dist/engine/fault.h"
 #include "dist/engine/profiler.h"
+#include "nn/model_stages.h"
 
 namespace gpumix::dist {
 
@@ -39,15 +40,17 @@ std::vector<Tensor> ShardedEngine::forward_backward(const Tensor& inputs, const 
   const int64_t rows = inputs.size(0);
   std::vector<std::vector<Tensor>> saved = forward_blocks(inputs, micro, offload_.get());  // [l][j]
   fault_point(comm_.rank(), "forward");
-  // Head and loss, then backward into the last block's output. The LM head is tied to
-  // wte, so unit 0 is gathered here too and its gradient buffer lives until the end.
-  Tensor g0 = Tensor::zeros({layout_.unit_size(0)}, DType::f32, device_);
+  // Head and loss, then backward into the last block's output. A head tied to the
+  // embedding (ModelFamily::head_reads_embedding) computes with unit 0 too, so unit 0 stays
+  // gathered from the forward's start and its gradient buffer lives from here to the end.
+  const bool tied = config_.head_reads_embedding();
+  Tensor g0 = tied ? Tensor::zeros({layout_.unit_size(0)}, DType::f32, device_) : Tensor();
   std::vector<Tensor> dx(saved[L].size()), losses;
   {
     TraceSpan unit_span(tracer, nullptr, "unit", head);
     Tensor gh = Tensor::zeros({layout_.unit_size(head)}, DType::f32, device_);
     bind(head, fetch(head, L), gh);
-    bind(0, embedding_, g0);  // gathered since the forward's start
+    if (tied) bind(0, embedding_, g0);  // gathered since the forward's start
     for_micro_batches(rows, micro, [&](int64_t j, int64_t r0, int64_t r1) {
       TraceSpan span(tracer, "forward and backward", "compute", head, (int)j);
       Var x(saved[L][j], true);
@@ -78,15 +81,14 @@ std::vector<Tensor> ShardedEngine::forward_backward(const Tensor& inputs, const 
     reduce(l + 1, g);
     release(l + 1);
   }
-  // Embedding backward needs only the tokens and the incoming gradient.
+  // Embedding backward needs only the tokens and the incoming gradient (the family's,
+  // outside the tape).
   TraceSpan unit_span(tracer, nullptr, "unit", 0);
-  // wte's first V rows (the rest is the vocabulary's padding, GPTConfig::Vp), then wpe.
-  const int64_t C = config_.C;
-  Tensor dwte = g0.flat_slice(0, (int64_t)config_.V * C).view({config_.V, C});
-  Tensor dwpe = g0.flat_slice(config_.Vp() * C, (int64_t)config_.T * C).view({config_.T, C});
+  if (!tied) g0 = Tensor::zeros({layout_.unit_size(0)}, DType::f32, device_);
+  const ModelStages& stages = model_stages(config_);
   for_micro_batches(rows, micro, [&](int64_t j, int64_t r0, int64_t r1) {
     TraceSpan span(tracer, "backward", "compute", 0, (int)j);
-    ops::embedding_backward(dwte, dwpe, dx[j], inputs.slice(r0, r1));
+    stages.embed_backward(config_, g0, dx[j], inputs.slice(r0, r1));
   });
   reduce(0, g0);
   finish_all_reduce();
@@ -230,6 +232,10 @@ std::vector<std::vector<Tensor>> ShardedEngine::forward_blocks(const Tensor& inp
       TraceSpan span(tracer, "forward", "compute", 0, (int)j);
       saved[0].push_back(model_.embed(inputs.slice(r0, r1)).value());
     });
+    if (!config_.head_reads_embedding()) {  // nothing reads it again in this step
+      release(0);
+      embedding_ = Tensor();
+    }
   }
   for (int l = 0; l < L; ++l) {
     TraceSpan unit_span(tracer, nullptr, "unit", l + 1);

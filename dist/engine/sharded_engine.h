@@ -49,9 +49,10 @@ class ShardedEngine final : public Engine {
   // TopologyLinks{}). Its prefetched gathers, flat or hierarchical, run on a thread of
   // their own where the library allows one (MPI_THREAD_MULTIPLE: gpumix asks for it), and
   // so overlap the compute; elsewhere a hierarchical gather completes before it returns.
-  // Unit 0 (the embedding, tied to the LM head) is gathered once per step and kept until
-  // the end of the backward, when its gradient is reduce-scattered (the memory model's
-  // `gathered` term holds it all that time anyway).
+  // Unit 0 (the embedding) is gathered once per step; where the head is tied to it, it is
+  // kept until the end of the backward, when its gradient is reduce-scattered (the memory
+  // model's `gathered` term holds it all that time anyway); else it is freed after the
+  // lookup and its gradient buffer exists only for the embedding's backward.
   ShardedEngine(const GPTConfig& config, const ShardLayout& layout, Comm& comm, Device device,
                 DType compute, uint64_t seed, const AdamWConfig& adam, bool prefetch, int group_size = 0,
                 const CollectiveLinks& links = {});
@@ -78,16 +79,16 @@ class ShardedEngine final : public Engine {
   // A buffer for unit u's full parameters in the compute dtype, holding this rank's slice
   // of them (rounded from its master); `mine` gets that slice's view, the gather's input.
   Tensor own_part_of_full(int u, Tensor* mine);
-  // `offload`: where block inputs go until backward (null: they stay in the result). The
-  // embedding unit stays gathered (embedding_) for the head, which is tied to it; the
-  // caller releases it.
+  // `offload`: where block inputs go until backward (null: they stay in the result). Where
+  // the head is tied to the embedding (GPTConfig::head_reads_embedding), the embedding unit
+  // stays gathered (embedding_) for it and the caller releases it; else it is released here.
   std::vector<std::vector<Tensor>> forward_blocks(const Tensor& inputs, int64_t micro, InputOffload* offload);
   // Block l's input j for its backward: from `saved`, or back from the offload (which is
   // asked for the next one meanwhile).
   Tensor saved_input(std::vector<std::vector<Tensor>>& saved, int l, size_t j);
   void bind(int unit, const Tensor& params, const Tensor& grads) { model_.bind_unit(unit, params, grads); }
   // After a unit ran: its gathered parameters (and gradient buffer) are freed, so that only
-  // the running unit, the prefetched one and the tied embedding are ever on the device.
+  // the running unit, the prefetched one and a tied embedding are ever on the device.
   void release(int unit) { model_.unbind_unit(unit); }
   Tensor fetch(int unit, int next);
   void reduce(int unit, const Tensor& full_grad);
@@ -106,7 +107,7 @@ class ShardedEngine final : public Engine {
   AdamWConfig adam_;
   bool prefetch_;
   Tensor master_, grads_;  // (rank_total) fp32: this rank's slices of every unit, back to back
-  Tensor embedding_;       // unit 0 gathered, from the forward's start to the end of the backward
+  Tensor embedding_;       // unit 0 gathered, from the forward's start (to the end of the backward if tied)
   std::vector<std::unique_ptr<AdamW>> opts_;
   std::unique_ptr<InputOffload> offload_;  // null: block inputs stay on the device
   CommRequestPtr pending_;

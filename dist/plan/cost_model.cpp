@@ -36,6 +36,7 @@ CostModel::CostModel(const Profile& profile, MemoryParams memory, int64_t max_m,
   embed_ag_bytes_ = (double)g.embed_params() * dtype;
   embed_rs_bytes_ = (double)g.embed_params() * grad;
   head_rs_bytes_ = (double)g.head_params() * grad;
+  head_ag_bytes_ = (double)g.head_params() * dtype;
 }
 
 CostModel CostModel::with_sharding(Sharding sharding) const {
@@ -87,6 +88,8 @@ CommTimes CostModel::unit_comm(const std::vector<int>& ranks, const std::vector<
   c.embed_ag = times(CollectiveKind::all_gather, ag, embed_ag_bytes_, nullptr);
   c.embed_rs = times(CollectiveKind::reduce_scatter, rs, embed_rs_bytes_, nullptr);
   c.head_rs = times(CollectiveKind::reduce_scatter, rs, head_rs_bytes_, nullptr);
+  if (head_ag_bytes_ > block_ag_bytes_)  // an untied head: a gather larger than a block's
+    c.head_ag_excess = std::max(0.0, times(CollectiveKind::all_gather, ag, head_ag_bytes_, nullptr) - c.ag);
   return c;
 }
 
@@ -134,7 +137,7 @@ CommTimes CostModel::comm_for(const std::vector<RankWork>& work) const {
       }
     const CommTimes t = unit_comm(members, shares);
     for (auto [x, y] : {std::pair{&c.ag, t.ag}, {&c.rs, t.rs}, {&c.embed_ag, t.embed_ag}, {&c.embed_rs, t.embed_rs},
-                        {&c.head_rs, t.head_rs}})
+                        {&c.head_rs, t.head_rs}, {&c.head_ag_excess, t.head_ag_excess}})
       *x = std::max(*x, y);
     c.ag_staged = c.ag_staged || t.ag_staged;
     c.rs_staged = c.rs_staged || t.rs_staged;

@@ -24,10 +24,13 @@
 // the start of the step (it stays gathered until the end of the backward: the LM head is
 // tied to it), the first block's gather (issued when the embedding's gather returns, it has
 // only the embedding's lookup to hide behind: charged whole), the embedding's
-// reduce-scatter at the end, and the head unit's (the final layernorm, latency only)
-// reduce-scatter. The head unit's gather is issued before the last block's forward and
-// hides behind it: the last block's exposed(AG, F'_i) already charges at least as much
-// (the head unit is smaller than a block), so C_head leaves it out. (Each block's forward
+// reduce-scatter at the end, and the head unit's reduce-scatter (its final norm, and an
+// untied head's matrix). The head unit's gather is issued before the last block's forward
+// and hides behind it: where the head unit is smaller than a block (a tied head), the last
+// block's exposed(AG, F'_i) already charges at least as much, so C_head leaves it out; an
+// untied head's larger gather adds its excess over a block's gather, whole (an upper
+// bound of what the last block's forward leaves exposed).
+// Which units are tied, and their sizes, are the model family's (nn/model_family.h). (Each block's forward
 // and backward wait for their own slowest rank; L · max_i t_i charges the slowest rank's
 // sum, the same where one rank is the slowest in both.)
 //
@@ -71,7 +74,8 @@ namespace gpumix::dist {
 struct CommTimes {
   double ag = 0, rs = 0;              // one block
   double embed_ag = 0, embed_rs = 0;  // the embedding unit
-  double head_rs = 0;                 // the head unit (the final layernorm); its gather: see head()
+  double head_rs = 0;                 // the head unit; its gather: see head()
+  double head_ag_excess = 0;          // an untied head's gather beyond a block's (0 when smaller)
   double ar = 0, embed_ar = 0, head_ar = 0;  // hybrid: the all-reduce across groups (0 when full)
   bool ag_staged = false, rs_staged = false;  // a block's collectives run hierarchically
   double overlap = 1;                 // of a prefetched gather (the profile's comm.overlap)
@@ -92,7 +96,7 @@ struct CommTimes {
   // backward follows, in place of the head unit's, which hides behind the last block's
   // backward (charged there as a block's).
   double head() const {
-    return embed_ag + ag + embed_rs + embed_ar + head_rs + head_ar + ar_overlap * (ar - head_ar);
+    return embed_ag + ag + embed_rs + embed_ar + head_rs + head_ar + ar_overlap * (ar - head_ar) + head_ag_excess;
   }
 };
 
@@ -173,7 +177,8 @@ class CostModel {
   std::vector<int> node_of_rank_;
   Sharding sharding_;
   // Unit sizes in bytes: AG (compute dtype), RS (fp32 accumulated gradients).
-  double block_ag_bytes_ = 0, block_rs_bytes_ = 0, embed_ag_bytes_ = 0, embed_rs_bytes_ = 0, head_rs_bytes_ = 0;
+  double block_ag_bytes_ = 0, block_rs_bytes_ = 0, embed_ag_bytes_ = 0, embed_rs_bytes_ = 0, head_rs_bytes_ = 0,
+         head_ag_bytes_ = 0;
   // The collectives over `ranks` holding `shares` (of the unit), in the cheaper form;
   // even_shares as collective_times takes it.
   CommTimes unit_comm(const std::vector<int>& ranks, const std::vector<double>& shares, int even_shares = -1) const;

@@ -9,6 +9,8 @@ MemoryModel::MemoryModel(const GPTConfig& model, int seq_len, DType compute, Mem
   params_total_ = (double)model.total_params();
   embed_ = (double)model.embed_params();
   block_ = (double)model.block_params();
+  head_ = (double)model.head_params();
+  tied_ = model.head_reads_embedding();
   state_per_share_ = params_total_ * params_.state_bytes_per_param();
 }
 
@@ -18,7 +20,12 @@ MemoryTerms MemoryModel::terms_from(double act_block_bytes, double head_bytes, d
   const double dtype_bytes = (double)dtype_size(compute_);
   const double sample_bytes = (double)seq_len_ * model_.C * dtype_bytes;  // one block input
   t.state = r * state_per_share_;
-  t.gathered = embed_ * (dtype_bytes + params_.grad_accum_bytes) +
+  // A tied head holds the embedding (and its gradient) through the whole step; an untied
+  // one gathers the embedding only for the lookup and its gradient only for the
+  // embedding's backward, and its own unit (its matrix) with its gradient during the head:
+  // the larger of the two, phases that never overlap.
+  const double unit0 = tied_ ? embed_ : std::max(embed_, head_);
+  t.gathered = unit0 * (dtype_bytes + params_.grad_accum_bytes) +
                block_ * (2.0 * dtype_bytes + params_.grad_accum_bytes);
   t.block_buffers = block_ * (dtype_bytes + params_.grad_accum_bytes);
   if (b > 0) {
@@ -53,8 +60,7 @@ double MemoryModel::max_share(const MemoryTerms& w, double capacity) const {
 
 double MemoryModel::analytic_block_act_bytes(const GPTConfig& model, int seq_len, int64_t m,
                                              int dtype_bytes) {
-  const double per_token = 34.0 * model.C + 5.0 * model.NH * seq_len;
-  return 1.5 * (double)m * seq_len * per_token * dtype_bytes / 2.0;
+  return model.block_activation_bytes(seq_len, m, dtype_bytes);
 }
 
 double MemoryModel::analytic_head_bytes(const GPTConfig& model, int seq_len, int64_t m, int dtype_bytes) {

@@ -6,7 +6,10 @@
 //                                              slice into the gathered buffer, no copy)
 //   gathered = Pe · (dtype + 4)                the embedding (tied to the LM head) and its
 //                                              fp32 gradient, held from the head to the end
-//                                              of the backward
+//                                              of the backward; untied (ModelFamily::
+//                                              head_reads_embedding false): max(Pe, Ph) ·
+//                                              (dtype + 4), the embedding's or the head's
+//                                              unit, never both at once
 //            + Pb · (2 · dtype + 4)            the running block, the prefetched one, and
 //                                              the running block's fp32 gradient
 //   act      = L · b · T · C · dtype           saved block inputs of all micro-batches
@@ -21,8 +24,8 @@
 //   work     = fixed working bytes             workspaces, communication buffers
 //            + margin                          fragmentation: a fraction of all the above
 //
-// dtype: bytes of the run's compute dtype (4 in f32, 2 in bf16). Pe, Pb: parameters of the
-// embedding unit and of one block. Every other unit's gathered
+// dtype: bytes of the run's compute dtype (4 in f32, 2 in bf16). Pe, Pb, Ph: parameters of
+// the embedding unit, of one block and of the head unit (the family's counts). Every other unit's gathered
 // buffers are freed as soon as it ran. b = 0 with r > 0 is a rank that only holds
 // state (it still gathers); b = 0 and r = 0 is a rank left out, which uses nothing.
 // The carried term (b · T · C · dtype) is there because the layer-major backward needs it: the
@@ -95,9 +98,8 @@ class MemoryModel {
   const MemoryParams& params() const { return params_; }
 
   // Analytic formulas for when there is no measured profile (the simulator's synthesis).
-  // One block's peak during recompute + backward at micro-batch m: Korthikanti et al.
-  // (2022) count 34·C + 5·NH·T bytes per token of saved activations in 16 bits; we scale
-  // by dtype / 2 and add half again for the backward's gradient temporaries.
+  // One block's peak during recompute + backward at micro-batch m: the family's formula
+  // (ModelFamily::block_activation_bytes; GPT-2's from Korthikanti et al. 2022).
   static double analytic_block_act_bytes(const GPTConfig& model, int seq_len, int64_t m, int dtype_bytes);
   // The padded logits in the compute dtype (the fused classifier writes their gradient in
   // their place: no second array), plus fp32 softmax statistics per token.
@@ -109,7 +111,8 @@ class MemoryModel {
   DType compute_;
   MemoryParams params_;
   double params_total_;
-  double embed_, block_;
+  double embed_, block_, head_;
+  bool tied_;  // the head computes with the embedding's parameters
   double state_per_share_;
 };
 

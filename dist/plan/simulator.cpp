@@ -27,7 +27,7 @@ static DeviceProfile synthesize_device(const ClusterDevice& cd, const GPTConfig&
   d.host_bandwidth_Bps = spec.host_bandwidth_GBps * 1e9;
   d.peak_flops = spec.peak_tflops * 1e12 / cd.slowdown;
   const double launch = gpu ? 60e-6 : 20e-6;  // per block pass: a dozen kernels
-  const double lm_flops_token = 2.0 * g.C * g.V;
+  const double lm_flops_token = g.head_forward_flops_per_token();
   const double block_flops_token = (g.forward_flops_per_token(T) - lm_flops_token) / g.L;
   for (int m = 1; m <= 512; m *= 2) {
     const double tokens = (double)m * T;

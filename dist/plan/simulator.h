@@ -5,7 +5,8 @@
 // Synthesis, per device type (see device_catalog.h for the efficiency assumptions):
 //   block_fwd_s(m) = launch + m·T·flops_block / (peak · eff · mT/(mT + 256)) · slowdown
 //   block_bwd_s(m) = launch·2 + 3 × the compute part (recompute 1× + backward 2×)
-//   head_s(m)      = launch + 3 · m·T·2·C·V / (same rate) (embedding, LM head, loss)
+//   head_s(m)      = launch + 3 · m·T·flops_head / (same rate) (embedding, LM head, loss)
+//   (flops_block, flops_head: the model family's, nn/model_family.h)
 //   block_act_bytes, head_bytes: MemoryModel's analytic formulas, in the profile's dtype
 //   (the rates are the catalog's, in its dtype, whatever the profile's)
 //   work_bytes = 1 GiB on GPUs (context, cuBLAS workspace, NCCL buffers), 256 MiB on CPUs

@@ -51,9 +51,18 @@ std::string fields_of(const TensorName& t, const GPTConfig& c) {
   return embd;
 }
 
+// This file maps GPT-2's family (nn/gpt2_family.cpp) to GPT2LMHeadModel; another family's
+// model has other tensors.
+void require_gpt2_family(const GPTConfig& config) {
+  if (config.family != "gpt2")
+    throw std::invalid_argument("Hugging Face folders of model family '" + config.family +
+                                "' are not supported; GPUMix reads and writes GPT-2 (GPT2LMHeadModel) folders");
+}
+
 }  // namespace
 
 std::vector<TensorName> tensor_names(const GPTConfig& config) {
+  require_gpt2_family(config);
   std::vector<TensorName> names;
   for (const ParamInfo& p : gpt_param_layout(config)) {
     const bool embedding = p.name == "wte" || p.name == "wpe";
@@ -241,6 +250,7 @@ void Weights::read(int64_t offset, int64_t count, float* out) const {
 
 void write_model(const std::string& dir, const GPTConfig& config, const float* params,
                  const data::Tokenizer& tokenizer, safetensors::DType dtype) {
+  require_gpt2_family(config);
   if (tokenizer.vocab_size() != config.V)
     throw std::invalid_argument("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                                 " tokens but the model's vocabulary is " + std::to_string(config.V));
