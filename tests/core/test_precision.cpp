@@ -127,7 +127,7 @@ TEST(PrecisionValidation, WrongDtypesNameTheOpArgumentAndExpectedDtype) {
   EXPECT_THROW_WITH(ops::adamw_step(p_h, g, m, v, AdamWConfig{}, 1), Error, "adamw_step",
                     "param must be f32", "got bf16");
   EXPECT_THROW_WITH(ops::adamw_step(p, copy32, g, m, v, AdamWConfig{}, 1), Error, "adamw_step",
-                    "param_copy (the compute copy) must be bf16, got f32",
+                    "param_copy (the compute copy) must be bf16 or f16, got f32",
                     "an f32 run computes on the master weights");
   EXPECT_THROW_WITH(ops::adamw_step(p, copy4, g, m, v, AdamWConfig{}, 1), Error, "adamw_step",
                     "param_copy has 4 elements", "expected 5");
