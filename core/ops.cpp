@@ -394,8 +394,8 @@ void adamw_step(Tensor& param, Tensor& param_copy, const Tensor& grad, Tensor& m
   }
   if (param_copy.defined()) {
     // In f32 the master weights are the compute copy: there is none to write.
-    GPUMIX_CHECK(param_copy.dtype() == DType::bf16, op, ": param_copy (the compute copy) must be "
-                 "bf16, got ", dtype_name(param_copy.dtype()), " ", param_copy.shape().str(),
+    GPUMIX_CHECK(is_16bit_float(param_copy.dtype()), op, ": param_copy (the compute copy) must be "
+                 "bf16 or f16, got ", dtype_name(param_copy.dtype()), " ", param_copy.shape().str(),
                  "; an f32 run computes on the master weights and passes none");
     check_numel(op, "param_copy", param_copy, param.numel());
     check_device(op, "param_copy", param_copy, args.device());

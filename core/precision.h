@@ -41,12 +41,14 @@ constexpr bool role_allows(Role role, DType compute, DType t) {
   return false;
 }
 
-// Throws Error unless `t` is a compute dtype, naming `what` (e.g. "GPT", "--dtype").
+// Throws Error unless `t` is a dtype a run can compute in, naming `what` (e.g. "GPT",
+// "--dtype"): f32 or bf16. Not f16 yet: a run in f16 needs loss scaling, which the trainer
+// lacks so far (#36 item 4); the ops compute in it on CUDA (is_compute_dtype).
 void check_compute_dtype(DType t, const char* what);
 
-// Parses a run's compute dtype: "bf16", "fp32" or "f32"; anything else (i32 included) throws
-// Error naming `what` and listing the valid names. fp16 is refused here: a run in fp16 needs
-// loss scaling, which the trainer lacks so far (#36 item 4); the ops compute in it on CUDA.
+// Parses a run's compute dtype: "bf16", "fp32" or "f32"; anything else (fp16 and i32
+// included, as check_compute_dtype says) throws Error naming `what` and listing the valid
+// names.
 DType compute_dtype_from_name(const std::string& name, const char* what = "compute dtype");
 
 // True when this CPU computes bf16 natively: the kernels' AVX512-BF16 path runs here

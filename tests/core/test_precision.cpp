@@ -127,7 +127,7 @@ TEST(PrecisionValidation, WrongDtypesNameTheOpArgumentAndExpectedDtype) {
   EXPECT_THROW_WITH(ops::adamw_step(p_h, g, m, v, AdamWConfig{}, 1), Error, "adamw_step",
                     "param must be f32", "got bf16");
   EXPECT_THROW_WITH(ops::adamw_step(p, copy32, g, m, v, AdamWConfig{}, 1), Error, "adamw_step",
-                    "param_copy (the compute copy) must be bf16, got f32",
+                    "param_copy (the compute copy) must be bf16 or f16, got f32",
                     "an f32 run computes on the master weights");
   EXPECT_THROW_WITH(ops::adamw_step(p, copy4, g, m, v, AdamWConfig{}, 1), Error, "adamw_step",
                     "param_copy has 4 elements", "expected 5");
@@ -353,11 +353,10 @@ TEST(PrecisionNames, ComputeDtypeFromName) {
   EXPECT_EQ(compute_dtype_from_name("f32"), DType::f32);
   EXPECT_EQ(dtype_from_name("fp32"), DType::f32);
   // A name a user gave: an input error, told without a source location.
-  EXPECT_THROW_WITH(compute_dtype_from_name("fp8", "--dtype"), InputError,
-                    "--dtype: unknown value 'fp8'", "valid: bf16, fp32 (or f32)");
   // fp16 is a dtype the CUDA ops compute in, not yet one a run can choose.
-  EXPECT_THROW_WITH(compute_dtype_from_name("fp16", "--dtype"), InputError, "--dtype: fp16",
-                    "loss scaling", "valid: bf16, fp32 (or f32)");
+  EXPECT_THROW_WITH(compute_dtype_from_name("fp16", "--dtype"), InputError,
+                    "--dtype: unknown value 'fp16'", "valid: bf16, fp32 (or f32)");
+  EXPECT_THROW_WITH(check_compute_dtype(DType::f16, "GPT"), Error, "GPT", "must be f32 or bf16, got f16");
   EXPECT_THROW_WITH(compute_dtype_from_name("i32", "--dtype"), InputError, "'i32'", "bf16, fp32");
   try {
     compute_dtype_from_name("int8", "--dtype");
@@ -365,7 +364,7 @@ TEST(PrecisionNames, ComputeDtypeFromName) {
     EXPECT_EQ(std::string(e.what()).find(".cpp:"), std::string::npos) << e.what();
   }
   EXPECT_THROW_WITH(check_compute_dtype(DType::i32, "GPT"), Error, "GPT",
-                    "must be f32, bf16 or f16, got i32");
+                    "must be f32 or bf16, got i32");
 }
 
 // /proc/cpuinfo's flags, an independent oracle of the cpuid query (Linux names).

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/half_types.h"
 
 namespace gpumix::test {
@@ -55,6 +56,11 @@ constexpr double kBf16Roundoff = 1.0 / 256;
 // k-term sum's rounding relative to the sum of its terms' magnitudes).
 inline double bf16_rtol(int R, int64_t k) {
   return R * kBf16Roundoff + (double)(k + 2) * FLT_EPSILON;
+}
+// The same for R roundings to any 16-bit format (its unit roundoff from core/dtype.h's table:
+// 2^-8 for bf16, 2^-11 for f16).
+inline double half_rtol(DType t, int R, int64_t k) {
+  return R * dtype_unit_roundoff(t) + (double)(k + 2) * FLT_EPSILON;
 }
 
 // all_close with atol = rtol * rms(ref): every element is judged against the scale of the

@@ -412,8 +412,90 @@ TEST_F(CudaBackend, F32ComputeIsRefusedWithTheFix) {
   Tensor out = Tensor::zeros({4, 3}, DType::f32, kGpu), inp = Tensor::zeros({4, 5}, DType::f32, kGpu);
   Tensor w = Tensor::zeros({3, 5}, DType::f32, kGpu);
   EXPECT_THROW_WITH(ops::matmul_forward(out, inp, w, Tensor()), InputError, "matmul_forward",
-                    "the CUDA backend computes in bf16", "use --dtype bf16");
+                    "the CUDA backend computes in bf16 and f16", "use --dtype bf16");
   EXPECT_FALSE(backend_supports(kGpu, DType::f32));
+}
+
+// ---- f16 --------------------------------------------------------------------------------------
+
+// The ops in f16 on the GPU against fp32 on the CPU, on the same f16-representable inputs: the
+// GPU rounds each f16 result once (R = 1 in f16's roundoff, 2^-11), the CPU none; fp32 outputs
+// (lse, losses, parameter gradients) R = 0. The CPU computes no f16 (refused, naming the fix).
+TEST_F(CudaBackend, F16OpsAgainstTheCpuInFp32) {
+  ASSERT_TRUE(backend_supports(kGpu, DType::f16));
+  EXPECT_FALSE(backend_supports(Device::cpu(), DType::f16));
+  EXPECT_THROW_WITH(check_backend_supports(Device::cpu(), DType::f16, "--dtype"), InputError,
+                    "--dtype f16 on cpu", "the CPU backend computes in bf16, f32");
+  const DType h = DType::f16;
+  // fp32 on the CPU (c), the same values in f16 on the GPU (g).
+  auto pair16 = [](const Shape& shape, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    const Tensor c = Tensor::from_vector(bf16_values(shape.numel(), seed, lo, hi), shape).to(DType::f16).to(DType::f32);
+    return Pair{c, c.to(DType::f16).to(kGpu)};
+  };
+  auto out16 = [](const Shape& shape) { return Pair{Tensor::full(shape, NAN), Tensor::full(shape, NAN, DType::f16, kGpu)}; };
+  auto f32_pair = [](const Shape& shape, uint32_t seed) {
+    const Tensor c = Tensor::from_vector(bf16_values(shape.numel(), seed), shape);
+    return Pair{c, c.to(kGpu)};
+  };
+  auto near = [h](const char* what, const Pair& p, int R, int64_t k) {
+    return close_to_scale(what, p.g.to_vector(), p.c.to_vector(), test::half_rtol(h, R, k));
+  };
+  const int N = 21, C = 32, OC = 24;
+  const Pair x = pair16({N, C}, 1, -2.0f, 2.0f), w = pair16({OC, C}, 2), bias = pair16({OC}, 3),
+             dout = pair16({N, OC}, 4);
+  Pair out = out16({N, OC});
+  ops::matmul_forward(out.c, x.c, w.c, bias.c);
+  ops::matmul_forward(out.g, x.g, w.g, bias.g);
+  EXPECT_TRUE(near("matmul_forward f16", out, 1, C + 1));
+  Pair dinp = pair16({N, C}, 5), dw = f32_pair({OC, C}, 6), db = f32_pair({OC}, 7);
+  ops::matmul_backward(dinp.c, dw.c, db.c, dout.c, x.c, w.c);
+  ops::matmul_backward(dinp.g, dw.g, db.g, dout.g, x.g, w.g);
+  EXPECT_TRUE(near("matmul_backward f16 dinp", dinp, 1, OC + 1));
+  EXPECT_TRUE(near("matmul_backward dweight (fp32)", dw, 0, N + 1));
+  EXPECT_TRUE(near("matmul_backward dbias (fp32)", db, 0, N + 1));
+  const Pair lw = pair16({C}, 8, 0.5f, 1.5f), lb = pair16({C}, 9);
+  Pair ln = out16({N, C}), mean = {Tensor::empty({N}), Tensor::empty({N}, DType::f32, kGpu)},
+       rstd = {Tensor::empty({N}), Tensor::empty({N}, DType::f32, kGpu)};
+  ops::layernorm_forward(ln.c, mean.c, rstd.c, x.c, lw.c, lb.c);
+  ops::layernorm_forward(ln.g, mean.g, rstd.g, x.g, lw.g, lb.g);
+  EXPECT_TRUE(near("layernorm_forward f16", ln, 1, 2 * C));
+  Pair g = out16({N, C});
+  ops::gelu_forward(g.c, x.c);
+  ops::gelu_forward(g.g, x.g);
+  EXPECT_TRUE(near("gelu_forward f16", g, 1, 8));
+  const int B = 2, T = 9, NH = 2, HS = 16;
+  const Pair qkv = pair16({B, T, 3 * NH * HS}, 10);
+  Pair att = out16({B, T, NH * HS}), lse = {Tensor::empty({B, NH, T}), Tensor::empty({B, NH, T}, DType::f32, kGpu)};
+  ops::attention_forward(att.c, lse.c, qkv.c, NH);
+  ops::attention_forward(att.g, lse.g, qkv.g, NH);
+  EXPECT_TRUE(near("attention_forward f16", att, 1, 2 * T + HS));
+  EXPECT_TRUE(near("attention lse (fp32)", lse, 0, 2 * T + HS));
+  std::vector<int32_t> tv(N);
+  for (int i = 0; i < N; ++i) tv[i] = (i * 5) % OC;
+  const Tensor targets = Tensor::from_vector(tv, {N});
+  Pair losses = {Tensor::empty({N}), Tensor::empty({N}, DType::f32, kGpu)},
+       llse = {Tensor::empty({N}), Tensor::empty({N}, DType::f32, kGpu)};
+  ops::crossentropy_forward(losses.c, llse.c, out.c, targets);
+  ops::crossentropy_forward(losses.g, llse.g, out.g, targets.to(kGpu));
+  // The logits differ by the GPU's f16 rounding of out: R = 1 on the losses too.
+  EXPECT_TRUE(near("crossentropy_forward losses", losses, 1, 2 * OC));
+  // AdamW writes the f16 compute copy: exactly f16(the updated fp32 weights).
+  Pair p = f32_pair({100}, 11), grad = f32_pair({100}, 12), m = f32_pair({100}, 13), v = f32_pair({100}, 14);
+  for (Tensor* t : {&v.c, &v.g}) ops::scale(*t, *t, 0.0f);
+  Tensor copy = Tensor::full({100}, NAN, DType::f16, kGpu);
+  ops::adamw_step(p.c, grad.c, m.c, v.c, AdamWConfig{}, 1);
+  ops::adamw_step(p.g, copy, grad.g, m.g, v.g, AdamWConfig{}, 1);
+  EXPECT_TRUE(near("adamw param (fp32)", p, 0, 4));
+  EXPECT_TRUE(test::bitwise_equal("adamw f16 copy", copy.to_vector(), p.g.to(DType::f16).to_vector()));
+  // Conversions between the two 16-bit formats (through fp32), fill, sums, scalars.
+  const Tensor bf = x.g.to(DType::bf16), back = bf.to(DType::f16);
+  EXPECT_TRUE(test::bitwise_equal("f16 -> bf16 -> f16 on the GPU", back.to_vector(),
+                                  x.c.to(DType::bf16).to(DType::f16).to_vector()));
+  Tensor filled = Tensor::empty({5}, h, kGpu);
+  ops::fill(filled, 70000.0f);  // past 65504: inf in f16
+  EXPECT_EQ(filled.to_vector()[0], INFINITY);
+  EXPECT_NEAR(ops::sum_squares(x.g), ops::sum_squares(x.c), 1e-9 * ops::sum_squares(x.c));
+  EXPECT_EQ(ops::read_scalars({Tensor::full({1}, -0.1f, h, kGpu)}), (std::vector<float>{(float)f16(-0.1f)}));
 }
 
 // ---- copies ----------------------------------------------------------------------------------

@@ -467,42 +467,6 @@ std::vector<float> ds_rounding_allowance(const std::vector<float>& qkv, const st
 // Which head sizes the tensor-core kernels take (attention.cu; aligned buffers, as DevBuf's).
 bool attention_on_tensor_cores(int HS) { return HS == 64 || HS == 128; }
 
-// The reference dqkv (rdqkv, from the exact D_i) as the flash backward computes it, from D'_i.
-// The flash backward takes D_i = dout_i . out_i from the bf16 out it is handed (as the CPU
-// bf16 kernel and FlashAttention do); the reference uses the exact D_i = sum_j P_ij dP_ij.
-// |D_i| reaches ~sqrt(HS), so out's rounding (2^-9 relative) moves D_i by up to ~2e-2 and
-// every score gradient dS_ij = P_ij (dP_ij - D_i) with it: far beyond a bf16 tolerance on
-// dq and dk (found by the emulated device; a GPU would have failed the same way). The
-// flash check therefore adds, in double, the exact effect of that D_i to the reference:
-// dq_i += scale sum_j P_ij (D_i - D'_i) k_j, dk_j += scale sum_i P_ij (D_i - D'_i) q_i.
-std::vector<float> flash_backward_reference(const std::vector<float>& rdqkv, const std::vector<float>& qkv,
-                                            const std::vector<float>& dout, const std::vector<float>& rout,
-                                            const std::vector<float>& rlse, int B, int T, int C, int NH) {
-  const int HS = C / NH;
-  std::vector<float> rdqkv_flash = rdqkv;
-  const std::vector<float> out_bf16 = rounded(rout);
-  const double scale = 1.0 / std::sqrt((double)HS);
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h)
-      for (int i = 0; i < T; ++i) {
-        const size_t oi = ((size_t)b * T + i) * C + h * HS;
-        const size_t qi = ((size_t)b * T + i) * 3 * C + h * HS;
-        double dd = 0.0;  // D_i - D'_i
-        for (int d = 0; d < HS; ++d) dd += (double)dout[oi + d] * (rout[oi + d] - out_bf16[oi + d]);
-        const double l = rlse[((size_t)b * NH + h) * T + i];
-        for (int j = 0; j <= i; ++j) {
-          const size_t kj = ((size_t)b * T + j) * 3 * C + C + h * HS;
-          double s = 0.0;
-          for (int d = 0; d < HS; ++d) s += (double)qkv[qi + d] * qkv[kj + d];
-          const double ds = std::exp(s * scale - l) * dd * scale;
-          for (int d = 0; d < HS; ++d) {
-            rdqkv_flash[qi + d] += (float)(ds * qkv[kj + d]);
-            rdqkv_flash[kj + d] += (float)(ds * qkv[qi + d]);
-          }
-        }
-      }
-  return rdqkv_flash;
-}
 
 class CudaAttention : public CudaTest,
                       public ::testing::WithParamInterface<std::tuple<int, int, int, int>> {};
@@ -516,7 +480,8 @@ TEST_P(CudaAttention, FlashAndReferenceMatchCpu) {
   ref::attention_forward(rout.data(), rlse.data(), qkv.data(), B, T, C, NH);
   ref::attention_backward(rdqkv.data(), dout.data(), qkv.data(), rout.data(), rlse.data(), B, T,
                           C, NH);
-  const std::vector<float> rdqkv_flash = flash_backward_reference(rdqkv, qkv, dout, rout, rlse, B, T, C, NH);
+  const std::vector<float> rdqkv_flash =
+      flash_backward_reference(rdqkv, qkv, dout, rout, rounded(rout), rlse, B, T, C, NH);
   DevBuf<bf16> dqkv_in(nqkv), dgo(nout), dout_(nout), ddq(nqkv);
   DevBuf<float> dlse(nlse);
   upload(dqkv_in, qkv);
@@ -587,7 +552,8 @@ TEST_F(CudaTest, FlashOnTensorCoresAtT1024AndRaggedT) {
     ref::attention_forward(rout.data(), rlse.data(), qkv.data(), B, T, C, NH);
     ref::attention_backward(rdqkv.data(), dout.data(), qkv.data(), rout.data(), rlse.data(), B, T,
                             C, NH);
-    const std::vector<float> want = flash_backward_reference(rdqkv, qkv, dout, rout, rlse, B, T, C, NH);
+    const std::vector<float> want =
+        flash_backward_reference(rdqkv, qkv, dout, rout, rounded(rout), rlse, B, T, C, NH);
     DevBuf<bf16> dqkv(nqkv), dout_(nout), dgo(nout), ddq(nqkv);
     DevBuf<float> dlse(nlse);
     upload(dqkv, qkv);
@@ -629,7 +595,8 @@ TEST_F(CudaTest, FlashOnTensorCoresAtT1024AndRaggedT) {
   const std::vector<float> g = randn(nout, 83);
   std::vector<float> rdqkv(nqkv, 0.0f);
   ref::attention_backward(rdqkv.data(), g.data(), qkv.data(), rout.data(), rlse.data(), B, T, C, NH);
-  const std::vector<float> want = flash_backward_reference(rdqkv, qkv, g, rout, rlse, B, T, C, NH);
+  const std::vector<float> want = flash_backward_reference(rdqkv, qkv, g, rout, rounded(rout), rlse, B, T, C,
+                                                           NH);
   DevBuf<bf16> dg(nout), ddq(nqkv);
   upload(dg, g);
   upload(dout, rounded(rout));
