@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda_emulator/emulator.h"
 
@@ -41,12 +41,7 @@ struct Dev {
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(h.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost), cudaSuccess);
     std::vector<float> f(n);
-    for (size_t i = 0; i < n; ++i) {
-      if constexpr (sizeof(T) == 2)
-        f[i] = gpumix::bf16_bits_to_f32(h[i]);
-      else
-        f[i] = (float)h[i];
-    }
+    for (size_t i = 0; i < n; ++i) f[i] = (float)h[i];
     return f;
   }
 };
@@ -55,7 +50,7 @@ Dev<bf16>* random_bf16(size_t n, uint32_t seed) {
   std::vector<bf16> h(n);
   for (bf16& x : h) {
     seed = seed * 1664525u + 1013904223u;
-    x = gpumix::f32_to_bf16_bits((float)((int)(seed >> 9) % 2001 - 1000) / 1000.0f);
+    x = bf16((float)((int)(seed >> 9) % 2001 - 1000) / 1000.0f);
   }
   auto* d = new Dev<bf16>(n);
   EXPECT_EQ(cudaMemcpy(d->p, h.data(), 2 * n, cudaMemcpyHostToDevice), cudaSuccess);

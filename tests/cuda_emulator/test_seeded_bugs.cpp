@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/bf16.h"
+#include "kernels/half_types.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda_emulator/emulator.h"
 
