@@ -78,11 +78,14 @@ class OuterStep {
   // a checkpoint writes and a resume reads.
   std::vector<Tensor>& momentum() { return momentum_; }
   const std::vector<Tensor>& momentum() const { return momentum_; }
-  // After a resume wrote the engine's master weights (and momentum()): they are the outer
-  // copy (checkpoints are taken right after an outer step), `steps` outer steps done.
+  // After the engine's master weights were set from elsewhere (a resume, which also wrote
+  // momentum(); --init-from): they are the outer copy (checkpoints are taken right after an
+  // outer step), `steps` outer steps done.
   void restart(Engine& engine, int steps);
   // Bytes this rank sent to other groups in outer steps so far (0 but on a group's leader).
   int64_t cross_group_bytes() const { return cross_bytes_; }
+  // Collectives this rank ran across groups in outer steps so far (0 but on a group's leader).
+  int64_t cross_group_calls() const { return leaders_->stats().calls(); }
 
  private:
   LocalSync sync_;
