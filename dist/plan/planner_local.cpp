@@ -132,7 +132,13 @@ LocalPlan plan_local(const Profile& profile, int64_t B, const LocalSync& sync, c
   }
   if (G > 1) {
     const TopologyLink& link = leader_nodes.size() > 1 ? ag.leader_link() : ag.intra;
-    l.cross_s = ring_time(link, G, 2 * P * G);
+    // The leaders' bf16 all-gather, then the meeting of every rank after it
+    // (dist/engine/local_mode.h): the period's busy times and losses (16 bytes a step and
+    // rank) and the stop request, small: their latency. Between outer steps nothing crosses.
+    constexpr int kMeetingCollectives = 2;
+    const int N = (int)node_of_rank.size();
+    l.cross_s = ring_time(link, G, 2 * P * G) +
+                kMeetingCollectives * ring_time(link, G, 16.0 * sync.every * N);
   }
   double exchange = 0;
   for (const SyncGroupPrediction& g : l.groups) exchange = std::max(exchange, g.exchange_s);

@@ -62,7 +62,7 @@ struct LocalPlan {
   int64_t params = 0;       // P
   std::vector<SyncGroupPrediction> groups;
   std::string error;        // "": every group planned
-  double cross_s = 0;       // the leaders' all-gather, once per outer step
+  double cross_s = 0;       // the leaders' all-gather and the meeting after it (their latency), once per outer step
   double outer_s = 0;       // the whole exchange of an outer step
   double period_s = 0;      // H inner steps and the outer step
   double step_s = 0;        // period / H
