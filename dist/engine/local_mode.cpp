@@ -44,7 +44,7 @@ double LocalMode::outer_step(int step, Engine& engine) {
   const double t0 = detail::now_seconds();
   outer_->step(engine);
   outer_history_s_.push_back(detail::seconds_since(t0));
-  outer_at_ = step;
+  outer_->set_period_start(step);
   return outer_history_s_.back();
 }
 

@@ -62,13 +62,14 @@ class LocalMode {
 
   OuterStep* outer() { return outer_.get(); }
   const OuterStep* outer() const { return outer_.get(); }
-  bool outer_due(int step, int last) const { return outer_ && outer_->due(step, last); }
+  // `steps`: the run's --steps (a --stop-at before it saves mid-period, outer_step.h).
+  bool outer_due(int step, int steps) const { return outer_ && outer_->due(step, steps); }
   // The exchange and the outer optimizer; returns its seconds.
   double outer_step(int step, Engine& engine);
-  int outer_at() const { return outer_at_; }  // the step of the last outer step
-  void set_outer_at(int step) { outer_at_ = step; }
   // Whether the groups meet after `step`: at its outer steps (always with one group).
-  bool meets(int step, int last) const { return !outer_ || outer_->due(step, last); }
+  bool meets(int step, int steps) const { return !outer_ || outer_->due(step, steps); }
+  // Whether the groups hold different weights after `step` (no outer step there).
+  bool mid_period(int step) const { return outer_ && outer_->period_start() != step; }
 
   // Each step since the last meeting: this rank's busy seconds and its group's loss. At the
   // meeting, every rank's busy seconds (per step: per rank of the run) and the batch's loss
@@ -97,7 +98,6 @@ class LocalMode {
   int64_t rows_ = 0;
   double weight_ = 1;
   std::unique_ptr<OuterStep> outer_;  // null: one group
-  int outer_at_ = -1;
   std::vector<double> outer_history_s_;  // each outer step's seconds on this rank
   std::vector<std::array<double, 2>> period_;  // per step since the last meeting: busy seconds, group loss
 };

@@ -223,7 +223,7 @@ class Training {
   }
   // Whether every rank meets after `step` (loss, times, stop request): every step, but
   // between local mode's outer steps (local_mode.h).
-  bool meets(int step) const { return !local_ || local_->meets(step, last_); }
+  bool meets(int step) const { return !local_ || local_->meets(step, o_.steps); }
   OuterStep* outer() const { return local_ ? local_->outer() : nullptr; }
   // The links the collectives' form is chosen by: the profile's where the run planned (as
   // the cost model prices them), a plan file's, else TopologyLinks' defaults.
@@ -481,8 +481,9 @@ void Training::init_from() {
 
 void Training::resume() {
   if (!resuming_) return;
+  // Local mode: the outer step's period starts at the checkpoint's step, or before it for a
+  // mid-period one (load_checkpoint sets it).
   start_ = load_checkpoint(o_.resume, config_, *engine_, comm_, run_.tokenizer_hash, outer());
-  if (local_) local_->set_outer_at(start_);  // a checkpoint is taken right after an outer step (outer_step.h)
   GPUMIX_CHECK_INPUT(start_ < o_.steps, "the checkpoint is at step ", start_, ", not before --steps ", o_.steps,
                      "; pass a larger --steps to train further");
 }
@@ -562,7 +563,7 @@ int Training::run_step(int step) {
   }
   StepOutcome s = forward_backward(step);
   update(step, s);
-  if (local_ && local_->outer_due(step, last_)) outer_step_now(step);
+  if (local_ && local_->outer_due(step, o_.steps)) outer_step_now(step);
   const StepTime t = time_step(t0);
   const double group_loss = s.loss;
   if (outer()) local_->add_step(t.busy_s[step_comm().rank()], s.loss);
@@ -706,6 +707,12 @@ StepTime Training::time_step(double t0) {
 std::optional<Validation> Training::evaluate_if_due(int step) {
   const bool eval_now = (o_.eval_interval > 0 && step % o_.eval_interval == 0) || step == last_;
   if (!eval_now) return std::nullopt;
+  // A --stop-at between local mode's outer steps: the groups hold different weights, and
+  // validation (split over every rank) would mix them. The resumed run validates.
+  if (local_ && local_->mid_period(step)) {
+    if (lead_) log_info("step ", step, ": no validation between outer steps (the groups' weights differ)");
+    return std::nullopt;
+  }
   // The same first --eval-windows windows at every step (0: all), so that the points of a
   // run compare; at the last step, when they are fewer than all, the full validation too,
   // logged as its own estimate (val_full_loss) for the run's result.
@@ -757,8 +764,6 @@ void Training::save_if_due(int step) {
 }
 
 void Training::save_checkpoint_now(int step) {
-  GPUMIX_CHECK(!outer() || local_->outer_at() == step, "a checkpoint of step ", step, " in local mode, whose last "
-               "outer step was at ", local_->outer_at(), ": it would lose the groups' weights");
   TraceSpan span(&tracer_, "checkpoint", "phase");
   result_.checkpoint = save_checkpoint(o_, config_, dtype_.dtype, work_, *engine_, comm_, step, run_.tokenizer_hash,
                                        outer());
@@ -767,8 +772,10 @@ void Training::save_checkpoint_now(int step) {
 
 TrainResult Training::finish() {
   if (outer() && lead_)
-    log_info("--sync local:", engine_options_.sync.every, ": ", outer()->steps(), " outer steps; rank 0 (its group's "
-             "leader) sent ", outer()->cross_group_bytes(), " bytes to the other groups (bf16, 2 per parameter and group)");
+    log_info("--sync local:", engine_options_.sync.every, ": ", outer()->steps(), " outer steps; rank 0 sent ",
+             outer()->cross_group_bytes(), " bytes to the other groups (bf16; ",
+             outer()->sliced() ? "sliced exchange: its own slices with its peers" : "flat exchange: as its group's leader",
+             ", dist/engine/outer_step.h)");
   std::sort(rates_.begin(), rates_.end());
   result_.tokens_per_s = rates_.empty() ? 0 : rates_[rates_.size() / 2];
   RunSummary summary;

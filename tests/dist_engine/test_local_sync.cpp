@@ -29,6 +29,8 @@
 #include <omp.h>
 
 #include <csignal>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -275,6 +277,83 @@ TEST(OuterStep, ExactOnTwoGroupsOfDifferentLayouts) {
   }
 }
 
+// G groups of 2 ranks, every group the same uneven layout (position 0: the first 300 of
+// 1000 elements, position 1: the rest), two outer steps with momentum and deltas of many
+// magnitudes (bf16 rounding and the fp32 sum's order both matter): the sliced exchange
+// gives the flat one's bits, on G = 2, 3 (a peer idle in each round), 4 and 8. Bytes per
+// outer step across groups, as the communicators count them: the flat exchange's leader
+// sends 2P (G - 1); the sliced one's ranks each 2 x 2m (G - 1) / G (m: its elements), at
+// G = 8 under a quarter of the leader's. The table is printed for the record.
+TEST(OuterStep, SlicedExchangeGivesTheFlatOnesBitsWithFewerBytes) {
+  constexpr int64_t P = 1000, cut = 300;
+  LocalSync sync = parse_sync("local:1");
+  sync.outer_lr = 0.7f;
+  sync.outer_momentum = 0.9f;
+  auto delta = [](int group, int64_t j) {
+    return (float)(std::sin(0.1 * (double)j + group) * std::pow(10.0, (double)(j % 7) - 3.0) * (1 + group % 3));
+  };
+  std::printf("outer exchange bytes per outer step across groups (P = %lld, groups of 2 ranks)\n", (long long)P);
+  std::printf("  G   flat: leader   sliced: rank 0   sliced: largest rank   sliced / flat\n");
+  for (int G : {2, 3, 4, 8}) {
+    SCOPED_TRACE(G);
+    std::vector<std::vector<float>> after[2];
+    int64_t flat_leader = 0, sliced_max = 0, sliced_rank0 = 0, wrong_bytes = 0;
+    for (bool flat : {true, false}) {
+      std::vector<std::vector<float>>& out = after[flat ? 0 : 1];
+      out.assign(2 * G, {});
+      std::vector<int64_t> bytes(2 * G), expected(2 * G);
+      std::vector<int> sliced(2 * G);
+      LocalOptions local;
+      local.timeout_s = 30;
+      run_local(2 * G, [&](Comm& comm) {
+        const int r = comm.rank(), group = r / 2, position = r % 2;
+        const int64_t begin = position == 0 ? 0 : cut, end = position == 0 ? cut : P;
+        std::vector<float> mine;
+        for (int64_t j = begin; j < end; ++j) mine.push_back(0.01f * (float)(j % 13) - 0.05f);
+        SliceEngine engine(begin, mine);
+        std::unique_ptr<Comm> group_comm = comm.split(group);
+        OuterStep outer(sync, comm, *group_comm, group, 1.0 / G, P, engine, Device::cpu(), flat);
+        for (int step = 0; step < 2; ++step) {
+          for (int64_t j = begin; j < end; ++j) engine.data()[j - begin] -= delta(group + step, j);
+          outer.step(engine);
+        }
+        out[r].assign(engine.data(), engine.data() + (end - begin));
+        bytes[r] = outer.cross_group_bytes() / 2;  // per outer step
+        sliced[r] = outer.sliced();
+        // Sliced: its chunk's G - 1 partners' chunks out in bf16, then its own chunk's sums to each peer.
+        const int64_t m = end - begin;
+        int64_t e = 0;
+        for (int j = 0; j < G; ++j) {
+          const int64_t c = m * (j + 1) / G - m * j / G;
+          e += j == group ? 2 * c * (G - 1) : 2 * c;
+        }
+        expected[r] = e;
+      }, local);
+      for (int r = 0; r < 2 * G; ++r) EXPECT_EQ(sliced[r], !flat) << "rank " << r;
+      if (flat) {
+        flat_leader = bytes[0];
+        EXPECT_EQ(flat_leader, 2 * P * (G - 1));
+        EXPECT_EQ(bytes[1], 0);  // not a leader
+      } else {
+        sliced_rank0 = bytes[0];
+        for (int r = 0; r < 2 * G; ++r) {
+          sliced_max = std::max(sliced_max, bytes[r]);
+          wrong_bytes += bytes[r] != expected[r];
+        }
+      }
+    }
+    EXPECT_EQ(wrong_bytes, 0);
+    for (int r = 0; r < 2 * G; ++r) {
+      ASSERT_EQ(after[0][r].size(), after[1][r].size());
+      EXPECT_EQ(std::memcmp(after[0][r].data(), after[1][r].data(), after[0][r].size() * sizeof(float)), 0)
+          << "rank " << r << ": the sliced exchange's weights differ from the flat one's";
+    }
+    if (G == 8) EXPECT_LE(4 * sliced_max, flat_leader);
+    std::printf("  %d   %12lld   %14lld   %20lld   %13.3f\n", G, (long long)flat_leader, (long long)sliced_rank0,
+                (long long)sliced_max, (double)sliced_max / (double)flat_leader);
+  }
+}
+
 TEST_F(LocalSyncTest, BadCombinationsFailBeforeTheRunFolder) {
   struct Case {
     const char* name;
@@ -446,6 +525,51 @@ TEST_F(LocalSyncTest, SigtermStopsAtTheNextOuterStepAndSaves) {
   ASSERT_EQ(rest.error, "");
   EXPECT_EQ(rest.result.step, 6);
   EXPECT_EQ(rest.result.stop_signal, 0);
+}
+
+// Exact preemption: a run stopped at any step (--stop-at; mid-period no outer step runs
+// early, the checkpoint holds every group's weights, the outer copy and the period's start)
+// and resumed equals the run that went on, bit for bit: every step's loss and norm, every
+// array of the last checkpoint. H = 3 on 6 steps: stops at 1, 2 (mid-period), 3 (an outer
+// step), 4 and 5. A mid-period checkpoint resumed on other groups is refused by name.
+TEST_F(LocalSyncTest, StoppedAndResumedAtAnyStepIsTheRunThatWentOn) {
+  TrainOptions straight = options("straight");
+  straight.steps = 6;
+  const Outcome whole = run_ranks(straight, four_ranks(), local_sync(3, 2));
+  ASSERT_EQ(whole.error, "");
+  for (int k = 1; k <= 5; ++k) {
+    SCOPED_TRACE(k);
+    TrainOptions o = straight;
+    o.out = tmp_.file(str("stopped", k));
+    o.stop_at = k;
+    const Outcome stopped = run_ranks(o, four_ranks(), local_sync(3, 2));
+    ASSERT_EQ(stopped.error, "");
+    EXPECT_EQ(stopped.result.step, k);
+    const SavedGroups saved = saved_groups(CheckpointReader(stopped.result.checkpoint));
+    EXPECT_EQ(saved.mid_period(), k % 3 != 0);
+    EXPECT_EQ(saved.outer_steps, k / 3);
+    if (saved.mid_period()) {
+      EXPECT_EQ(saved.period_start, k / 3 * 3);
+      EXPECT_NE(read_array(stopped.result.checkpoint, "master"), read_array(stopped.result.checkpoint, "master.g1"));
+    }
+    o.stop_at = 0;
+    o.resume = o.out;
+    const Outcome rest = run_ranks(o, four_ranks(), local_sync(3, 2));
+    ASSERT_EQ(rest.error, "");
+    EXPECT_EQ(rest.result.step, 6);
+    expect_continues_bitwise(o.out, straight.out, 0);
+    expect_same_arrays(rest.result.checkpoint, whole.result.checkpoint);
+    EXPECT_EQ(rest.result.val_loss, whole.result.val_loss);
+    if (k == 2) {  // on one group (every-step mode) instead: refused, naming the groups
+      TrainOptions other = o;
+      other.out = tmp_.file("other_groups");
+      other.resume = stopped.result.checkpoint;
+      const Outcome refused = run_ranks(other, four_ranks(), {});
+      EXPECT_NE(refused.error.find("taken mid-period (step 2, the last outer step at 0) by 2 groups"),
+                std::string::npos) << refused.error;
+      EXPECT_NE(refused.error.find("resume it on 2 groups"), std::string::npos) << refused.error;
+    }
+  }
 }
 
 TEST_F(LocalSyncTest, NoCollectiveCrossesAGroupBetweenOuterSteps) {
