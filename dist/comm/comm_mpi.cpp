@@ -319,7 +319,7 @@ class MpiComm : public Comm {
   int size_ = 1;
 
   void delay_if_cross_node() const {
-    if (nodes() > 1 && cross_node_delay_s() > 0)
+    if (cross_node_delay_s() > 0 && nodes() > 1)  // parsed at the first collective: a bad value fails at once
       std::this_thread::sleep_for(std::chrono::duration<double>(cross_node_delay_s()));
   }
 
