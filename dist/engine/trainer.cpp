@@ -186,7 +186,7 @@ class Training {
 
  private:
   int run_step(int step);
-  int meet(StepOutcome& s, std::vector<double>* period_losses);
+  int meet(StepOutcome& s, std::vector<double>* period_losses, std::vector<std::vector<double>>* period_busy_s);
   void load_batch(int step);
   StepOutcome forward_backward(int step);
   void update(int step, StepOutcome& s);
@@ -568,16 +568,24 @@ int Training::run_step(int step) {
   const double group_loss = s.loss;
   if (outer()) local_->add_step(t.busy_s[step_comm().rank()], s.loss);
   std::vector<double> period_losses;
-  const int signo = meets(step) ? meet(s, &period_losses) : 0;
+  std::vector<std::vector<double>> period_busy_s;
+  const int signo = meets(step) ? meet(s, &period_losses, &period_busy_s) : 0;
   result_.train_loss = s.loss;
   std::optional<RunStart> first;  // the first step's line says what the whole run shares
   if (step == start_ + 1) first = RunStart{work_, dtype_.dtype, result_.unigram_loss};
   StepLine line = report_.step(step, s, t, first ? &*first : nullptr, predicting_plan());
   if (outer()) {  // the line's norm, ms and busy are this rank's group's; its loss too between outer steps
     line.record["group"] = local_->group();
-    if (meets(step)) {  // the batch's loss of each step since the last outer step, this one's last
+    if (meets(step)) {  // per step since the last outer step, this one last: the batch's loss, every rank's busy time
       line.record["group_loss"] = group_loss;
       line.record["period_losses"] = period_losses;
+      json busy = json::array();
+      for (const std::vector<double>& b : period_busy_s) {
+        std::vector<double> ms;
+        for (double x : b) ms.push_back(1e3 * x);
+        busy.push_back(ms);
+      }
+      line.record["period_busy_ms"] = busy;
     }
   }
   if (const std::optional<Validation> v = evaluate_if_due(step)) report_.add_validation(line, *v);
@@ -595,12 +603,14 @@ int Training::run_step(int step) {
 // Where every rank meets (every step; local mode's outer steps): the stop request, and in
 // local mode with several groups the batch's loss (each group's mean weighted by its
 // tokens: s.loss becomes it) and every rank's busy times of each step since the last outer
-// step (`period_losses`: the batch's loss of each). Returns the stop request's signal.
-int Training::meet(StepOutcome& s, std::vector<double>* period_losses) {
+// step (`period_losses`: the batch's loss of each; `period_busy_s`: per step, per rank).
+// Returns the stop request's signal.
+int Training::meet(StepOutcome& s, std::vector<double>* period_losses, std::vector<std::vector<double>>* period_busy_s) {
   if (outer()) {
     TraceSpan span(&tracer_, "meet across groups", "collective");
     LocalMode::Period p = local_->gather_period(comm_, host_);
-    for (std::vector<double>& busy : p.busy_s) busy_history_.push_back(std::move(busy));
+    busy_history_.insert(busy_history_.end(), p.busy_s.begin(), p.busy_s.end());
+    *period_busy_s = std::move(p.busy_s);
     s.loss = p.loss.back();
     *period_losses = std::move(p.loss);
   }

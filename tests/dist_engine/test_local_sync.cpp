@@ -593,6 +593,8 @@ TEST_F(LocalSyncTest, NoCollectiveCrossesAGroupBetweenOuterSteps) {
       EXPECT_GE(n, 3) << "step " << step;  // the exchange's all-gather, the meeting's, the stop request
       EXPECT_TRUE(j.contains("period_losses") && j.contains("group_loss")) << j.dump();
       EXPECT_EQ(j["period_losses"].size(), step == 7 ? 1u : 3u);
+      ASSERT_EQ(j["period_busy_ms"].size(), j["period_losses"].size());  // per step of the period: per rank
+      EXPECT_EQ(j["period_busy_ms"][0].size(), 4u);
     } else {
       EXPECT_EQ(n, 0) << "step " << step;
       EXPECT_EQ(j["group"], 0);
