@@ -35,13 +35,15 @@
 // P: the model's parameters. One group has nobody to synchronise with: no outer step, and
 // the run is every-step training exactly.
 //
-// Checkpoints (dist/engine/checkpoint.h) are written only right after an outer step: at
-// --ckpt-interval (a multiple of H), at the last step (which runs an outer step) and on
-// SIGTERM / SIGINT (which runs the outer step early, at the stop step). There every group's
-// master weights equal the outer copy, so one master.bin holds them all, and the state of
-// local mode is what is left: the outer momentum and each group's own AdamW moments (the
-// groups' gradients differed since the start). A resume continues exactly: the outer copy
-// is the master it reads.
+// Checkpoints (dist/engine/checkpoint.h) are written right after an outer step: at
+// --ckpt-interval (a multiple of H), at the last step (--steps, which runs an outer step)
+// and on SIGTERM / SIGINT (acted on at the next outer step, dist/engine/local_mode.h). There
+// every group's master weights equal the outer copy, so one master.bin holds them all, and
+// the state of local mode is what is left: the outer momentum and each group's own AdamW
+// moments (the groups' gradients differed since the start). A resume continues exactly:
+// the outer copy is the master it reads. A --stop-at between outer steps runs none early:
+// its checkpoint holds every group's weights and the outer copy too (mid-period), and the
+// resume continues the period bit for bit.
 #pragma once
 
 #include <cstdint>

@@ -13,10 +13,16 @@
 // - the outer step's arithmetic, exactly: three ranks in two groups of different layouts,
 //   numbers exact in bf16 but one (rounded to nearest even, as it is sent), two outer steps
 //   (the momentum's turn);
+// - the sliced exchange (every group the same layout) gives the flat one's bits, with the
+//   bytes per rank counted against the flat leader's for G = 2, 3, 4, 8;
+// - between outer steps no collective crosses a group (each step line's count); --init-from's
+//   weights are the first outer step's start;
 // - checkpoints (dist/engine/checkpoint.h), taken right after an outer step, hold every
 //   group's moments and the outer momentum: a resume on the same groups continues bitwise,
 //   on other ranks with the same groups within the layouts' rounding; SIGTERM mid-period
-//   runs the outer step early and saves what --stop-at there saves; another number of
+//   stops at the next outer step and saves what --stop-at there saves; a --stop-at at any
+//   step (mid-period: every group's weights and the outer copy) and its resume are the run
+//   that went on, bit for bit; another number of
 //   groups (a node lost, every-step mode) starts from the token-weighted mean of the saved
 //   moments, exactly; an every-step checkpoint starts the outer state from its master
 //   weights; a local checkpoint missing a file or a field is refused by name.
