@@ -20,10 +20,19 @@
 // makes mpirun kill the job; abort() calls MPI_Abort. The communicator is a duplicate of
 // MPI_COMM_WORLD (or of the caller's, comm_mpi.h) with MPI_ERRORS_RETURN, and MPI errors
 // become Errors with MPI's text.
+//
+// Tests only: GPUMIX_TEST_CROSS_NODE_DELAY_MS=D makes every collective of a communicator
+// whose ranks span nodes wait D ms before it starts (each rank, once per collective, also
+// the asynchronous ones): a link's latency, which the emulated cluster's network namespaces
+// cannot add (no netem). tools/cluster/local_sync_runs.sh sets it; a collective of n ranks
+// spanning nodes is then priced with D per ring step (docs/cluster.md).
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -64,6 +73,21 @@ MPI_Datatype mpi_type(DType t) {
 // A valid address for zero-element buffers (a tensor of 0 elements may have none).
 float g_dummy[1];
 void* buf(const Tensor& t) { return t.numel() > 0 ? t.raw_data() : g_dummy; }
+
+// GPUMIX_TEST_CROSS_NODE_DELAY_MS (above): the delay in seconds, 0 when unset.
+double cross_node_delay_s() {
+  static const double delay = [] {
+    const char* env = std::getenv("GPUMIX_TEST_CROSS_NODE_DELAY_MS");
+    if (!env || !*env) return 0.0;
+    char* end = nullptr;
+    const double ms = std::strtod(env, &end);
+    GPUMIX_CHECK_INPUT(end && *end == '\0' && std::isfinite(ms) && ms >= 0 && ms <= 60000,
+                       "GPUMIX_TEST_CROSS_NODE_DELAY_MS=", env, ": give the delay of each cross-node collective in "
+                       "milliseconds, 0 to 60000 (e.g. 25 for a 50 ms round trip), or unset it");
+    return ms / 1e3;
+  }();
+  return delay;
+}
 
 [[noreturn]] void abort_job(MPI_Comm comm, int rank, const std::string& reason) {
   log_error("[gpumix] rank ", rank, " aborts the MPI job: ", reason);
@@ -192,6 +216,7 @@ class MpiComm : public Comm {
     if (on_device(in) || on_device(out))
       return through_host(in, out, [&](const Tensor& i, Tensor& o) { all_gather_v(i, o, counts); });
     const double start = detail::now_seconds();
+    delay_if_cross_node();
     const CommBytes bytes = start_gather(in, out, counts, nullptr);
     record(CommOp::all_gather_v, bytes, detail::seconds_since(start));
   }
@@ -200,6 +225,7 @@ class MpiComm : public Comm {
     if (on_device(in) || on_device(out)) return Comm::all_gather_v_async(in, out, counts);
     auto req = std::make_unique<MpiRequest>(this, CommOp::all_gather_v,
                                             gather_bytes(in, counts), opt_.timeout_s);
+    delay_if_cross_node();
     start_gather(in, out, counts, req.get());
     return req;
   }
@@ -208,6 +234,7 @@ class MpiComm : public Comm {
     if (on_device(in) || on_device(out))
       return through_host(in, out, [&](const Tensor& i, Tensor& o) { reduce_scatter_v(i, o, counts); });
     const double start = detail::now_seconds();
+    delay_if_cross_node();
     const CommBytes bytes = start_scatter(in, out, counts, nullptr);
     record(CommOp::reduce_scatter_v, bytes, detail::seconds_since(start));
   }
@@ -220,6 +247,7 @@ class MpiComm : public Comm {
             ? comm_payload_bytes(CommOp::reduce_scatter_v, counts, rank_, sizeof(float))
             : CommBytes{},
         opt_.timeout_s);
+    delay_if_cross_node();
     start_scatter(in, out, counts, req.get());
     return req;
   }
@@ -227,12 +255,14 @@ class MpiComm : public Comm {
   void all_reduce_sum(Tensor& t) override {
     if (on_device(t)) return through_host(t, t, [&](const Tensor&, Tensor& host) { all_reduce_sum(host); });
     const double start = detail::now_seconds();
+    delay_if_cross_node();
     const CommBytes bytes = start_all_reduce(t, nullptr);
     record(CommOp::all_reduce, bytes, detail::seconds_since(start));
   }
   CommRequestPtr all_reduce_sum_async(Tensor& t) override {
     if (on_device(t)) return Comm::all_reduce_sum_async(t);
     auto req = std::make_unique<MpiRequest>(this, CommOp::all_reduce, CommBytes{}, opt_.timeout_s);
+    delay_if_cross_node();
     start_all_reduce(t, req.get());
     return req;
   }
@@ -240,12 +270,14 @@ class MpiComm : public Comm {
   void broadcast(Tensor& t, int root) override {
     if (on_device(t)) return through_host(t, t, [&](const Tensor&, Tensor& host) { broadcast(host, root); });
     const double start = detail::now_seconds();
+    delay_if_cross_node();
     const CommBytes bytes = start_broadcast(t, root, nullptr);
     record(CommOp::broadcast, bytes, detail::seconds_since(start));
   }
   CommRequestPtr broadcast_async(Tensor& t, int root) override {
     if (on_device(t)) return Comm::broadcast_async(t, root);
     auto req = std::make_unique<MpiRequest>(this, CommOp::broadcast, CommBytes{}, opt_.timeout_s);
+    delay_if_cross_node();
     start_broadcast(t, root, req.get());
     return req;
   }
@@ -255,6 +287,7 @@ class MpiComm : public Comm {
 
   void barrier() override {
     const double start = detail::now_seconds();
+    delay_if_cross_node();
     check_agreement("barrier", {}, "", opt_.validate);
     GPUMIX_MPI_CHECK(MPI_Barrier(comm_));
     record(CommOp::barrier, {}, detail::seconds_since(start));
@@ -263,6 +296,7 @@ class MpiComm : public Comm {
   void agree(const std::string& what, const std::vector<int64_t>& values,
              const std::string& local_error) override {
     const double start = detail::now_seconds();
+    delay_if_cross_node();
     if (size_ == 1) detail::agree_alone(local_error);
     else check_agreement(what, values, local_error, true);
     record(CommOp::agree, {}, detail::seconds_since(start));
@@ -282,6 +316,11 @@ class MpiComm : public Comm {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
+
+  void delay_if_cross_node() const {
+    if (cross_node_delay_s() > 0 && nodes() > 1)  // parsed at the first collective: a bad value fails at once
+      std::this_thread::sleep_for(std::chrono::duration<double>(cross_node_delay_s()));
+  }
 
   // Every rank throws the same Error when the ranks' (what, values) differ or some rank has
   // a local error. `enabled` false: only a local error matters, and it aborts the job
@@ -530,6 +569,7 @@ class MpiComm : public Comm {
 
   double scalar(double x, bool max) {
     const double start = detail::now_seconds();
+    delay_if_cross_node();
     check_agreement(max ? "all_reduce_max(double)" : "all_reduce_sum(double)", {}, "",
                     opt_.validate);
     std::vector<double> all(size_);

@@ -141,6 +141,7 @@ SavedGroups saved_groups(const CheckpointReader& reader) {
   GPUMIX_CHECK_INPUT(l.contains("nesterov") && l["nesterov"].is_boolean(), where, ".nesterov must be true or false");
   saved.sync.nesterov = l["nesterov"].get<bool>();
   saved.outer_steps = integer("outer_steps", 0);
+  if (l.contains("period_start")) saved.period_start = integer("period_start", 0);
   const json& w = l.contains("weights") ? l["weights"] : json();
   GPUMIX_CHECK_INPUT(w.is_array() && (int)w.size() == saved.groups, where, ".weights must hold one number per group (",
                      saved.groups, "), got ", w.dump());
@@ -153,6 +154,10 @@ SavedGroups saved_groups(const CheckpointReader& reader) {
   std::vector<std::string> needed = {"outer_momentum"};
   for (int g = 1; g < saved.groups; ++g)
     for (const char* name : {"adam_m", "adam_v"}) needed.push_back(group_array(name, g));
+  if (saved.mid_period()) {
+    needed.push_back("outer");
+    for (int g = 1; g < saved.groups; ++g) needed.push_back(group_array("master", g));
+  }
   for (const std::string& name : needed)
     GPUMIX_CHECK_INPUT(reader.has_array(name), "checkpoint ", reader.dir(), " was written in local mode with ",
                        saved.groups, " groups (meta.json extra.local) but lists no array '", name, "' (", name,
@@ -186,13 +191,19 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
       error = local_error_of(e);
     }
   };
-  // Local mode: every group's moments, group 0's master and outer momentum (checkpoint.h).
+  // Local mode: every group's moments, group 0's master and outer momentum; mid-period
+  // every group's master and the outer copy too (checkpoint.h).
   const int group = outer ? outer->group() : 0;
+  const bool mid_period = outer && outer->period_start() != step;
   std::vector<CheckpointArraySpec> arrays = {{"master", P}, {"adam_m", P}, {"adam_v", P}};
   if (outer) {
     for (int g = 1; g < outer->groups(); ++g)
       for (const char* name : {"adam_m", "adam_v"}) arrays.push_back({group_array(name, g), P});
     arrays.push_back({"outer_momentum", P});
+  }
+  if (mid_period) {
+    for (int g = 1; g < outer->groups(); ++g) arrays.push_back({group_array("master", g), P});
+    arrays.push_back({"outer", P});
   }
   if (comm.rank() == 0) attempt([&] { tmp = writer.begin(o.out, step, arrays, nonce); });
   comm.agree("checkpoint: preparing step " + std::to_string(step), {}, error);
@@ -201,10 +212,11 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
     const std::vector<OwnedSlice> slices = engine.slices();
     for (size_t i = 0; i < slices.size(); ++i) {
       const OwnedSlice& s = slices[i];
-      if (group == 0) write_runs(layout, tmp, "master", s.flat_offset, s.master);
+      if (group == 0 || mid_period) write_runs(layout, tmp, group_array("master", group), s.flat_offset, s.master);
       write_runs(layout, tmp, group_array("adam_m", group), s.flat_offset, s.opt->m());
       write_runs(layout, tmp, group_array("adam_v", group), s.flat_offset, s.opt->v());
       if (outer && group == 0) write_runs(layout, tmp, "outer_momentum", s.flat_offset, outer->momentum()[i]);
+      if (mid_period && group == 0) write_runs(layout, tmp, "outer", s.flat_offset, outer->outer_copy()[i]);
     }
   });
   fault_point(comm.rank(), "checkpoint");
@@ -226,6 +238,7 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
                              {"outer_momentum", sync.outer_momentum}, {"nesterov", sync.nesterov},
                              {"groups", outer->groups()}, {"weights", outer->weights()},
                              {"outer_steps", outer->steps()}};
+      if (mid_period) meta.extra["local"]["period_start"] = outer->period_start();
     }
     attempt([&] {
       dir = writer.commit(meta);
@@ -250,10 +263,17 @@ int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& e
     const std::vector<ParamInfo> layout = gpt_param_layout(config);
     const SavedGroups saved = saved_groups(reader);
     const int group = outer ? outer->group() : 0, groups = outer ? outer->groups() : 1;
+    GPUMIX_CHECK_INPUT(!saved.mid_period() || (outer && saved.groups == groups), "checkpoint ", reader.dir(),
+                       " was taken mid-period (step ", reader.step(), ", the last outer step at ", saved.period_start,
+                       ") by ", saved.groups, " groups, whose weights differ there; resume it on ", saved.groups,
+                       " groups (as many nodes, or --groups ", saved.groups, "), not ", groups, ", or from a checkpoint "
+                       "taken at an outer step");
     const std::vector<OwnedSlice> slices = engine.slices();
     for (size_t i = 0; i < slices.size(); ++i) {
       const OwnedSlice& s = slices[i];
-      read_into(layout, reader, "master", s.flat_offset, s.master);
+      read_into(layout, reader, saved.mid_period() ? group_array("master", group) : std::string("master"),
+                s.flat_offset, s.master);
+      if (saved.mid_period()) read_into(layout, reader, "outer", s.flat_offset, outer->outer_copy()[i]);
       const std::pair<const char*, Tensor*> moments[] = {{"adam_m", &s.opt->m()}, {"adam_v", &s.opt->v()}};
       for (const auto& [name, moment] : moments) {
         if (saved.groups == groups) read_into(layout, reader, group_array(name, group), s.flat_offset, *moment);
@@ -263,8 +283,14 @@ int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& e
       if (outer && !saved.local) outer->momentum()[i].zero_();
     }
     engine.sync_compute_params();
-    if (outer) outer->restart(engine, saved.local ? saved.outer_steps : 0);
     step = reader.step();
+    if (outer && saved.mid_period()) {
+      outer->resume_mid_period(engine, saved.outer_steps);
+      outer->set_period_start(saved.period_start);
+    } else if (outer) {
+      outer->restart(engine, saved.local ? saved.outer_steps : 0);
+      outer->set_period_start((int)step);
+    }
     if (comm.rank() == 0) {
       const std::string rule = resume_rule(saved, outer);
       log_info("resumed from ", reader.dir(), " (step ", step, ")", rule.empty() ? "" : ": ", rule);

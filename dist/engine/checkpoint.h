@@ -19,6 +19,13 @@
 //   - the outer momentum where both have one; from an every-step checkpoint zero, the outer
 //     copy the master weights; in a run without an outer step it is dropped.
 // Each case is said on rank 0, as is a change of H or of the outer optimizer's settings.
+//
+// Mid-period (a --stop-at between outer steps; exact preemption): the groups' weights
+// differ, so the checkpoint holds what the period needs besides: master.g1.bin, ... (group
+// g's master weights; master.bin is group 0's), outer.bin (the outer copy the period started
+// from) and extra.local.period_start (the step of the last outer step). It resumes only on
+// the same groups, each its own weights and moments, and the next outer step measures from
+// the outer copy: bitwise the run that went on, on the same layout.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +67,8 @@ struct SavedGroups {
   std::vector<double> weights = {1.0};  // each group's share of the batch's tokens
   LocalSync sync;                       // H and the outer optimizer's settings (local only)
   int outer_steps = 0;
+  int period_start = -1;  // mid-period: the step of the last outer step (-1: taken right after one)
+  bool mid_period() const { return period_start >= 0; }
 };
 SavedGroups saved_groups(const CheckpointReader& reader);
 

@@ -104,9 +104,8 @@ struct RunSummary {
 // the median after warm-up) and its wait per outer period, H x (the slowest group's inner
 // step - its own), also as a share of the period (H x the slowest inner step + the outer
 // step's median), measured and, with a local plan, predicted; the outer step and the
-// period likewise. The groups meet at every step's loss all-reduce too, so a faster group's
-// wait is spread over the inner steps: per period it adds up to the same. The final log
-// line's "groups" and "local".
+// period likewise. The groups meet only at the outer step (dist/engine/local_mode.h): a
+// faster group's wait is spent there. The final log line's "groups" and "local".
 nlohmann::json local_groups_vs_plan(const LocalRunSummary& local, const std::vector<std::vector<double>>& busy_history);
 
 // "5/1/0.73, 4/1/0.11": each rank's batch / micro-batch / state share (hybrid: and the groups).

@@ -24,6 +24,7 @@
 #include "dist/engine/stop.h"
 #include "dist/engine/engine.h"
 #include "dist/engine/fault.h"
+#include "dist/engine/local_mode.h"
 #include "dist/engine/outer_step.h"
 #include "dist/engine/replan.h"
 #include "dist/engine/run_report.h"
@@ -101,11 +102,13 @@ const char* unit_name(int unit, int L, std::string* buf) {
 
 // The non-finite guard. Each rank checks its own loss and the sum of squares of each
 // unit's reduced gradient slice (the squares it needs for the norm anyway); one small
-// all-gather (host memory: `host` is the rank's CPU device, or the host of its GPU) then
-// tells every rank what every rank found, so that all of them agree on the verdict and
-// print the same message. Returns this rank's sum of squares.
-double check_finite(const StepNumbers& n, double local_loss, Comm& comm, int step, int L, Device host,
-                    std::string* error) {
+// all-gather over `comm` (host memory: `host` is the rank's CPU device, or the host of its
+// GPU) then tells every rank of it what every rank found, so that all of them agree on the
+// verdict and print the same message. `comm`: the ranks whose gradients are reduced
+// together (the run, or in local mode this rank's group), `run_rank` their ranks in the run
+// (the messages name those). Returns this rank's sum of squares.
+double check_finite(const StepNumbers& n, double local_loss, Comm& comm, const std::vector<int>& run_rank, int step,
+                    int L, Device host, std::string* error) {
   double sum = 0;
   int bad_unit = -1;
   for (size_t u = 0; u < n.unit_squares.size(); ++u) {
@@ -122,10 +125,10 @@ double check_finite(const StepNumbers& n, double local_loss, Comm& comm, int ste
   const int32_t* found = all.data<int32_t>();
   std::string loss_ranks, grad_text, name;
   for (int r = 0; r < ranks; ++r) {
-    if (found[2 * r]) loss_ranks += str(loss_ranks.empty() ? "" : ", ", r);
+    if (found[2 * r]) loss_ranks += str(loss_ranks.empty() ? "" : ", ", run_rank[r]);
     if (found[2 * r + 1] >= 0)
       grad_text += str(grad_text.empty() ? "" : "; ", "unit ", found[2 * r + 1], " (",
-                       unit_name(found[2 * r + 1], L, &name), ") on rank ", r);
+                       unit_name(found[2 * r + 1], L, &name), ") on rank ", run_rank[r]);
   }
   error->clear();
   if (!loss_ranks.empty())
@@ -182,7 +185,8 @@ class Training {
   TrainResult finish();
 
  private:
-  void run_step(int step);
+  int run_step(int step);
+  int meet(StepOutcome& s, std::vector<double>* period_losses, std::vector<std::vector<double>>* period_busy_s);
   void load_batch(int step);
   StepOutcome forward_backward(int step);
   void update(int step, StepOutcome& s);
@@ -193,22 +197,34 @@ class Training {
   void adopt(Work work);
   void save_if_due(int step);
   void save_checkpoint_now(int step);
-  bool stop_if_requested(int step);
   void outer_step_now(int step);
 
   double evaluate(int64_t total);
   void take_rows();
   ShardLayout agreed_layout() const;
   json collectives_vs_plan();
-  std::vector<double> gather_ranks(double x) const;
+  std::vector<double> gather_ranks(double x) const { return gather_over(comm_, x); }
+  std::vector<double> gather_over(Comm& comm, double x) const;
   std::string plan_text() const { return work_text(work_); }
   int64_t micro_batch() const { return std::max<int64_t>(1, work_.ranks[rank_].micro_batch); }
   Allocator& memory() const { return allocator(device_); }
-  Comm& engine_comm() {
-    return engine_group_ ? *engine_group_ : group_comm_ ? *group_comm_ : device_comm_ ? *device_comm_ : comm_;
+  // Before local mode's groups are formed (the profiler): the whole run's.
+  Comm& engine_comm() { return grouped() ? local_->engine_comm() : device_comm_ ? *device_comm_ : comm_; }
+  // The ranks whose gradients are reduced together, over which each step's own collectives
+  // run: this rank's group in local mode.
+  Comm& step_comm() const { return grouped() ? local_->group_comm() : comm_; }
+  bool grouped() const { return local_ && local_->formed(); }
+  // Their ranks in the run.
+  std::vector<int> step_ranks() const {
+    if (local_) return local_->members();
+    std::vector<int> all(ranks_);
+    for (int r = 0; r < ranks_; ++r) all[r] = r;
+    return all;
   }
-  // The ranks whose gradients are reduced together: this rank's group in local mode.
-  Comm& step_comm() const { return group_comm_ ? *group_comm_ : comm_; }
+  // Whether every rank meets after `step` (loss, times, stop request): every step, but
+  // between local mode's outer steps (local_mode.h).
+  bool meets(int step) const { return !local_ || local_->meets(step, o_.steps); }
+  OuterStep* outer() const { return local_ ? local_->outer() : nullptr; }
   // The links the collectives' form is chosen by: the profile's where the run planned (as
   // the cost model prices them), a plan file's, else TopologyLinks' defaults.
   CollectiveLinks topology_links() const {
@@ -258,16 +274,7 @@ class Training {
   Work work_;
   std::unique_ptr<Replanner> planner_;  // null: `work` as given
   std::unique_ptr<Engine> engine_;
-  // Local mode (--sync local:H): this rank's group (host collectives; the engine's, when its
-  // collectives run elsewhere, e.g. NCCL), its group's share of the batch's tokens (1 in
-  // every-step mode) and the outer step (null: every-step, or only one group).
-  std::unique_ptr<Comm> group_comm_, engine_group_;
-  std::vector<int> group_of_rank_;
-  double group_weight_ = 1;
-  std::unique_ptr<OuterStep> outer_;
-  int outer_at_ = -1;  // the step of the last outer step (local mode's checkpoints follow one)
-  std::unique_ptr<LocalPlan> local_plan_;  // local mode with a planner: the groups' plan (planner_ runs it combined)
-  std::vector<double> outer_history_s_;    // each outer step's seconds on this rank
+  std::unique_ptr<LocalMode> local_;  // --sync local:H (dist/engine/local_mode.h); null: every-step
   int start_ = 0;  // the step the run starts after (the checkpoint's when resuming)
   int saved_step_ = -1;  // the step of the checkpoint written last by this call
   RunReport report_;
@@ -301,6 +308,7 @@ Training::Training(const TrainOptions& o, Comm& comm, const EngineOptions& engin
   schedule_.min_lr = o.lr * o.min_lr_ratio;
   schedule_.warmup = o.warmup >= 0 ? o.warmup : std::min(100, o.steps / 10);
   schedule_.total = o.steps;
+  if (engine_options.sync.local) local_ = std::make_unique<LocalMode>(engine_options.sync);
 }
 
 // ---- setup ----------------------------------------------------------------------------------
@@ -421,9 +429,9 @@ void Training::plan_groups(Profile profile, const std::string& name) {
   const LocalSync& sync = engine_options_.sync;
   PlannerOptions options;  // plan_local keeps every rank of a group, as the engine does
   options.group_size = engine_options_.sharding;
-  local_plan_ = std::make_unique<LocalPlan>(plan_local(profile, o_.batch, sync, name, options));
-  GPUMIX_CHECK_INPUT(local_plan_->planned(), "--sync local:", sync.every, ": ", local_plan_->error);
-  Plan combined = local_combined_plan(*local_plan_, profile);
+  local_->set_plan(std::make_unique<LocalPlan>(plan_local(profile, o_.batch, sync, name, options)));
+  GPUMIX_CHECK_INPUT(local_->plan()->planned(), "--sync local:", sync.every, ": ", local_->plan()->error);
+  Plan combined = local_combined_plan(*local_->plan(), profile);
   planner_ = std::make_unique<Replanner>(std::move(profile), name, std::move(combined));
   if (lead_ && engine_options_.drift.threshold > 0)
     log_info("note: --sync local:", sync.every, ": the plan is kept for the whole run (no re-planning on drift: it "
@@ -442,35 +450,15 @@ void Training::make_engine() {
                                               topology_links());
   engine_->tracer = &tracer_;
   engine_->set_offload(work_.ranks[rank_].offload);
-  const int groups =
-      group_of_rank_.empty() ? 1 : *std::max_element(group_of_rank_.begin(), group_of_rank_.end()) + 1;
-  if (groups > 1)
-    outer_ = std::make_unique<OuterStep>(engine_options_.sync, comm_, *group_comm_, group_of_rank_[rank_],
-                                         group_weight_, config_.total_params(), *engine_, host_);
+  if (local_) local_->make_outer(comm_, config_.total_params(), *engine_, host_);
 }
 
 // --sync local:H: the ranks' groups, each with its communicator and its rows' share of the
 // batch; the engine then trains each group as an every-step run of its own.
 void Training::form_groups() {
-  const LocalSync& sync = engine_options_.sync;
-  if (!sync.local) return;
-  check_local_sync(sync, o_, &work_, ranks_, comm_.node_of_rank());
-  group_of_rank_ = sync_groups(sync, comm_.node_of_rank());
-  const int group = group_of_rank_[rank_];
-  group_comm_ = comm_.split(group);
-  if (device_comm_) engine_group_ = device_comm_->split(group);
-  int64_t rows = 0;
-  for (int r = 0; r < ranks_; ++r)
-    if (group_of_rank_[r] == group) rows += work_.ranks[r].batch;
-  scale_ = 1.0f / (float)(rows * seq_);
-  group_weight_ = (double)rows / (double)o_.batch;
-  const int groups = *std::max_element(group_of_rank_.begin(), group_of_rank_.end()) + 1;
-  if (lead_)
-    log_info(groups == 1 ? str("--sync local:", sync.every, ": one group of every rank, nothing to synchronise "
-                               "with: every-step training")
-                         : str("--sync local:", sync.every, ": ", groups, " groups, an outer step every ", sync.every,
-                               " steps (outer lr ", sync.outer_lr, ", momentum ", sync.outer_momentum,
-                               sync.nesterov ? ", Nesterov" : "", ")"));
+  if (!local_) return;
+  local_->form_groups(o_, work_, comm_, device_comm_.get());
+  scale_ = 1.0f / (float)(local_->rows() * seq_);
 }
 
 // --init-from: every rank reads its own slices of the folder's weights (a resume reads the
@@ -487,13 +475,15 @@ void Training::init_from() {
   }
   comm_.agree("init-from", {}, error);
   engine_->sync_compute_params();  // the compute copy of the imported master weights
+  if (local_) local_->masters_set(*engine_);  // the first outer step measures the change from these
   if (lead_) log_info("initialised from ", o_.init_from);
 }
 
 void Training::resume() {
   if (!resuming_) return;
-  start_ = load_checkpoint(o_.resume, config_, *engine_, comm_, run_.tokenizer_hash, outer_.get());
-  outer_at_ = start_;  // a checkpoint is taken right after an outer step (outer_step.h)
+  // Local mode: the outer step's period starts at the checkpoint's step, or before it for a
+  // mid-period one (load_checkpoint sets it).
+  start_ = load_checkpoint(o_.resume, config_, *engine_, comm_, run_.tokenizer_hash, outer());
   GPUMIX_CHECK_INPUT(start_ < o_.steps, "the checkpoint is at step ", start_, ", not before --steps ", o_.steps,
                      "; pass a larger --steps to train further");
 }
@@ -513,7 +503,7 @@ void Training::print_settings() const {
   settings.backend = comm_.backend();
   settings.work = work_;
   settings.profiled = planner_ ? &engine_options_.profiler : nullptr;
-  settings.local = local_plan_.get();
+  settings.local = local_ ? local_->plan() : nullptr;
   settings.device = device_;
   settings.threads = omp_get_max_threads();
   report_.settings(settings, predicting_plan(), collectives_);
@@ -546,35 +536,25 @@ void Training::start_trace() {
 void Training::run_steps() {
   take_rows();
   memory().reset_peak();  // the profiler's measurements are not the training's
-  for (int step = start_ + 1; step <= last_; ++step) {
-    run_step(step);
-    if (stop_if_requested(step)) break;
-  }
-}
-
-// SIGTERM / SIGINT (dist/engine/stop.h): every rank stops after the same step, the one at
-// whose end any rank had seen the request, with a checkpoint of it.
-bool Training::stop_if_requested(int step) {
-  const int signo = ranks_ > 1 ? (int)comm_.all_reduce_max((double)stop_requested()) : stop_requested();
-  if (signo == 0) return false;
-  if (outer_ && outer_at_ != step) {  // local mode saves after an outer step: this one comes early
-    if (lead_) log_info("step ", step, ": ", signal_name(signo), ": the outer step of --sync local:",
-                        engine_options_.sync.every, " runs now, before the checkpoint");
-    outer_step_now(step);
-  }
-  if (saved_step_ != step) save_checkpoint_now(step);
-  result_.stop_signal = signo;
-  if (lead_)
-    log_info("step ", step, ": ", signal_name(signo), ": stopped after this step, checkpoint ", result_.checkpoint,
-             "; continue with --resume ", o_.out);
-  return true;
+  for (int step = start_ + 1; step <= last_; ++step)
+    if (const int signo = run_step(step)) {
+      result_.stop_signal = signo;
+      if (lead_)
+        log_info("step ", step, ": ", signal_name(signo), ": stopped after this step, checkpoint ", result_.checkpoint,
+                 "; continue with --resume ", o_.out);
+      break;
+    }
 }
 
 // One step: this rank's rows, the gradients of the global batch (forward_backward, with the
 // step's collectives), the optimizer's update; then what the step measured is shown, and
 // validation, re-planning and checkpoints when due. In local mode (--sync local:H) the
-// groups' outer step follows update() every H steps and at the last (outer_step.h).
-void Training::run_step(int step) {
+// groups' outer step follows update() every H steps and at the last (outer_step.h), and the
+// step's collectives stay in the group but there (local_mode.h). Returns the signal of a
+// stop request the ranks agreed on at this step (SIGTERM / SIGINT, dist/engine/stop.h;
+// 0: none): the run stops after it, with a checkpoint of it.
+int Training::run_step(int step) {
+  const int64_t cross_before = local_ ? local_->cross_group_calls(comm_) : 0;
   tracer_.begin_step(step);
   const double t0 = detail::now_seconds();
   {
@@ -583,27 +563,63 @@ void Training::run_step(int step) {
   }
   StepOutcome s = forward_backward(step);
   update(step, s);
-  if (outer_ && outer_->due(step, last_)) outer_step_now(step);
+  if (local_ && local_->outer_due(step, o_.steps)) outer_step_now(step);
   const StepTime t = time_step(t0);
+  const double group_loss = s.loss;
+  if (outer()) local_->add_step(t.busy_s[step_comm().rank()], s.loss);
+  std::vector<double> period_losses;
+  std::vector<std::vector<double>> period_busy_s;
+  const int signo = meets(step) ? meet(s, &period_losses, &period_busy_s) : 0;
   result_.train_loss = s.loss;
   std::optional<RunStart> first;  // the first step's line says what the whole run shares
   if (step == start_ + 1) first = RunStart{work_, dtype_.dtype, result_.unigram_loss};
   StepLine line = report_.step(step, s, t, first ? &*first : nullptr, predicting_plan());
+  if (outer()) {  // the line's norm, ms and busy are this rank's group's; its loss too between outer steps
+    line.record["group"] = local_->group();
+    if (meets(step)) {  // per step since the last outer step, this one last: the batch's loss, every rank's busy time
+      line.record["group_loss"] = group_loss;
+      line.record["period_losses"] = period_losses;
+      json busy = json::array();
+      for (const std::vector<double>& b : period_busy_s) {
+        std::vector<double> ms;
+        for (double x : b) ms.push_back(1e3 * x);
+        busy.push_back(ms);
+      }
+      line.record["period_busy_ms"] = busy;
+    }
+  }
   if (const std::optional<Validation> v = evaluate_if_due(step)) report_.add_validation(line, *v);
   replan_if_drifted(step, t.busy_s, line);
-  report_.write(line);
   save_if_due(step);
+  if (signo && saved_step_ != step) save_checkpoint_now(step);
+  // What this step ran across groups (its exchange, its meeting, validation, a checkpoint).
+  if (local_) line.record["cross_group_collectives"] = local_->cross_group_calls(comm_) - cross_before;
+  report_.write(line);
   result_.step = step;
   if (tracer_.complete(step)) write_trace();
+  return signo;
+}
+
+// Where every rank meets (every step; local mode's outer steps): the stop request, and in
+// local mode with several groups the batch's loss (each group's mean weighted by its
+// tokens: s.loss becomes it) and every rank's busy times of each step since the last outer
+// step (`period_losses`: the batch's loss of each; `period_busy_s`: per step, per rank).
+// Returns the stop request's signal.
+int Training::meet(StepOutcome& s, std::vector<double>* period_losses, std::vector<std::vector<double>>* period_busy_s) {
+  if (outer()) {
+    TraceSpan span(&tracer_, "meet across groups", "collective");
+    LocalMode::Period p = local_->gather_period(comm_, host_);
+    busy_history_.insert(busy_history_.end(), p.busy_s.begin(), p.busy_s.end());
+    *period_busy_s = std::move(p.busy_s);
+    s.loss = p.loss.back();
+    *period_losses = std::move(p.loss);
+  }
+  return ranks_ > 1 ? (int)comm_.all_reduce_max((double)stop_requested()) : stop_requested();
 }
 
 void Training::outer_step_now(int step) {
   TraceSpan span(&tracer_, "outer step", "phase");
-  const double t0 = detail::now_seconds();
-  outer_->step(*engine_);
-  outer_history_s_.push_back(detail::seconds_since(t0));
-  engine_->wait_s += outer_history_s_.back();  // mostly the exchange: a wait, not busy time
-  outer_at_ = step;
+  engine_->wait_s += local_->outer_step(step, *engine_);  // mostly the exchange: a wait, not busy time
 }
 
 void Training::write_trace() {
@@ -646,13 +662,14 @@ StepOutcome Training::forward_backward(int step) {
   const double t0 = detail::now_seconds();
   {
     TraceSpan span(&tracer_, "loss all-reduce", "collective");
-    // Local mode: each group's loss is its own tokens' mean; weighted, the batch's (x 1 otherwise).
-    s.loss = comm_.all_reduce_sum(group_comm_ ? local_loss * group_weight_ : local_loss);
+    // Local mode: the group's own tokens' mean (meet() weighs the groups' at an outer step).
+    s.loss = step_comm().all_reduce_sum(local_loss);
   }
   {
     TraceSpan span(&tracer_, "finite check and norm", "collective");
     // Replicas hold the same reduced slices: the norm counts the first group's only.
-    const double squares = check_finite(numbers, local_loss, comm_, step, config_.L, host_, &s.nonfinite);
+    const double squares =
+        check_finite(numbers, local_loss, step_comm(), step_ranks(), step, config_.L, host_, &s.nonfinite);
     // Local mode: each group clips by its own gradient's norm.
     s.norm = std::sqrt(step_comm().all_reduce_sum(engine_->primary_replica() ? squares : 0.0));
   }
@@ -683,12 +700,15 @@ StepTime Training::time_step(double t0) {
   const double local_s = detail::seconds_since(t0);
   tracer_.add("step", "step", t0, t0 + local_s);  // what the log's ms measures on this rank
   TraceSpan span(&tracer_, "share step times", "collective");
-  t.step_s = comm_.all_reduce_max(local_s);
-  t.busy_s = gather_ranks(local_s - engine_->wait_s);
+  // Local mode: the group's slowest rank and its ranks' busy times (every rank's are gathered
+  // at the outer step, meet()).
+  t.step_s = step_comm().all_reduce_max(local_s);
+  t.busy_s = gather_over(step_comm(), local_s - engine_->wait_s);
   t.ms = t.step_s * 1e3;
   t.tokens_per_s = tokens_per_step_ / t.step_s;
   rates_.push_back(t.tokens_per_s);
-  if (ranks_ > 1) busy_history_.push_back(t.busy_s);
+  if (!outer() && ranks_ > 1)
+    busy_history_.push_back(t.busy_s);
   step_history_s_.push_back(t.step_s);
   return t;
 }
@@ -697,6 +717,12 @@ StepTime Training::time_step(double t0) {
 std::optional<Validation> Training::evaluate_if_due(int step) {
   const bool eval_now = (o_.eval_interval > 0 && step % o_.eval_interval == 0) || step == last_;
   if (!eval_now) return std::nullopt;
+  // A --stop-at between local mode's outer steps: the groups hold different weights, and
+  // validation (split over every rank) would mix them. The resumed run validates.
+  if (local_ && local_->mid_period(step)) {
+    if (lead_) log_info("step ", step, ": no validation between outer steps (the groups' weights differ)");
+    return std::nullopt;
+  }
   // The same first --eval-windows windows at every step (0: all), so that the points of a
   // run compare; at the last step, when they are fewer than all, the full validation too,
   // logged as its own estimate (val_full_loss) for the run's result.
@@ -719,7 +745,8 @@ std::optional<Validation> Training::evaluate_if_due(int step) {
 // from the next step, the same on every rank (they all judge the same gathered times).
 // The step's line gets the change (none when no drift was confirmed).
 void Training::replan_if_drifted(int step, const std::vector<double>& busy_s, StepLine& line) {
-  if (!planner_ || ranks_ == 1 || !planner_->observe(busy_s)) return;
+  // Local mode keeps its plan (plan_groups); its busy times are the group's.
+  if (!planner_ || ranks_ == 1 || local_ || !planner_->observe(busy_s)) return;
   const Replanner::Change& c = planner_->last_change();
   if (c.adopted) adopt(planner_->plan().work());
   report_.add_replan(line, step, c.record(plan_text()), c.message(plan_text()),
@@ -747,18 +774,18 @@ void Training::save_if_due(int step) {
 }
 
 void Training::save_checkpoint_now(int step) {
-  GPUMIX_CHECK(!outer_ || outer_at_ == step, "a checkpoint of step ", step, " in local mode, whose last outer step "
-               "was at ", outer_at_, ": it would lose the groups' weights");
   TraceSpan span(&tracer_, "checkpoint", "phase");
   result_.checkpoint = save_checkpoint(o_, config_, dtype_.dtype, work_, *engine_, comm_, step, run_.tokenizer_hash,
-                                       outer_.get());
+                                       outer());
   saved_step_ = step;
 }
 
 TrainResult Training::finish() {
-  if (outer_ && lead_)
-    log_info("--sync local:", engine_options_.sync.every, ": ", outer_->steps(), " outer steps; rank 0 (its group's "
-             "leader) sent ", outer_->cross_group_bytes(), " bytes to the other groups (bf16, 2 per parameter and group)");
+  if (outer() && lead_)
+    log_info("--sync local:", engine_options_.sync.every, ": ", outer()->steps(), " outer steps; rank 0 sent ",
+             outer()->cross_group_bytes(), " bytes to the other groups (bf16; ",
+             outer()->sliced() ? "sliced exchange: its own slices with its peers" : "flat exchange: as its group's leader",
+             ", dist/engine/outer_step.h)");
   std::sort(rates_.begin(), rates_.end());
   result_.tokens_per_s = rates_.empty() ? 0 : rates_[rates_.size() / 2];
   RunSummary summary;
@@ -771,11 +798,7 @@ TrainResult Training::finish() {
   // Measured again only when a re-plan changed the layout since the start.
   if (collectives_.is_null() && summary.plan && step_comm().size() > 1) collectives_ = collectives_vs_plan();
   summary.collectives = collectives_;
-  if (outer_) {
-    std::vector<int64_t> rows;
-    for (const RankWork& w : work_.ranks) rows.push_back(w.batch);
-    summary.local = LocalRunSummary{engine_options_.sync.every, group_of_rank_, rows, outer_history_s_, local_plan_.get()};
-  }
+  if (outer()) summary.local = local_->summary(work_);
   summary.result = result_;
   report_.finish(summary);
   return result_;
@@ -822,12 +845,10 @@ ShardLayout Training::agreed_layout() const {
   // Hybrid: the layout of a group's positions (the same in every group).
   const int positions = work_.sharding.hybrid() ? work_.sharding.group_size : ranks_;
   std::vector<double> shares;
-  if (group_comm_) {  // local mode: over the ranks of this rank's group, their shares renormalised
+  if (local_) {  // local mode: over the ranks of this rank's group, their shares renormalised
     double sum = 0;
-    for (int r = 0; r < ranks_; ++r)
-      if (group_of_rank_[r] == group_of_rank_[rank_]) sum += work_.ranks[r].share;
-    for (int r = 0; r < ranks_; ++r)
-      if (group_of_rank_[r] == group_of_rank_[rank_]) shares.push_back(work_.ranks[r].share / sum);
+    for (int r : local_->members()) sum += work_.ranks[r].share;
+    for (int r : local_->members()) shares.push_back(work_.ranks[r].share / sum);
   } else {
     for (int r = 0; r < positions; ++r) shares.push_back(work_.ranks[r].share);
   }
@@ -857,7 +878,7 @@ json Training::collectives_vs_plan() {
   };
   const int nodes = comm_.nodes();
   // Local mode: the engine's collectives run in rank 0's group (the combined plan predicts that group's).
-  json j = {{"over", group_comm_ ? str(group_comm_->size(), " ranks of group ", group_of_rank_[rank_], " of local mode")
+  json j = {{"over", local_ ? str(local_->members().size(), " ranks of group ", local_->group(), " of local mode")
                                  : str(ranks_, " ranks on ", nodes, nodes == 1 ? " node" : " nodes")},
             {"all_gather", entry(p.ag_s, t.all_gather_s, t.all_gather_form)},
             {"reduce_scatter", entry(p.rs_s, t.reduce_scatter_s, t.reduce_scatter_form)}};
@@ -868,11 +889,12 @@ json Training::collectives_vs_plan() {
   return j;
 }
 
-// Every rank's value of x, on every rank.
-std::vector<double> Training::gather_ranks(double x) const {
+// Every rank's value of x, on every rank of `comm`.
+std::vector<double> Training::gather_over(Comm& comm, double x) const {
+  const int ranks = comm.size();
   Tensor one = Tensor::full({1}, (float)x, DType::f32, host_);
-  Tensor all = Tensor::empty({ranks_}, DType::f32, host_);
-  comm_.all_gather_v(one, all, std::vector<int64_t>(ranks_, 1));
+  Tensor all = Tensor::empty({ranks}, DType::f32, host_);
+  comm.all_gather_v(one, all, std::vector<int64_t>(ranks, 1));
   const std::vector<float> v = all.to_vector();
   return std::vector<double>(v.begin(), v.end());
 }

@@ -86,6 +86,19 @@ void check_local_sharding(const LocalSync& sync, int group_size) {
                      "(or choose the groups with --groups)");
 }
 
+namespace {
+
+// The meeting of every rank after the outer step's exchange (dist/engine/local_mode.h): the
+// period's busy times and losses (16 bytes a step and rank, gathered) and the stop request:
+// two small collectives across the G groups, mostly their latency. Between outer steps
+// nothing crosses a group.
+double meeting_s(const TopologyLink& link, int G, int H, int ranks) {
+  constexpr int kMeetingCollectives = 2;
+  return kMeetingCollectives * ring_time(link, G, 16.0 * H * ranks);
+}
+
+}  // namespace
+
 LocalPlan plan_local(const Profile& profile, int64_t B, const LocalSync& sync, const std::string& planner,
                      const PlannerOptions& opts) {
   GPUMIX_CHECK_INPUT(sync.local, "plan_local needs --sync local:H, got every-step");
@@ -132,7 +145,12 @@ LocalPlan plan_local(const Profile& profile, int64_t B, const LocalSync& sync, c
   }
   if (G > 1) {
     const TopologyLink& link = leader_nodes.size() > 1 ? ag.leader_link() : ag.intra;
-    l.cross_s = ring_time(link, G, 2 * P * G);
+    // The leaders' bf16 all-gather, then the meeting of every rank after it
+    // (dist/engine/local_mode.h): the period's busy times and losses (16 bytes a step and
+    // rank) and the stop request, small: their latency. Between outer steps nothing crosses.
+    // Priced flat here (the layouts, the groups' plans, come below: the split does not
+    // depend on it); sliced at the end where they agree.
+    l.cross_s = ring_time(link, G, 2 * P * G) + meeting_s(link, G, sync.every, (int)node_of_rank.size());
   }
   double exchange = 0;
   for (const SyncGroupPrediction& g : l.groups) exchange = std::max(exchange, g.exchange_s);
@@ -230,6 +248,22 @@ LocalPlan plan_local(const Profile& profile, int64_t B, const LocalSync& sync, c
     slowest = std::max(slowest, lg.inner_s);
   }
   if (!l.planned()) return l;
+  // Every group the same layout (as many ranks, the same shares by position): the sliced
+  // exchange (outer_step.h), a reduce-scatter and an all-gather of the ranks' own slices
+  // among their peers in bf16, nothing inside the groups. A node's ranks share its link:
+  // 2 x (G - 1)/G x 2P bytes through it however many they are.
+  l.sliced = G > 1;
+  for (const SyncGroupPrediction& g : l.groups) {
+    const std::vector<RankPlan>& a = g.plan.ranks, & b = l.groups[0].plan.ranks;
+    l.sliced = l.sliced && a.size() == b.size();
+    for (size_t i = 0; l.sliced && i < a.size(); ++i) l.sliced = a[i].work.share == b[i].work.share;
+  }
+  if (l.sliced) {
+    const TopologyLink& link = leader_nodes.size() > 1 ? ag.leader_link() : ag.intra;
+    for (SyncGroupPrediction& g : l.groups) g.exchange_s = 0;
+    l.cross_s = 2 * ring_time(link, G, 2 * P) + meeting_s(link, G, H, (int)node_of_rank.size());
+    l.outer_s = l.cross_s;
+  }
   for (SyncGroupPrediction& g : l.groups) g.wait_s = H * (slowest - g.inner_s);
   l.period_s = H * slowest + l.outer_s;
   l.step_s = slowest + l.outer_s / H;  // period / H, and with one group its inner step to the bit

@@ -62,7 +62,8 @@ struct LocalPlan {
   int64_t params = 0;       // P
   std::vector<SyncGroupPrediction> groups;
   std::string error;        // "": every group planned
-  double cross_s = 0;       // the leaders' all-gather, once per outer step
+  bool sliced = false;      // the sliced exchange (every group the same layout), else the flat one (outer_step.h)
+  double cross_s = 0;       // the exchange across groups and the meeting after it (their latency), once per outer step
   double outer_s = 0;       // the whole exchange of an outer step
   double period_s = 0;      // H inner steps and the outer step
   double step_s = 0;        // period / H

@@ -68,8 +68,8 @@ Simulation simulate(const Profile& profile, const std::string& cluster_name, int
 // outer step: its prediction is every-step full sharding's exactly.
 struct LocalSimulation : LocalPlan {
   double tokens_per_s = 0, mfu = 0;
-  double cross_bytes_per_leader = 0;  // per step: 2P(G − 1)/H, what each leader receives
-  double cross_bytes = 0;             // per step, every leader: G times that
+  double cross_bytes_per_leader = 0;  // per step: 2P(G − 1)/H each leader sends (flat), 4(P/n)(G − 1)/(G H) each rank (sliced)
+  double cross_bytes = 0;             // per step, all of them: G (flat) or G n (sliced) times that
   // The same cut for the every-step plan of the cluster (gpumix's; every_step_cross_bytes).
   double every_step_cross_bytes = 0;
 };

@@ -13,8 +13,12 @@ LocalSimulation simulate_local(const Profile& profile, int64_t B, const LocalSyn
   LocalSimulation l;
   static_cast<LocalPlan&>(l) = plan_local(profile, B, sync, "gpumix", opts);
   const int G = (int)l.groups.size();
-  l.cross_bytes_per_leader = 2 * (double)l.params * (G - 1) / sync.every;
-  l.cross_bytes = G * l.cross_bytes_per_leader;
+  // Flat: each leader sends its 2P bf16 bytes to the G - 1 others. Sliced: each rank of a
+  // group of n its 2 x 2 (P / n) (G - 1) / G, every rank of the run G n of them.
+  const double P = (double)l.params;
+  const double n = l.groups.empty() ? 1 : (double)l.groups[0].ranks.size();
+  l.cross_bytes_per_leader = (l.sliced ? 4 * (P / n) * (G - 1) / G : 2 * P * (G - 1)) / sync.every;
+  l.cross_bytes = (l.sliced ? G * n : G) * l.cross_bytes_per_leader;
   if (!l.planned()) return l;
   double peak = 0;
   for (const RankInfo& r : profile.ranks) peak += profile.device(r.device).peak_flops;
@@ -92,13 +96,18 @@ std::string local_table(const LocalSimulation& l, const Simulation& s) {
                     "), each an every-step run (full sharding inside), outer step every " + std::to_string(H) +
                     " inner steps; P = " + std::to_string(l.params) + " parameters\n";
   if (!l.planned()) return out + "no prediction: " + l.error + "\n";
-  out += "outer step " + fmt("%.3f s", l.outer_s) + ": inside the groups " + fmt("%.3f s", l.outer_s - l.cross_s) +
-         " (all-reduce + broadcast of 4P fp32 bytes), across groups " + fmt("%.3f s", l.cross_s) +
-         " (the leaders' bf16 all-gather: 2P(G-1) = " + bytes_text(l.cross_bytes_per_leader * H) +
-         " received per leader)\n";
+  if (l.sliced)
+    out += "outer step " + fmt("%.3f s", l.outer_s) + ", all across groups (sliced: every group the same layout; "
+           "each rank's reduce-scatter and all-gather of its own slices with its peers in bf16: 4(P/n)(G-1)/G = " +
+           bytes_text(l.cross_bytes_per_leader * H) + " sent per rank)\n";
+  else
+    out += "outer step " + fmt("%.3f s", l.outer_s) + ": inside the groups " + fmt("%.3f s", l.outer_s - l.cross_s) +
+           " (all-reduce + broadcast of 4P fp32 bytes), across groups " + fmt("%.3f s", l.cross_s) +
+           " (the leaders' bf16 all-gather: 2P(G-1) = " + bytes_text(l.cross_bytes_per_leader * H) +
+           " sent per leader)\n";
   out += "step " + fmt("%.4f s", l.step_s) + " (= (" + std::to_string(H) + " x slowest inner step + outer step) / " +
          std::to_string(H) + "), " + fmt("%.0f tokens/s", l.tokens_per_s) + ", MFU " + fmt("%.1f%%", 100 * l.mfu) +
-         "; across groups per step " + bytes_text(l.cross_bytes_per_leader) + " per leader, " +
+         "; across groups per step " + bytes_text(l.cross_bytes_per_leader) + (l.sliced ? " per rank, " : " per leader, ") +
          bytes_text(l.cross_bytes) + " in all\n";
   double best = 0;
   for (const SimEntry& e : s.entries)
@@ -163,6 +172,7 @@ json local_to_json(const LocalSimulation& l) {
   j["mfu"] = l.mfu;
   j["period_s"] = l.period_s;
   j["outer_s"] = l.outer_s;
+  j["exchange"] = l.sliced ? "sliced" : "flat";
   j["cross_group_s"] = l.cross_s;
   j["cross_group_bytes_per_step"] = l.cross_bytes;
   j["cross_group_bytes_per_step_per_leader"] = l.cross_bytes_per_leader;

@@ -184,16 +184,33 @@ TEST(SimulatorLocal, OneGroupIsEveryStep) {
   }
 }
 
-// Each leader receives the other groups' bf16 vectors once per outer step: 2P(G − 1)/H a step.
-TEST(SimulatorLocal, CrossGroupBytesAreTheLeadersAllGather) {
+// The outer exchange's bytes across groups (dist/engine/outer_step.h): where every group has
+// the same layout (as many ranks, the same shares by position) the sliced exchange, each
+// rank 4(P/n)(G − 1)/G per outer step; else the flat one, each leader 2P(G − 1).
+TEST(SimulatorLocal, CrossGroupBytesAreTheOuterExchanges) {
   const Profile p = synthesize_profile(two_nodes(), gpt_preset("gpt-1.3b"), 512);
   const double P = (double)gpt_preset("gpt-1.3b").total_params();
   for (auto [every, groups, G] : {std::tuple{10, 0, 2}, {50, 4, 4}, {7, 8, 8}}) {
     const LocalSimulation l = simulate_local(p, 128, local(every, groups));
     ASSERT_TRUE(l.planned()) << l.error;
     ASSERT_EQ((int)l.groups.size(), G);
-    EXPECT_EQ(l.cross_bytes_per_leader, 2 * P * (G - 1) / every) << "H " << every << ", G " << G;
-    EXPECT_EQ(l.cross_bytes, G * l.cross_bytes_per_leader);
+    bool same = true;
+    for (const SyncGroupPrediction& g : l.groups) {
+      same = same && g.plan.ranks.size() == l.groups[0].plan.ranks.size();
+      for (size_t i = 0; same && i < g.plan.ranks.size(); ++i)
+        same = g.plan.ranks[i].work.share == l.groups[0].plan.ranks[i].work.share;
+    }
+    EXPECT_EQ(l.sliced, same) << "H " << every << ", G " << G;
+    const double n = (double)l.groups[0].ranks.size();
+    if (l.sliced) {
+      EXPECT_DOUBLE_EQ(l.cross_bytes_per_leader, 4 * (P / n) * (G - 1) / G / every) << "H " << every << ", G " << G;
+      EXPECT_DOUBLE_EQ(l.cross_bytes, G * n * l.cross_bytes_per_leader);
+      EXPECT_LE(4 * l.cross_bytes_per_leader, 2 * P * (G - 1) / every);  // a quarter of a flat leader's at most
+      EXPECT_EQ(l.outer_s, l.cross_s);  // nothing inside the groups
+    } else {
+      EXPECT_EQ(l.cross_bytes_per_leader, 2 * P * (G - 1) / every) << "H " << every << ", G " << G;
+      EXPECT_EQ(l.cross_bytes, G * l.cross_bytes_per_leader);
+    }
     int64_t rows = 0;
     double slowest = 0;
     for (const SyncGroupPrediction& g : l.groups) {
@@ -303,8 +320,11 @@ TEST(PlannerLocal, ASlowerGroupGetsProportionallyFewerRows) {
   for (const SyncGroupPrediction& g : l.groups) {
     EXPECT_GE(g.wait_s, 0);
     EXPECT_LE(g.wait_s, 0.1 * l.period_s) << "group " << g.group << " waits " << g.wait_s << " s of " << l.period_s;
-    EXPECT_GT(g.exchange_s, 0);
+    // The sliced exchange (both groups even shares of 2 ranks) has no part inside a group.
+    if (l.sliced) EXPECT_EQ(g.exchange_s, 0);
+    else EXPECT_GT(g.exchange_s, 0);
   }
+  EXPECT_GT(l.cross_s, 0);
   EXPECT_DOUBLE_EQ(l.period_s, 10 * std::max(fast.inner_s, slow.inner_s) + l.outer_s);
   // The simulator predicts exactly this plan.
   const LocalSimulation s = simulate_local(p, B, local(10));

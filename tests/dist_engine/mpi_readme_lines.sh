@@ -41,4 +41,19 @@ check devices 3 --dtype fp32 --batch 12 --devices "$devices" -- --dtype fp32 --b
 # uneven batches, both outer steps (step 2 and the last) on thread ranks and under mpirun.
 check local 2 --dtype fp32 --ranks 2 --batch 8 --batches 5,3 --micro-batches 5,3 --shares 0.5,0.5 --sync local:2 \
   --groups 2 -- --dtype fp32 --batch 8 --batches 5,3 --micro-batches 5,3 --shares 0.5,0.5 --sync local:2 --groups 2
+# Between outer steps no collective crosses a group (dist/engine/local_mode.h), under mpirun
+# as on threads: each step line's count, 0 at steps 1 and 3, the same on both.
+python3 - "$dir/local-threads/log.jsonl" "$dir/local-mpi/log.jsonl" <<'EOF2' || exit 1
+import json, sys
+counts = []
+for path in sys.argv[1:]:
+    lines = [json.loads(l) for l in open(path)]
+    c = {j["step"]: j["cross_group_collectives"] for j in lines if "step" in j and "final" not in j}
+    if [c[1], c[3]] != [0, 0] or min(c[2], c[4]) < 3:
+        sys.exit(f"FAIL local: {path}: cross_group_collectives per step {c}: 0 between outer steps, 3 or more at them")
+    counts.append(c)
+if counts[0] != counts[1]:
+    sys.exit(f"FAIL local: cross_group_collectives on threads {counts[0]}, under mpirun {counts[1]}")
+print("local: cross_group_collectives per step", counts[1])
+EOF2
 echo "ok"

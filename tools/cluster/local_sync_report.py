@@ -40,12 +40,15 @@ def read_run(folder, steps, tokens_per_step):
 
 def group_wait(run, h, steps):
     """The most any rank (a group: one rank per node) waited for the slowest in one outer
-    period: the sum over the period's steps of (slowest busy - its busy), % of the period."""
+    period: the sum over the period's steps of (slowest busy - its busy), % of the period.
+    Every rank's busy times of a period are on its outer step's line (period_busy_ms: the
+    groups meet only there); older logs have them on each step's (busy_ms)."""
     worst = 0.0
     for start in range(1, steps + 1, h):
         period = range(start, min(start + h, steps + 1))
         wall = sum(run["recs"][s]["ms"] for s in period)
-        busy = [run["recs"][s]["busy_ms"] for s in period]
+        last = run["recs"][period[-1]]
+        busy = last["period_busy_ms"] if "period_busy_ms" in last else [run["recs"][s]["busy_ms"] for s in period]
         for g in range(len(busy[0])):
             waited = sum(max(b) - b[g] for b in busy)
             worst = max(worst, 100 * waited / wall)

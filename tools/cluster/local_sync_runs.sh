@@ -24,7 +24,13 @@
 #
 #   local_sync_runs.sh [--gpumix PATH] [--data CORPUS] [--steps N] [--rates "1gbit 100mbit"]
 #                      [--H "10 50 100"] [--nodes K] [--rounds R] [--outer "LR MOMENTUM"]
-#                      [--longer "300 400" [--longer-only]] --out DIR
+#                      [--longer "300 400" [--longer-only]] [--delay-ms D] --out DIR
+#
+# --delay-ms D: every collective whose ranks span nodes waits D ms before it starts
+# (GPUMIX_TEST_CROSS_NODE_DELAY_MS, dist/comm/comm_mpi.cpp; the kernel here has no netem):
+# the links' latency, D = half the round trip (25 for 50 ms), in the profile (so the plans
+# price it) and in every run. Local updates pay it only at their outer steps
+# (dist/engine/local_mode.h); every-step training at each of its step's collectives.
 #
 # --longer: local runs of more steps as well (each its own schedule to its end), to time
 # when local updates reach the every-step runs' final validation loss where they do not
@@ -35,7 +41,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 gpumix=$root/build/tools/gpumix data=/usr/share/games/fortunes steps=200 rates="1gbit 100mbit" hs="10 50 100"
-nodes=2 rounds=1 out="" inside="" rate="" outer_lr_mom="0.7 0.9" longer="" longer_only=0
+nodes=2 rounds=1 out="" inside="" rate="" outer_lr_mom="0.7 0.9" longer="" longer_only=0 delay_ms=0
 while [ $# -gt 0 ]; do
   case $1 in
     --gpumix) gpumix=$2; shift 2 ;;
@@ -48,9 +54,10 @@ while [ $# -gt 0 ]; do
     --outer) outer_lr_mom=$2; shift 2 ;;
     --longer) longer=$2; shift 2 ;;
     --longer-only) longer_only=1; shift ;;
+    --delay-ms) delay_ms=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --inside) inside=1; rate=$2; shift 2 ;;
-    *) echo "local_sync_runs.sh: unknown option '$1'; the options are --gpumix --data --steps --rates --H --nodes --rounds --outer --longer --longer-only --out" >&2; exit 2 ;;
+    *) echo "local_sync_runs.sh: unknown option '$1'; the options are --gpumix --data --steps --rates --H --nodes --rounds --outer --longer --longer-only --delay-ms --out" >&2; exit 2 ;;
   esac
 done
 die() { echo "local_sync_runs.sh: $*" >&2; exit 1; }
@@ -60,6 +67,7 @@ die() { echo "local_sync_runs.sh: $*" >&2; exit 1; }
 [[ $steps =~ ^[0-9]+$ ]] && [ "$steps" -ge 10 ] || die "--steps $steps: give at least 10"
 [[ $nodes =~ ^[0-9]+$ ]] && [ "$nodes" -ge 2 ] || die "--nodes $nodes: local updates need at least 2 nodes"
 [[ $rounds =~ ^[0-9]+$ ]] && [ "$rounds" -ge 1 ] || die "--rounds $rounds: give at least 1"
+[[ $delay_ms =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--delay-ms $delay_ms: give the delay in ms (0 or more, e.g. 25 for a 50 ms round trip)"
 for l in $longer; do
   [[ $l =~ ^[0-9]+$ ]] && [ "$l" -gt "$steps" ] || die "--longer: $l must be a number of steps above --steps $steps"
 done
@@ -88,7 +96,7 @@ if [ -z "$inside" ]; then
     log="$out/cluster-$r$([ $longer_only = 0 ] || echo -longer).txt"
     "$here/emulated_cluster.sh" with --nodes "$nodes" --slots 1 --rate "$r" -- \
       "$0" --inside "$r" --gpumix "$gpumix" --data "$data" --steps "$steps" --H "$hs" --nodes "$nodes" \
-      --rounds "$rounds" --outer "$outer_lr_mom" --longer "$longer" $([ $longer_only = 0 ] || echo --longer-only) --out "$out" > "$log" 2>&1 || { tail -30 "$log"; exit 1; }
+      --rounds "$rounds" --outer "$outer_lr_mom" --longer "$longer" --delay-ms "$delay_ms" $([ $longer_only = 0 ] || echo --longer-only) --out "$out" > "$log" 2>&1 || { tail -30 "$log"; exit 1; }
   done
   end_load=$(load)
   for r in $rates; do  # one picture per rate: every run of the last round
@@ -104,6 +112,7 @@ if [ -z "$inside" ]; then
   echo
   echo "($(nproc) cores; gpt-nano, $batch x $seq tokens per step, $steps steps, devices $devices, one rank per node;"
   echo " local updates with --outer-lr $outer_lr --outer-momentum $outer_mom, Nesterov;"
+  echo " each cross-node collective delayed $delay_ms ms (GPUMIX_TEST_CROSS_NODE_DELAY_MS; round trip $(python3 -c "print(2 * $delay_ms)") ms);"
   echo " start $start_load; end $end_load)"
   exit 0
 fi
@@ -126,7 +135,7 @@ run() {  # NAME MPIRUN-ARGS... -- TRAIN-ARGS...: one training run; its link byte
   while [ "$1" != -- ]; do launch+=("$1"); shift; done
   shift
   before=$(link_bytes)
-  mpirun "${launch[@]}" "$gpumix" train "${common[@]}" --steps "${run_steps:-$steps}" "$@" --out "$work/$name" \
+  mpirun "${delay[@]}" "${launch[@]}" "$gpumix" train "${common[@]}" --steps "${run_steps:-$steps}" "$@" --out "$work/$name" \
     > "$work/$name.txt" 2>&1 &
   pid=$!
   # The bytes once step 1 is logged: what follows is the training's (steps 2 on), without
@@ -143,9 +152,10 @@ run() {  # NAME MPIRUN-ARGS... -- TRAIN-ARGS...: one training run; its link byte
   echo "$name: $((after - first)) bytes across the links after step 1 ($((after - before)) in all)"
 }
 all=(--hostfile "$GPUMIX_CLUSTER_HOSTFILE" -np "$nodes")  # a rank on every node
+delay=(-x "GPUMIX_TEST_CROSS_NODE_DELAY_MS=$delay_ms")  # 0: none
 [ $longer_only = 1 ] || {
-echo "== profile and plans ($(cat /run/"${GPUMIX_CLUSTER_PREFIX:-gpumix}"-cluster/shaped))"
-mpirun --hostfile "$GPUMIX_CLUSTER_HOSTFILE" -np "$nodes" "$gpumix" profile --devices "$devices" --model gpt-nano \
+echo "== profile and plans ($(cat /run/"${GPUMIX_CLUSTER_PREFIX:-gpumix}"-cluster/shaped); cross-node collectives delayed $delay_ms ms)"
+mpirun "${delay[@]}" --hostfile "$GPUMIX_CLUSTER_HOSTFILE" -np "$nodes" "$gpumix" profile --devices "$devices" --model gpt-nano \
   --seq $seq --cache - --out "$work/profile.json" > "$work/profile.txt" 2>&1 || { cat "$work/profile.txt"; die "profile failed"; }
 for s in full 1; do
   "$gpumix" plan --profile "$work/profile.json" --global-batch $batch --sharding $s --no-leave-out --out "$work/plan-$s.json" \
