@@ -211,7 +211,8 @@ ChoiceRows choice_rows(const ChoiceExample& e, int64_t width, bool full_width) {
   int64_t needed = 1;  // inputs per row: the context and completion but for the last token
   for (const std::vector<int32_t>& c : e.completions) {
     GPUMIX_CHECK_INPUT((int64_t)c.size() <= width, "multiple-choice example (index ", e.index, "): a completion of ",
-                       c.size(), " tokens does not fit the model's context of ", width, " (with a token of context)");
+                       c.size(), " tokens does not fit the context of ", width, " tokens with one token of its "
+                       "context before it; pass a longer --seq, or leave such examples out of the file");
     needed = std::max<int64_t>(needed, (int64_t)(e.context.size() + c.size()) - 1);
   }
   rows.width = full_width ? width : std::min(width, needed);

@@ -345,7 +345,9 @@ void Training::load_data() {
   load_choices();
 }
 
-// --eval-choices: its examples, every token id checked against the run's vocabulary.
+// --eval-choices: its examples, every token id checked against the run's vocabulary and
+// every completion against the sequence length (choice_rows refuses one longer), now rather
+// than at the first pass.
 void Training::load_choices() {
   if (o_.eval_choices.empty()) return;
   std::string error;
@@ -353,6 +355,7 @@ void Training::load_choices() {
     choices_ = read_choices(o_.eval_choices, run_.vocab);
     if (o_.eval_choices_examples > 0 && (int64_t)choices_.size() > o_.eval_choices_examples)
       choices_.resize(o_.eval_choices_examples);
+    for (const ChoiceExample& e : choices_) choice_rows(e, seq_, false);
   } catch (const std::exception& e) {
     error = local_error_of(e, true);
   }

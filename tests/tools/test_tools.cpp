@@ -554,6 +554,14 @@ TEST_F(Tools, EvalChoicesRejectsBadFiles) {
   EXPECT_FALSE(fs::exists(out));
   expect_failure(gpumix(train_args(out, {"--eval-choices", vocab}), dir_), {"id 600", "vocabulary of 512"});
   expect_nothing_written(out);
+  // A completion longer than --seq (16): refused at the start, not at the first pass.
+  examples = tiny_choices();
+  examples[4].completions[2].assign(17, 5);
+  const std::string long_completion = path("choices_long.bin");
+  write_file(long_completion, gpumix::test::choices_file_bytes(examples));
+  expect_failure(gpumix(train_args(out, {"--eval-choices", long_completion}), dir_),
+                 {"(index 4)", "a completion of 17 tokens", "context of 16 tokens", "--seq"});
+  expect_nothing_written(out);
   const Result lone = gpumix(train_args(out, {"--eval-choices-interval", "2"}), dir_);  // CLI11's own refusal
   EXPECT_NE(lone.code, 0) << show(lone);
   EXPECT_NE(lone.err.find("--eval-choices-interval requires --eval-choices"), std::string::npos) << show(lone);
