@@ -161,7 +161,8 @@ std::vector<ChoiceExample> read_choices(const std::string& path, int64_t vocab) 
   GPUMIX_CHECK_INPUT(count >= 1, path, ": its header holds ", count, " examples; an eval file needs at least 1");
   ChoicesReader r{path, bytes, header_bytes};
   std::vector<ChoiceExample> examples;
-  examples.reserve((size_t)count);
+  // At most what the bytes can hold (an example takes 14 at least): a header's count is not trusted.
+  examples.reserve(std::min<size_t>((size_t)count, (bytes.size() - header_bytes) / 14));
   for (int64_t k = 0; k < count; ++k) {
     const size_t start = r.at;
     const uint16_t marker = r.u16("start marker", k);

@@ -89,6 +89,9 @@ TEST(Choices, BadFilesAreRefusedWithTheirNumbers) {
   // The header counts 4 examples; the file holds 3.
   expect_refused(file("count.bin", choices_bytes(good, kChoicesMagic, kChoicesVersion, 4)), 0,
                  {"truncated", "example 3"});
+  // A count past anything the bytes could hold is not taken on trust (no allocation of it).
+  expect_refused(file("huge.bin", choices_bytes(good, kChoicesMagic, kChoicesVersion, 1 << 30)), 0,
+                 {"truncated", "example 3"});
   // ... or 2: bytes are left.
   expect_refused(file("trailing.bin", choices_bytes(good, kChoicesMagic, kChoicesVersion, 2)), 0,
                  {"follow the last of the header's 2 examples"});
