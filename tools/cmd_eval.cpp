@@ -29,12 +29,15 @@ int cmd_eval(int argc, char** argv) {
   auto* data = app.add_option("--data", o.data, "text corpus (encoded with the model's own tokenizer) or token file");
   std::string choices;
   int64_t examples = 0;
-  app.add_option("--choices", choices, "or an llm.c multiple-choice eval file (HellaSwag, MMLU: magic 20240522): "
-                 "the accuracy, each example's prediction its completion of the lowest mean loss per token")
-      ->excludes(data);
-  app.add_option("--examples", examples, "with --choices: the first N examples (0: all)");
+  auto* choices_opt = app.add_option("--choices", choices,
+                                     "or an llm.c multiple-choice eval file (HellaSwag, MMLU: magic 20240522): the "
+                                     "accuracy, each example's prediction its completion of the lowest mean loss "
+                                     "per token");
+  choices_opt->excludes(data);
+  app.add_option("--examples", examples, "with --choices: the first N examples (0: all)")->needs(choices_opt);
   app.add_option("--format", format, "how a text corpus is read: auto, text or fortunes (as `gpumix train`)");
-  app.add_option("--windows", o.windows, "evaluate the first N windows of the model's context (0: all)");
+  app.add_option("--windows", o.windows, "evaluate the first N windows of the model's context (0: all)")
+      ->excludes(choices_opt);
   app.add_option("--dtype", dtype, "compute dtype: fp32 (default) or bf16");
   app.add_option("--threads", o.threads, "CPU threads");
   CLI11_PARSE(app, argc, argv);
@@ -90,5 +93,4 @@ int cmd_eval(int argc, char** argv) {
 
 }  // namespace
 
-// (The registrar is named by its line: in the unity build no two commands may share one.)
 GPUMIX_COMMAND("eval", "mean loss and perplexity of a checkpoint or Hugging Face folder on a corpus, or its multiple-choice accuracy", cmd_eval);
