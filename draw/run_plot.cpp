@@ -51,6 +51,7 @@ RunLog read_run_log(const std::string& path) {
 
   std::map<int64_t, RunLog::Step> steps;
   std::map<int64_t, RunLog::Eval> evals, full_evals;
+  std::map<int64_t, RunLog::Choices> choices;
   size_t begin = 0;
   int64_t line_no = 0, records = 0;
   while (begin < text.size()) {
@@ -117,6 +118,13 @@ RunLog read_run_log(const std::string& path) {
       if (number_field(j, "val_full_loss", &value, where) && std::isfinite(value))
         full_evals[s.step] = {s.step, value, e.total, e.total};
     }
+    if (number_field(j, "choices_acc", &value, where) && std::isfinite(value)) {
+      RunLog::Choices c{s.step, value, 0};
+      double examples = 0;
+      if (number_field(j, "choices_examples", &examples, where) && std::isfinite(examples)) c.examples = (int64_t)examples;
+      choices[s.step] = c;
+      if (number_field(j, "choices_chance", &value, where) && std::isfinite(value)) log.choices_chance = value;
+    }
     steps[s.step] = std::move(s);
   }
   GPUMIX_CHECK_INPUT(!steps.empty(), log.path, records > 0 ? " has no step lines" : " is empty",
@@ -124,6 +132,7 @@ RunLog read_run_log(const std::string& path) {
   for (auto& [step, s] : steps) log.steps.push_back(std::move(s));
   for (const auto& [step, e] : evals) log.evals.push_back(e);
   for (const auto& [step, e] : full_evals) log.full_evals.push_back(e);
+  for (const auto& [step, c] : choices) log.choices.push_back(c);
   return log;
 }
 
@@ -308,8 +317,8 @@ std::string run_plot_svg(const RunLog& log, const std::string& title) {
     unigram.points = {{x_lo, log.unigram_loss}, {x_hi, log.unigram_loss}};
   }
 
-  const bool busy_panel = log.ranks > 1;
-  const double height = 60 + 2 * kPanelHeight + (busy_panel ? kPanelHeight : 0) + 10;
+  const bool busy_panel = log.ranks > 1, choices_panel = !log.choices.empty();
+  const double height = 60 + 2 * kPanelHeight + (busy_panel ? kPanelHeight : 0) + (choices_panel ? kPanelHeight : 0) + 10;
   std::string o;
   svg_begin(o, kWidth, height);
   // The newest estimate; the full one where it is as new.
@@ -341,8 +350,22 @@ std::string run_plot_svg(const RunLog& log, const std::string& title) {
       s.missing = "rank " + std::to_string(r) + ": no busy share";
       ranks.push_back(std::move(s));
     }
-    draw_panel(o, top, "busy share of each rank (compute / step time)", "busy", x_lo, x_hi, 0.0, 1.0, ranks, false,
-               true);
+    top += draw_panel(o, top, "busy share of each rank (compute / step time)", "busy", x_lo, x_hi, 0.0, 1.0, ranks,
+                      false, true);
+  }
+  if (choices_panel) {
+    const int64_t examples = log.choices.back().examples;
+    Series acc{examples > 0 ? str("accuracy (", examples, " examples)") : std::string("accuracy"), kPalette[4],
+               "choices-acc", {}, true, false, ""};
+    for (const RunLog::Choices& c : log.choices) acc.points.emplace_back((double)c.step, c.accuracy);
+    std::vector<Series> panel = {acc};
+    if (std::isfinite(log.choices_chance)) {
+      Series chance{str("chance ", tick_label(100 * log.choices_chance, 1, false), "%"), "#777777", "choices-chance",
+                    {{x_lo, log.choices_chance}, {x_hi, log.choices_chance}}, false, true, ""};
+      panel.push_back(chance);
+    }
+    draw_panel(o, top, "multiple choice (lowest mean loss per completion token)", "accuracy", x_lo, x_hi, 0.0, 1.0,
+               panel, false, true);
   }
   svg_end(o);
   return o;

@@ -3,7 +3,8 @@
 // validation on the same first windows at every evaluation, and on all of them, each its
 // own series: the two are different samples and must not be joined), tokens/s
 // against step, and, on several ranks, each rank's busy share (compute time / step time)
-// per step. What the log lacks (no validation yet, no baseline, one rank) is said in the
+// per step, and, with --eval-choices, the multiple-choice accuracy against step (beside
+// chance, 1 / the completions). What the log lacks (no validation yet, no baseline, one rank) is said in the
 // picture; a log that cannot be read is an InputError naming the file, the line and the
 // field.
 #pragma once
@@ -31,12 +32,20 @@ struct RunLog {
     int64_t windows = 0, total = 0;
     bool full() const { return total > 0 && windows == total; }
   };
+  // A multiple-choice pass (--eval-choices): the accuracy on `examples` examples.
+  struct Choices {
+    int64_t step = 0;
+    double accuracy = 0;
+    int64_t examples = 0;
+  };
   std::string path;
   std::vector<Step> steps;  // by step; a step logged twice (a resume from an earlier
                             // checkpoint) keeps its last record
   std::vector<Eval> evals;  // by step, likewise: val_loss on val_windows of val_windows_total
   std::vector<Eval> full_evals;  // by step: the estimates on every window (val_full_loss, and
                                  // val_loss where val_windows is all of them)
+  std::vector<Choices> choices;  // by step, likewise: choices_acc on choices_examples
+  double choices_chance = std::numeric_limits<double>::quiet_NaN();  // 1 / completions; NaN: not said
   double unigram_loss = std::numeric_limits<double>::quiet_NaN();  // NaN: not in the log
   int ranks = 1;
   bool ignored_partial_last_line = false;  // a run killed mid-write leaves one

@@ -83,6 +83,7 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
                    " has ", tok.vocab_size(), "; pass the --tokenizer that encoded it (with --init-from: a token "
                    "file made with the folder's tokenizer, or the text)");
       d.tokenizer_hash = tok.hash();
+      if (may_train_tokenizer && !imported) keep_run_tokenizer(d.tokenizer_path, d.tokenizer_hash, o.out);
     }
     keep_imported();
     return d;
@@ -111,6 +112,7 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
     tok.save(d.tokenizer_path);
     log_info("trained a ", tok.vocab_size(), "-token BPE tokenizer on ", o.data, " -> ", d.tokenizer_path);
   }
+  if (may_train_tokenizer) keep_run_tokenizer(d.tokenizer_path, tok.hash(), o.out);
   d.owned = tok.encode(text);
   d.tokens = data::TokenView(d.owned);
   d.vocab = tok.vocab_size();

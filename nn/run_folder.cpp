@@ -1,12 +1,25 @@
 #include "nn/run_folder.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace gpumix {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// As meta.json writes a tokenizer_hash: 16 hex digits.
+std::string str_hex(uint64_t h) {
+  char text[24];
+  std::snprintf(text, sizeof text, "%016llx", (unsigned long long)h);
+  return text;
+}
+
+}  // namespace
 
 std::string run_folder_of(const std::string& where) {
   const fs::path p = fs::path(where).lexically_normal();
@@ -29,7 +42,25 @@ data::Tokenizer checkpoint_tokenizer(const CheckpointReader& reader, int64_t voc
   data::Tokenizer tok = data::Tokenizer::load(tok_path.string());
   GPUMIX_CHECK_INPUT(tok.vocab_size() == vocab, "tokenizer ", tok_path.string(), " has vocabulary ", tok.vocab_size(),
                " but the model has ", vocab);
+  const uint64_t trained_with = reader.tokenizer_hash();  // 0: not recorded (older checkpoints)
+  GPUMIX_CHECK_INPUT(trained_with == 0 || trained_with == tok.hash(), "tokenizer ", tok_path.string(),
+                     " is not the one checkpoint ", dir, " was trained with (its hash ", str_hex(tok.hash()),
+                     ", the checkpoint's tokenizer_hash ", str_hex(trained_with), "); put that tokenizer there");
   return tok;
+}
+
+void keep_run_tokenizer(const std::string& tokenizer_path, uint64_t hash, const std::string& out) {
+  const fs::path kept = fs::path(out) / kRunTokenizerFile;
+  if (fs::exists(kept) && fs::equivalent(kept, tokenizer_path)) return;
+  if (fs::exists(kept)) {
+    const uint64_t there = data::Tokenizer::load(kept.string()).hash();
+    GPUMIX_CHECK_INPUT(there == hash, "run folder ", out, " holds a tokenizer (", kept.string(), ") other than --tokenizer ",
+                       tokenizer_path, "; pass another --out, or the --tokenizer this run folder was trained with");
+    return;
+  }
+  fs::create_directories(out);
+  fs::copy_file(tokenizer_path, kept);
+  log_info("tokenizer ", tokenizer_path, " -> ", kept.string(), " (the run folder keeps a copy)");
 }
 
 }  // namespace gpumix

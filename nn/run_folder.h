@@ -23,4 +23,10 @@ std::string run_folder_of(const std::string& where);
 // folder's parent), whose vocabulary must be the model's `vocab`.
 data::Tokenizer checkpoint_tokenizer(const CheckpointReader& reader, int64_t vocab);
 
+// The run folder holds the tokenizer it trained with: a `--tokenizer` file elsewhere is
+// copied to <out>/tokenizer.bpe (what export, generate and eval look for; the checkpoints'
+// tokenizer_hash names it). Nothing to do when that is the file itself or holds the same
+// tokenizer; another tokenizer there is refused, naming both.
+void keep_run_tokenizer(const std::string& tokenizer_path, uint64_t hash, const std::string& out);
+
 }  // namespace gpumix

@@ -53,6 +53,14 @@ struct TrainOptions {
   // Compute dtype, f32 or bf16 (core/precision.h). Unset: the plan file's, else the resumed
   // checkpoint's, else bf16 where every rank's device computes it natively, f32 elsewhere.
   std::optional<DType> dtype;
+
+  // Multiple-choice accuracy during training (dist/engine/choices_eval.h), logged as
+  // choices_acc: an llm.c eval file (HellaSwag, MMLU; "" : none), every N steps (-1: at each
+  // validation, --eval-interval; 0: at the end only) and at the last, on its first N examples
+  // (0: all).
+  std::string eval_choices;
+  int eval_choices_interval = -1;
+  int eval_choices_examples = 0;
 };
 
 struct TrainResult {

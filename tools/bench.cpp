@@ -197,20 +197,9 @@ Roofs measure_roofs(Device dev, DType dt, int repeat) {
   return r;
 }
 
-// The catalog's entry for a GPU whose name contains it ("NVIDIA L4" -> L4), longest first.
+// The catalog's entry for a GPU whose name holds it (dist::find_gpu_spec).
 void attach_datasheet(Roofs& r, const std::string& name) {
-  std::string lower = name;
-  for (char& c : lower) c = (char)std::tolower((unsigned char)c);
-  const dist::DeviceSpec* best = nullptr;
-  for (const dist::DeviceSpec& s : dist::device_catalog()) {
-    if (s.kind != "gpu") continue;
-    std::string n = s.name;
-    for (char& c : n) c = (char)std::tolower((unsigned char)c);
-    const size_t at = lower.find(n);
-    // A whole word: "L4" in "NVIDIA L4", not in "L40S".
-    const bool word = at != std::string::npos && (at + n.size() == lower.size() || !std::isalnum((unsigned char)lower[at + n.size()]));
-    if (word && (!best || s.name.size() > best->name.size())) best = &s;
-  }
+  const dist::DeviceSpec* best = dist::find_gpu_spec(name);
   if (!best) return;
   r.datasheet = best->name;
   r.datasheet_flops = best->peak_tflops * 1e12;

@@ -7,7 +7,7 @@
 #   2. tests/fuzz/run_fuzz.sh: every libFuzzer target for FUZZ_SECONDS (15) s from its
 #      committed corpus; results in build-san/fuzz-logs/fuzz.junit.xml.
 # tools/test.sh counts those files in its closing line. Bounds, for a slow machine:
-#   FUZZ_SECONDS=N       seconds per fuzz target (default 15; 9 targets)
+#   FUZZ_SECONDS=N       seconds per fuzz target (default 15; 11 targets)
 #   ASAN_TESTS="..."     only these meson tests under the sanitizers, by name (default: all
 #                        but SAN_EXCLUDE, see tools/sanitize.sh)
 # Full logs: build-san/ci-extra/{sanitize,fuzz}.log.

@@ -44,6 +44,10 @@ void check_given_flags(const CLI::App& app, const gpumix::TrainOptions& o) {
   if (given("--warmup") && o.warmup < 0)
     throw std::invalid_argument("--warmup must be at least 0, got " + std::to_string(o.warmup) +
                                 "; leave --warmup out for min(100, steps / 10)");
+  if (given("--eval-choices-interval") && o.eval_choices_interval < 0)
+    throw std::invalid_argument("--eval-choices-interval must be at least 0, got " +
+                                std::to_string(o.eval_choices_interval) +
+                                "; leave it out to score the choices at each validation (--eval-interval)");
   const std::pair<const char*, int> shape[] = {{"--layers", o.layers}, {"--heads", o.heads}, {"--channels", o.channels}};
   for (const auto& [flag, value] : shape)
     if (given(flag) && value < 1)
@@ -89,6 +93,16 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--eval-interval", o.eval_interval, "steps between validation passes (0: end only)");
   app.add_option("--eval-windows", o.eval_windows, "validation windows of every evaluation, the same first N each time (0: all); the last step "
                  "also measures all of them (logged as val_full_loss)");
+  // Multiple-choice evaluation (llm.c's eval files).
+  auto* choices = app.add_option("--eval-choices", o.eval_choices,
+                                 "an llm.c multiple-choice eval file (HellaSwag, MMLU: magic 20240522), scored as "
+                                 "accuracy (choices_acc in log.jsonl) at each validation and at the end");
+  app.add_option("--eval-choices-interval", o.eval_choices_interval,
+                 "with --eval-choices: steps between its passes (default: --eval-interval's; 0: at the end only)")
+      ->needs(choices);
+  app.add_option("--eval-choices-examples", o.eval_choices_examples,
+                 "with --eval-choices: its first N examples at each pass (0: all)")
+      ->needs(choices);
   app.add_option("--ckpt-interval", o.ckpt_interval,
                  "steps between checkpoints (0: end only; with --sync local:H a multiple of H)");
   app.add_option("--keep-checkpoints", o.keep_checkpoints,

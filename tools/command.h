@@ -27,6 +27,8 @@ struct CommandRegistrar {
 
 #define GPUMIX_COMMAND_CONCAT2(a, b) a##b
 #define GPUMIX_COMMAND_CONCAT(a, b) GPUMIX_COMMAND_CONCAT2(a, b)
-#define GPUMIX_COMMAND(name, summary, fn)                                                \
-  static ::gpumix::tools::CommandRegistrar GPUMIX_COMMAND_CONCAT(gpumix_command_, __LINE__)( \
+// Named by __COUNTER__, not __LINE__: the commands share unity files (tools/meson.build),
+// where two registrars on the same line number of their own files collided.
+#define GPUMIX_COMMAND(name, summary, fn)                                                   \
+  static ::gpumix::tools::CommandRegistrar GPUMIX_COMMAND_CONCAT(gpumix_command_, __COUNTER__)( \
       ::gpumix::tools::Command{name, summary, fn})

@@ -154,6 +154,19 @@ Tensor random_tensor(const Shape& shape, Device device, const char* name, DType 
 
 Tensor random_tokens(int64_t m, int64_t T, int V, Device device) { return hashed_random_tokens(m, T, V, device); }
 
+GemmPeak measure_gemm_peak(Device device, DType dtype, Comm& comm, int repeats) {
+  Allocator& alloc = allocator(device);
+  const int64_t free_bytes = alloc.stats().capacity - alloc.stats().in_use;
+  int64_t k = 512;
+  while (k > 32 && 3 * k * k * 4 > free_bytes / 2) k /= 2;
+  Tensor a = random_tensor({k, k}, device, "profile.a", dtype), b = random_tensor({k, k}, device, "profile.b", dtype),
+         c = Tensor::empty({k, k}, dtype, device);
+  GemmPeak peak;
+  peak.flops = 2.0 * k * k * k / Together(comm, device, repeats).time([&] { ops::gemm(c, a, b, false, false); });
+  peak.shape = str(k, "^3 ", dtype_name(dtype));
+  return peak;
+}
+
 namespace {
 
 std::string cache_folder(const ProfilerOptions& o) {
@@ -320,13 +333,7 @@ DeviceProfile measure_device(const GPTConfig& model, int seq, DType dtype, const
   // terms but token buffers and small scratch tensors.
   d.work_bytes = (double)(4 * 2 * T * (int64_t)sizeof(int32_t) * o.max_micro_batch) + (256 << 10);
 
-  // Dense peak for MFU: a square GEMM of up to 512 in the compute dtype (three matrices in
-  // half the free memory).
-  int64_t k = 512;
-  while (k > 32 && 3 * k * k * 4 > free_bytes() / 2) k /= 2;
-  Tensor a = random_tensor({k, k}, device, "profile.a", dtype), b = random_tensor({k, k}, device, "profile.b", dtype),
-         c = Tensor::empty({k, k}, dtype, device);
-  d.peak_flops = 2.0 * k * k * k / Together(comm, device, o.repeats).time([&] { ops::gemm(c, a, b, false, false); });
+  d.peak_flops = measure_gemm_peak(device, dtype, comm, o.repeats).flops;
 
   // Device -> host bandwidth, what offloading saved block inputs costs (the planner offloads
   // only on GPUs: on a CPU the device memory is host memory). Where some rank is a GPU every

@@ -51,6 +51,15 @@ constexpr double kCollectiveBudget_s = 0.1;
 constexpr int kMaxCollectiveRuns = 200;
 double fastest_collective(Comm& comm, Device device, int repeats, const std::function<void()>& fn);
 
+// The dense peak for MFU: a square GEMM of up to 512 in `dtype` on `device` (its three
+// matrices in half the free memory), timed as the profiler times compute (every rank at
+// once; collective). The profile's peak_flops, and a run's without a profile.
+struct GemmPeak {
+  double flops = 0;   // per second
+  std::string shape;  // "512^3 bf16"
+};
+GemmPeak measure_gemm_peak(Device device, DType dtype, Comm& comm, int repeats);
+
 // The collectives of a run measure at its own sizes: one block's parameters gathered in the
 // compute dtype, its fp32 gradient reduce-scattered, and the same for the embedding unit
 // (the largest, once a step each).

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "dist/engine/replan.h"
 #include "dist/engine/stop.h"
+#include "dist/plan/device_catalog.h"
 #include "dist/plan/simulator.h"
 
 namespace gpumix::dist {
@@ -131,6 +132,70 @@ json local_groups_vs_plan(const LocalRunSummary& local, const std::vector<std::v
           {"groups", groups}};
 }
 
+PeakFlops run_peak_flops(Device device, DType dtype, const Profile* profile, Comm& comm, int repeats) {
+  GemmPeak measured;
+  if (!profile) measured = measure_gemm_peak(device, dtype, comm, repeats);  // collective: every rank alike
+  const DeviceProps props = device_props(device);
+  const DeviceSpec* spec = device.is_cuda() ? find_gpu_spec(props.name) : nullptr;
+  double mine = 0;
+  std::string source;
+  if (spec) {
+    mine = spec->peak_tflops * 1e12 / std::max(1.0, props.slowdown);
+    source = str("datasheet ", spec->name, " (", spec->peak_tflops, " TFLOP/s dense 16-bit",
+                 props.slowdown > 1 ? str(" / slowdown ", props.slowdown) : std::string(), ")");
+  } else if (profile && comm.rank() < profile->num_ranks()) {
+    mine = profile->rank_device(comm.rank()).peak_flops;
+    source = "profiled GEMM";
+  } else if (!profile) {
+    mine = measured.flops;
+    source = "GEMM " + measured.shape + " measured at start-up";
+  }
+  PeakFlops peak;
+  // Unknown on any rank: unknown for the run.
+  const double unknown = comm.size() > 1 ? comm.all_reduce_max(mine > 0 ? 0.0 : 1.0) : (mine > 0 ? 0.0 : 1.0);
+  const double total = comm.size() > 1 ? comm.all_reduce_sum(mine) : mine;
+  peak.flops = unknown > 0 ? 0 : total;
+  peak.source = comm.size() > 1 ? str("over ", comm.size(), " ranks; rank 0: ", source) : source;
+  return peak;
+}
+
+double model_flops_per_step(const GPTConfig& config, int64_t seq, int64_t batch) {
+  return 3.0 * config.forward_flops_per_token((int)seq) * (double)seq * (double)batch;
+}
+
+double mfu(double flops_per_step, double step_s, const PeakFlops& peak) {
+  return peak.flops > 0 && step_s > 0 ? flops_per_step / (step_s * peak.flops) : -1;
+}
+
+double EtaClock::seconds_left(int done, int left, double step_s, double now_s) {
+  if (done <= 1) {
+    first_end_s_ = now_s;
+    first_step_s_ = step_s;
+    return left * step_s;
+  }
+  return left * (now_s - first_end_s_) / (done - 1);
+}
+
+std::string duration_text(double seconds) {
+  const long s = std::lround(std::max(0.0, seconds));
+  char text[32];
+  if (s >= 3600)
+    std::snprintf(text, sizeof text, "%ldh%02ldm", s / 3600, s / 60 % 60);
+  else if (s >= 60)
+    std::snprintf(text, sizeof text, "%ldm%02lds", s / 60, s % 60);
+  else
+    std::snprintf(text, sizeof text, "%lds", s);
+  return text;
+}
+
+std::string validation_vs_baseline(double val_loss, int64_t windows, double unigram_loss) {
+  const double gap = unigram_loss - val_loss;
+  char line[256];
+  std::snprintf(line, sizeof line, "validation loss %.4f nats/token (%lld windows) vs unigram baseline %.4f (%.2f %s)",
+                val_loss, (long long)windows, unigram_loss, std::fabs(gap), gap >= 0 ? "below" : "above");
+  return line;
+}
+
 std::string work_text(const Work& work) {
   std::string text;
   for (size_t r = 0; r < work.ranks.size(); ++r)
@@ -184,6 +249,14 @@ void RunReport::settings(const RunSettings& s, const Plan* predicting, const jso
                              : std::string("none (no planner)")},
       {"recompute", s.ranks > 1 || o_.recompute ? "on" : "off"},
       {"device (rank 0)", s.device.str() + " (" + capacity + ")"},
+      {"MFU peak", peak_.flops > 0 ? format_si(peak_.flops, "FLOP/s") + " (" + peak_.source + ")"
+                                   : "n/a (no peak: " + (peak_.source.empty() ? std::string("not known") : peak_.source) +
+                                         "), MFU not shown"},
+      {"eval choices", o_.eval_choices.empty() ? std::string("none")
+                                               : str(o_.eval_choices, ", ", s.choices, " examples, ",
+                                                     o_.eval_choices_interval == 0 ? std::string("at the end")
+                                                     : o_.eval_choices_interval > 0 ? str("every ", o_.eval_choices_interval, " steps")
+                                                                                    : std::string("at each validation"))},
       {"threads per rank", std::to_string(s.threads)},
       {"seed", std::to_string(o_.seed)},
       {"out", o_.out},
@@ -191,6 +264,7 @@ void RunReport::settings(const RunSettings& s, const Plan* predicting, const jso
   if (predicting) log_info(plan_table(*predicting));
   if (s.local) log_info(local_plan_table(*s.local));
   if (!collectives.is_null()) log_info(collectives_text(collectives));
+  shown_collectives_ = collectives;
 }
 
 StepLine RunReport::step(int step, const StepOutcome& s, const StepTime& t, const RunStart* first,
@@ -198,7 +272,9 @@ StepLine RunReport::step(int step, const StepOutcome& s, const StepTime& t, cons
   StepLine line;
   json& record = line.record;
   record = {{"step", step}, {"loss", s.loss}, {"norm", s.norm}, {"lr", s.lr}, {"ms", t.ms},
-            {"tokens_per_s", t.tokens_per_s}};
+            {"tokens_per_s", t.tokens_per_s}, {"eta_s", t.eta_s}};
+  const double step_mfu = mfu(flops_per_step_, t.step_s, peak_);
+  if (step_mfu >= 0) record["mfu"] = step_mfu;
   if (!s.nonfinite.empty()) {  // JSON has no NaN: the numbers become null, with the reason
     record["loss"] = std::isfinite(s.loss) ? json(s.loss) : json(nullptr);
     record["norm"] = std::isfinite(s.norm) ? json(s.norm) : json(nullptr);
@@ -208,6 +284,13 @@ StepLine RunReport::step(int step, const StepOutcome& s, const StepTime& t, cons
   std::snprintf(text, sizeof text, "step %d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f ms | %s tok/s", step,
                 o_.steps, s.loss, s.norm, s.lr, t.ms, human_count(t.tokens_per_s).c_str());
   line.text = text;
+  if (step_mfu >= 0) {
+    std::snprintf(text, sizeof text, " | MFU %.1f%%", 100 * step_mfu);
+    line.text += text;
+  } else {
+    line.text += " | MFU n/a";
+  }
+  line.text += " | ETA " + duration_text(t.eta_s);
   if (t.busy_s.size() > 1) {
     std::vector<double> fraction;
     line.text += " | busy";
@@ -239,6 +322,18 @@ void RunReport::add_validation(StepLine& line, const Validation& v) const {
     line.record["val_full_loss"] = *v.full_loss;
     line.text += str(" | full val ", *v.full_loss, " (", v.total, " windows)");
   }
+}
+
+void RunReport::add_choices(StepLine& line, const ChoicesScore& c) const {
+  line.record["choices_acc"] = c.accuracy();
+  line.record["choices_acc_sum"] = c.accuracy_sum();
+  line.record["choices_examples"] = c.examples;
+  line.record["choices_chance"] = c.chance();
+  if (c.truncated > 0) line.record["choices_truncated"] = c.truncated;
+  char text[96];
+  std::snprintf(text, sizeof text, " | choices %.1f%% of %lld (chance %.0f%%)", 100 * c.accuracy(),
+                (long long)c.examples, 100 * c.chance());
+  line.text += text;
 }
 
 void RunReport::add_replan(StepLine& line, int step, const json& record, const std::string& message,
@@ -301,14 +396,11 @@ void RunReport::finish(const RunSummary& s) {
                   final_line["step_ms"]["measured"].get<double>(), final_line["step_ms"]["ratio"].get<double>());
     log_info(row);
   }
-  if (!s.collectives.is_null()) log_info(collectives_text(s.collectives));
+  // Shown again only when a re-plan measured them anew (the settings showed the start's).
+  if (!s.collectives.is_null() && s.collectives != shown_collectives_) log_info(collectives_text(s.collectives));
   if (!groups.is_null()) log_info(local_groups_text(groups));
   if (validated) {
-    char line[256];
-    std::snprintf(line, sizeof line, "validation loss %.4f nats/token (%lld windows) vs unigram baseline %.4f "
-                  "(%.2f below)", result.val_loss, (long long)result.val_windows, result.unigram_loss,
-                  result.unigram_loss - result.val_loss);
-    log_info(line);
+    log_info(validation_vs_baseline(result.val_loss, result.val_windows, result.unigram_loss));
   }
   if (!result.checkpoint.empty()) log_info("checkpoint: ", result.checkpoint);
 }

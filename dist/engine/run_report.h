@@ -15,10 +15,12 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "dist/comm/comm.h"
 #include "dist/engine/profiler.h"
 #include "dist/plan/plan.h"
 #include "dist/plan/planner_local.h"
 #include "dist/plan/work.h"
+#include "nn/eval.h"
 #include "nn/optim.h"
 #include "nn/run_data.h"
 #include "nn/train_options.h"
@@ -33,11 +35,46 @@ struct StepOutcome {
   std::string nonfinite;
 };
 
-// How long a step took: the slowest rank's time and each rank's compute time.
+// How long a step took: the slowest rank's time and each rank's compute time; and the time
+// the run has left (EtaClock).
 struct StepTime {
   double step_s = 0, ms = 0, tokens_per_s = 0;
   std::vector<double> busy_s;  // per rank: the step without its waits for collectives
+  double eta_s = 0;
 };
+
+// The peak that MFU is measured against: the sum over the ranks of each rank's, which is
+// a GPU's datasheet figure (dist/plan/device_catalog.h, dense 16-bit) over its emulated
+// slowdown; else the planner's profiled GEMM (DeviceProfile::peak_flops); else, in a run
+// without a profile, a GEMM measured at start-up (measure_gemm_peak, a few 512^3 products).
+struct PeakFlops {
+  double flops = 0;    // per second over all ranks; 0: unknown, MFU n/a
+  std::string source;  // "datasheet H200 (989 TFLOP/s dense bf16)", "profiled GEMM", ...
+};
+// Collective: every rank passes its own device and the run's profile (null: none, so that
+// every rank measures).
+PeakFlops run_peak_flops(Device device, DType dtype, const Profile* profile, Comm& comm, int repeats);
+
+// Model FLOPs of a step, llm.c's count: 3 x the forward's (the backward twice the forward)
+// = 6 x the matmul parameters + 6 L T C (causal attention) per token (GPTConfig::
+// forward_flops_per_token), without recompute's extra forward.
+double model_flops_per_step(const GPTConfig& config, int64_t seq, int64_t batch);
+// flops / (step_s x peak), or -1 when the peak is unknown.
+double mfu(double flops_per_step, double step_s, const PeakFlops& peak);
+
+// The time a run has left: the mean wall time per step since the end of its first step
+// (validation and checkpoints included; the first, which warms up, only until there is
+// another), times the steps left.
+class EtaClock {
+ public:
+  // After each step: how many this call has done and has left, the step's time, now.
+  double seconds_left(int done, int left, double step_s, double now_s);
+
+ private:
+  double first_end_s_ = 0, first_step_s_ = 0;
+};
+// "1h02m", "3m05s", "42s".
+std::string duration_text(double seconds);
 
 // A validation pass: the loss on the first `windows` of the `total` windows and, at the last
 // step when those are fewer than all, on all of them.
@@ -62,6 +99,7 @@ struct RunSettings {
   const ProfilerOptions* profiled = nullptr;  // the planner's start-up profile; null: no planner
   Device device;
   int threads = 1;  // OpenMP's, per rank
+  int64_t choices = 0;  // --eval-choices: the examples each pass scores
   const LocalPlan* local = nullptr;  // --sync local:H with a planner: the groups' plan (its table follows the plan's)
 };
 
@@ -108,6 +146,10 @@ struct RunSummary {
 // faster group's wait is spent there. The final log line's "groups" and "local".
 nlohmann::json local_groups_vs_plan(const LocalRunSummary& local, const std::vector<std::vector<double>>& busy_history);
 
+// The final validation line: "... vs unigram baseline 6.9114 (1.48 below)", or "(0.21
+// above)" when the loss has not reached the baseline.
+std::string validation_vs_baseline(double val_loss, int64_t windows, double unigram_loss);
+
 // "5/1/0.73, 4/1/0.11": each rank's batch / micro-batch / state share (hybrid: and the groups).
 std::string work_text(const Work& work);
 
@@ -117,6 +159,11 @@ class RunReport {
 
   // log.jsonl, appended to (a resumed run continues its log).
   void open_log(const std::string& path);
+  // What the step lines' MFU is measured with (before settings(), which names the peak).
+  void set_mfu_basis(double flops_per_step, const PeakFlops& peak) {
+    flops_per_step_ = flops_per_step;
+    peak_ = peak;
+  }
   // The settings table, then the predicting plan's table and its collectives (when measured).
   void settings(const RunSettings& s, const Plan* predicting, const nlohmann::json& collectives) const;
 
@@ -125,6 +172,9 @@ class RunReport {
   StepLine step(int step, const StepOutcome& s, const StepTime& t, const RunStart* first,
                 const Plan* predicting) const;
   void add_validation(StepLine& line, const Validation& v) const;
+  // --eval-choices: the accuracy (choices_acc, by the lowest mean loss per completion token),
+  // choices_acc_sum (by the summed loss), the examples and chance.
+  void add_choices(StepLine& line, const ChoicesScore& c) const;
   // A confirmed drift: Replanner::Change's record and message, the new plan when adopted.
   void add_replan(StepLine& line, int step, const nlohmann::json& record, const std::string& message,
                   const Plan* adopted) const;
@@ -140,6 +190,9 @@ class RunReport {
   const TrainOptions& o_;
   const bool lead_;
   std::ofstream log_;
+  double flops_per_step_ = 0;
+  PeakFlops peak_;
+  mutable nlohmann::json shown_collectives_;  // the collectives table settings() showed (null: none)
 };
 
 }  // namespace gpumix::dist

@@ -21,6 +21,7 @@
 #include "core/ops.h"
 #include "core/precision.h"
 #include "dist/engine/checkpoint.h"
+#include "dist/engine/choices_eval.h"
 #include "dist/engine/stop.h"
 #include "dist/engine/engine.h"
 #include "dist/engine/fault.h"
@@ -178,6 +179,7 @@ class Training {
   void init_from();
   void resume();
   void check_collectives();
+  void measure_peak();
   void print_settings() const;
   void open_log();
   void start_trace();
@@ -193,6 +195,8 @@ class Training {
   StepTime time_step(double t0);
   void write_trace();
   std::optional<Validation> evaluate_if_due(int step);
+  void load_choices();
+  std::optional<ChoicesScore> score_choices_if_due(int step);
   void replan_if_drifted(int step, const std::vector<double>& busy_s, StepLine& line);
   void adopt(Work work);
   void save_if_due(int step);
@@ -288,6 +292,8 @@ class Training {
   std::vector<std::vector<double>> busy_history_;  // per step since the plan started: per rank
   std::vector<double> step_history_s_;             // per step since the plan started
   json collectives_;  // collectives_vs_plan() of the running plan (null: not measured yet)
+  std::vector<ChoiceExample> choices_;  // --eval-choices: the examples each pass scores
+  EtaClock eta_;
 };
 
 Training::Training(const TrainOptions& o, Comm& comm, const EngineOptions& engine_options)
@@ -344,6 +350,24 @@ void Training::load_data() {
   loader_.emplace(split_.train, seq_, o_.batch, o_.seed);
   val_loader_.emplace(split_.val, seq_, o_.batch, o_.seed);
   result_.unigram_loss = data::unigram_cross_entropy(split_.train, split_.val, run_.vocab);
+  load_choices();
+}
+
+// --eval-choices: its examples, every token id checked against the run's vocabulary and
+// every completion against the sequence length (choice_rows refuses one longer), now rather
+// than at the first pass.
+void Training::load_choices() {
+  if (o_.eval_choices.empty()) return;
+  std::string error;
+  try {
+    choices_ = read_choices(o_.eval_choices, run_.vocab);
+    if (o_.eval_choices_examples > 0 && (int64_t)choices_.size() > o_.eval_choices_examples)
+      choices_.resize(o_.eval_choices_examples);
+    for (const ChoiceExample& e : choices_) choice_rows(e, seq_, false);
+  } catch (const std::exception& e) {
+    error = local_error_of(e, true);
+  }
+  comm_.agree("eval choices", {}, error);
 }
 
 void Training::choose_device() {
@@ -504,6 +528,7 @@ void Training::print_settings() const {
   settings.work = work_;
   settings.profiled = planner_ ? &engine_options_.profiler : nullptr;
   settings.local = local_ ? local_->plan() : nullptr;
+  settings.choices = (int64_t)choices_.size();
   settings.device = device_;
   settings.threads = omp_get_max_threads();
   report_.settings(settings, predicting_plan(), collectives_);
@@ -514,6 +539,13 @@ void Training::print_settings() const {
 // local mode's groups of one rank (the whole model, no collectives).
 void Training::check_collectives() {
   if (predicting_plan() && step_comm().size() > 1) collectives_ = collectives_vs_plan();
+}
+
+// What MFU is measured with: the model's FLOPs per step against the ranks' peak (a GEMM
+// timed now where the run has no profile; run_report.h says which peak).
+void Training::measure_peak() {
+  const PeakFlops peak = run_peak_flops(device_, dtype_.dtype, planner_ ? &planner_->profile() : nullptr, comm_, 3);
+  report_.set_mfu_basis(model_flops_per_step(config_, seq_, o_.batch), peak);
 }
 
 void Training::open_log() { report_.open_log(log_path_.string()); }
@@ -564,7 +596,8 @@ int Training::run_step(int step) {
   StepOutcome s = forward_backward(step);
   update(step, s);
   if (local_ && local_->outer_due(step, o_.steps)) outer_step_now(step);
-  const StepTime t = time_step(t0);
+  StepTime t = time_step(t0);
+  t.eta_s = eta_.seconds_left(step - start_, last_ - step, t.step_s, detail::now_seconds());
   const double group_loss = s.loss;
   if (outer()) local_->add_step(t.busy_s[step_comm().rank()], s.loss);
   std::vector<double> period_losses;
@@ -589,6 +622,7 @@ int Training::run_step(int step) {
     }
   }
   if (const std::optional<Validation> v = evaluate_if_due(step)) report_.add_validation(line, *v);
+  if (const std::optional<ChoicesScore> c = score_choices_if_due(step)) report_.add_choices(line, *c);
   replan_if_drifted(step, t.busy_s, line);
   save_if_due(step);
   if (signo && saved_step_ != step) save_checkpoint_now(step);
@@ -739,6 +773,17 @@ std::optional<Validation> Training::evaluate_if_due(int step) {
     result_.val_windows = v.total;
   }
   return v;
+}
+
+// --eval-choices every --eval-choices-interval steps (by default at each validation) and at
+// the last: the accuracy of its examples (none when not due).
+std::optional<ChoicesScore> Training::score_choices_if_due(int step) {
+  if (choices_.empty()) return std::nullopt;
+  const int every = o_.eval_choices_interval >= 0 ? o_.eval_choices_interval : o_.eval_interval;
+  if (!((every > 0 && step % every == 0) || step == last_)) return std::nullopt;
+  TraceSpan span(&tracer_, "multiple choice", "phase");
+  const ExampleRange range = [&](int rank, int64_t total) { return proportional_rows(work_.ranks, o_.batch, rank, total); };
+  return score_choices(*engine_, comm_, choices_, seq_, range, host_, device_);
 }
 
 // Drift: a device slower (or faster) than planned re-plans; the new shares take effect
@@ -920,6 +965,10 @@ void check_train_options(const TrainOptions& o) {
   require(o.ckpt_interval >= 0, "--ckpt-interval", o.ckpt_interval, "at least 0", "0 to save at the end only");
   require(o.keep_checkpoints >= 0, "--keep-checkpoints", o.keep_checkpoints, "at least 0", "0 keeps all");
   require(o.threads >= 0, "--threads", o.threads, "at least 0", "0 for all cores");
+  require(o.eval_choices_interval >= -1, "--eval-choices-interval", o.eval_choices_interval, "at least 0",
+          "0 to score the choices at the end only");
+  require(o.eval_choices_examples >= 0, "--eval-choices-examples", o.eval_choices_examples, "at least 0", "0 for all");
+  if (!o.eval_choices.empty()) read_choices(o.eval_choices);  // its layout, before the run folder is touched
   require(o.val_fraction > 0 && o.val_fraction < 1, "--val-fraction", o.val_fraction, "in (0, 1)");
   for (const auto& [flag, value] : {std::pair<const char*, int>{"--layers", o.layers}, {"--heads", o.heads},
                                     {"--channels", o.channels}})
@@ -953,6 +1002,7 @@ TrainResult train(const TrainOptions& o, const Work& given_work, Comm& comm,
   run.resume();
   run.start_trace();
   run.check_collectives();
+  run.measure_peak();
   run.print_settings();
   run.open_log();
   run.run_steps();

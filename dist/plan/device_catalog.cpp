@@ -47,4 +47,19 @@ const DeviceSpec& device_spec(const std::string& name) {
   throw std::invalid_argument("unknown device type '" + name + "'; known: " + known);
 }
 
+const DeviceSpec* find_gpu_spec(const std::string& device_name) {
+  const std::string name = lower(device_name);
+  const DeviceSpec* best = nullptr;
+  for (const DeviceSpec& s : device_catalog()) {
+    if (s.kind != "gpu") continue;
+    const std::string n = lower(s.name);
+    const size_t at = name.find(n);
+    // A whole word: "L4" in "NVIDIA L4", not in "L40S".
+    const bool word = at != std::string::npos &&
+                      (at + n.size() == name.size() || !std::isalnum((unsigned char)name[at + n.size()]));
+    if (word && (!best || s.name.size() > best->name.size())) best = &s;
+  }
+  return best;
+}
+
 }  // namespace gpumix::dist

@@ -34,6 +34,9 @@ struct DeviceSpec {
 // Throws std::invalid_argument listing the known names. Case-insensitive.
 const DeviceSpec& device_spec(const std::string& name);
 const std::vector<DeviceSpec>& device_catalog();
+// The GPU entry whose name is a word of a device's own name ("NVIDIA H200" -> H200; the
+// longest such, so "L40S" is not "L4"); null when none is (its datasheet peak is unknown).
+const DeviceSpec* find_gpu_spec(const std::string& device_name);
 
 constexpr double kUsableMemoryFraction = 0.94;
 constexpr double kEfficiencyHalfTokens = 256;  // tokens per micro-batch at half efficiency

@@ -231,6 +231,35 @@ TEST(RunPlot, SaysWhatTheLogLacks) {
   EXPECT_EQ(polyline_points(svg, "train-loss"), 2);
 }
 
+TEST(RunPlot, TheMultipleChoiceAccuracyIsItsOwnPanel) {
+  TempFolder t;
+  // Scored at steps 2 and 4 (step 2 logged again by a resume: its last record counts).
+  const std::string path = t.write("log.jsonl",
+                                   "{\"step\":1,\"loss\":7.5,\"tokens_per_s\":900}\n"
+                                   "{\"step\":2,\"loss\":7.2,\"choices_acc\":0.1,\"choices_examples\":10,"
+                                   "\"choices_chance\":0.25}\n"
+                                   "{\"step\":2,\"loss\":7.2,\"choices_acc\":0.3,\"choices_examples\":10,"
+                                   "\"choices_chance\":0.25}\n"
+                                   "{\"step\":3,\"loss\":7.0}\n"
+                                   "{\"step\":4,\"loss\":6.8,\"choices_acc\":0.4,\"choices_examples\":10,"
+                                   "\"choices_chance\":0.25}\n");
+  const RunLog log = read_run_log(path);
+  ASSERT_EQ(log.choices.size(), 2u);
+  EXPECT_EQ(log.choices[0].step, 2);
+  EXPECT_DOUBLE_EQ(log.choices[0].accuracy, 0.3);
+  EXPECT_EQ(log.choices[1].examples, 10);
+  EXPECT_DOUBLE_EQ(log.choices_chance, 0.25);
+  const std::string svg = run_plot_svg(log, "choices");
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_EQ(polyline_points(svg, "choices-acc"), 2);
+  EXPECT_EQ(polyline_points(svg, "choices-chance"), 2);
+  EXPECT_HAS(svg, ">accuracy (10 examples)<");
+  EXPECT_HAS(svg, ">chance 25%<");
+  // A log without them has no such panel.
+  const std::string plain = run_plot_svg(read_run_log(t.write("plain.jsonl", "{\"step\":1,\"loss\":7.5}\n")), "plain");
+  EXPECT_EQ(count(plain, "choices-acc"), 0);
+}
+
 TEST(RunPlot, UnreadableLogsAreClearErrors) {
   TempFolder t;
   EXPECT_HAS(expect_input_error(t.path() + "/nowhere"), "does not exist");

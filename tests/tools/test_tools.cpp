@@ -30,6 +30,7 @@
 #include "core/runtime.h"
 #include "nn/checkpoint.h"
 #include "nn/gpt_config.h"
+#include "../nn/choices_test_file.h"
 #include "run_gpumix.h"
 
 namespace {
@@ -165,9 +166,7 @@ class Tools : public ::testing::Test {
     ASSERT_EQ(r.code, 0) << show(r);
     r = gpumix({"tokenizer", "encode", "--tokenizer", tokenizer(), "--data", kCorpus, "--out", tokens()}, dir_);
     ASSERT_EQ(r.code, 0) << show(r);
-    // generate looks for the tokenizer in the run folder.
-    fs::create_directories(base());
-    fs::copy_file(tokenizer(), base() + "/tokenizer.bpe");
+    // The run folder gets a copy of --tokenizer (generate and export look for it there).
     r = gpumix(train_args(base(), {"--ckpt-interval", "3"}), dir_);
     ASSERT_EQ(r.code, 0) << show(r);
   }
@@ -482,6 +481,185 @@ TEST_F(Tools, EvalRejectsBadInput) {
                  {"nowhere.txt", "does not exist"});
 }
 
+// Examples of the tiny model's vocabulary (512) and context (16): 4 completions each, of
+// 1 to 4 tokens; example 5's context (20 tokens) is longer than the context window.
+std::vector<gpumix::test::Choice> tiny_choices(int label = -1) {
+  std::vector<gpumix::test::Choice> examples;
+  for (int k = 0; k < 6; ++k) {
+    gpumix::test::Choice e;
+    e.index = k;
+    e.label = label >= 0 ? label : k % 4;
+    for (int i = 0; i < (k == 5 ? 20 : 3 + k); ++i) e.context.push_back((37 * k + 11 * i) % 512);
+    for (int c = 0; c < 4; ++c) {
+      std::vector<int32_t> completion;
+      for (int i = 0; i <= (k + c) % 4; ++i) completion.push_back((101 * c + 7 * i + 13 * k) % 512);
+      e.completions.push_back(completion);
+    }
+    examples.push_back(e);
+  }
+  return examples;
+}
+
+TEST_F(Tools, EvalChoicesScoresEachExampleOnce) {
+  // The same examples labelled 0, 1, 2 and 3 in turn: each example's prediction is one of the
+  // four, so the correct answers add up to the examples.
+  int64_t correct = 0, correct_sum = 0;
+  for (int label = 0; label < 4; ++label) {
+    const std::string file = path("choices_label" + std::to_string(label) + ".bin");
+    write_file(file, gpumix::test::choices_file_bytes(tiny_choices(label)));
+    const Result r = gpumix({"eval", "--ckpt", base(), "--choices", file, "--threads", "1"}, dir_);
+    ASSERT_EQ(r.code, 0) << show(r);
+    const nlohmann::json j = eval_line(r);
+    EXPECT_EQ(j.at("examples").get<int64_t>(), 6) << j.dump();
+    EXPECT_EQ(j.at("examples_total").get<int64_t>(), 6) << j.dump();
+    EXPECT_EQ(j.at("truncated").get<int64_t>(), 1) << j.dump();  // example 5's context
+    EXPECT_DOUBLE_EQ(j.at("choices_chance").get<double>(), 0.25);
+    EXPECT_DOUBLE_EQ(j.at("choices_acc").get<double>(), j.at("correct").get<int64_t>() / 6.0);
+    EXPECT_NE(j.at("rule").get<std::string>().find("mean loss"), std::string::npos);
+    correct += j.at("correct").get<int64_t>();
+    correct_sum += (int64_t)std::lround(6 * j.at("choices_acc_sum").get<double>());
+  }
+  EXPECT_EQ(correct, 6);
+  EXPECT_EQ(correct_sum, 6);
+  const Result first = gpumix({"eval", "--ckpt", base(), "--choices", path("choices_label0.bin"), "--examples", "2"}, dir_);
+  ASSERT_EQ(first.code, 0) << show(first);
+  EXPECT_EQ(eval_line(first).at("examples").get<int64_t>(), 2);
+}
+
+TEST_F(Tools, EvalChoicesRejectsBadFiles) {
+  std::vector<gpumix::test::Choice> examples = tiny_choices();
+  const std::string shard = path("choices_shard.bin");
+  write_file(shard, gpumix::test::choices_file_bytes(examples, 20240520));
+  expect_failure(gpumix({"eval", "--ckpt", base(), "--choices", shard}, dir_),
+                 {"choices_shard.bin", "magic is 20240520", "expected 20240522", "pass it as --data"});
+  const std::string cut = path("choices_cut.bin");
+  const std::string bytes = gpumix::test::choices_file_bytes(examples);
+  write_file(cut, bytes.substr(0, bytes.size() - 5));
+  expect_failure(gpumix({"eval", "--ckpt", base(), "--choices", cut}, dir_), {"choices_cut.bin", "truncated", "example 5"});
+  examples[2].completions[1][0] = 600;
+  const std::string vocab = path("choices_vocab.bin");
+  write_file(vocab, gpumix::test::choices_file_bytes(examples));
+  expect_failure(gpumix({"eval", "--ckpt", base(), "--choices", vocab}, dir_),
+                 {"example 2 (index 2)", "completion 1 token 0 is id 600", "vocabulary of 512"});
+  examples = tiny_choices();
+  examples[3].label = 7;
+  const std::string label = path("choices_label.bin");
+  write_file(label, gpumix::test::choices_file_bytes(examples));
+  expect_failure(gpumix({"eval", "--ckpt", base(), "--choices", label}, dir_),
+                 {"example 3 (index 3)", "label 7", "past its 4 completions"});
+  expect_failure(gpumix({"eval", "--ckpt", base()}, dir_), {"pass --data", "or --choices"});
+  // In training: refused before the run folder is made.
+  const std::string out = path("choices_refused");
+  expect_failure(gpumix(train_args(out, {"--eval-choices", label}), dir_), {"label 7", "past its 4 completions"});
+  EXPECT_FALSE(fs::exists(out));
+  expect_failure(gpumix(train_args(out, {"--eval-choices", vocab}), dir_), {"id 600", "vocabulary of 512"});
+  expect_nothing_written(out);
+  // A completion longer than --seq (16): refused at the start, not at the first pass.
+  examples = tiny_choices();
+  examples[4].completions[2].assign(17, 5);
+  const std::string long_completion = path("choices_long.bin");
+  write_file(long_completion, gpumix::test::choices_file_bytes(examples));
+  expect_failure(gpumix(train_args(out, {"--eval-choices", long_completion}), dir_),
+                 {"(index 4)", "a completion of 17 tokens", "context of 16 tokens", "--seq"});
+  expect_nothing_written(out);
+  const Result lone = gpumix(train_args(out, {"--eval-choices-interval", "2"}), dir_);  // CLI11's own refusal
+  EXPECT_NE(lone.code, 0) << show(lone);
+  EXPECT_NE(lone.err.find("--eval-choices-interval requires --eval-choices"), std::string::npos) << show(lone);
+}
+
+TEST_F(Tools, TrainingScoresTheChoicesAndLogsMfuAndEta) {
+  const std::string file = path("choices_train.bin");
+  write_file(file, gpumix::test::choices_file_bytes(tiny_choices()));
+  const std::string out = path("choices_run");
+  // fp32, so that gpumix eval (fp32) scores the same model alike.
+  std::vector<std::string> args = train_args(out, {"--eval-choices", file, "--eval-interval", "3", "--dtype", "fp32"});
+  args.erase(std::find(args.begin(), args.end(), "--quiet"));
+  const Result r = gpumix(args, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  std::ifstream in(out + "/log.jsonl");
+  std::string text;
+  std::vector<int> scored;
+  while (std::getline(in, text)) {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (j.contains("final")) continue;
+    EXPECT_GT(j.at("mfu").get<double>(), 0) << text;
+    EXPECT_LT(j.at("mfu").get<double>(), 1) << text;
+    EXPECT_GE(j.at("eta_s").get<double>(), 0) << text;
+    if (j.at("step").get<int>() == 6) {
+      EXPECT_EQ(j.at("eta_s").get<double>(), 0) << text;
+    }
+    if (!j.contains("choices_acc")) continue;
+    scored.push_back(j.at("step").get<int>());
+    EXPECT_EQ(j.at("choices_examples").get<int64_t>(), 6) << text;
+    const double acc = j.at("choices_acc").get<double>();
+    EXPECT_DOUBLE_EQ(acc * 6, std::round(acc * 6)) << text;
+  }
+  EXPECT_EQ(scored, (std::vector<int>{3, 6}));  // with each validation (--eval-interval 3)
+  // The last model's accuracy is gpumix eval's on the same file.
+  const Result e = gpumix({"eval", "--ckpt", out, "--choices", file, "--threads", "1"}, dir_);
+  ASSERT_EQ(e.code, 0) << show(e);
+  std::string last_line;
+  for (std::ifstream again(out + "/log.jsonl"); std::getline(again, text);)
+    if (text.find("\"choices_acc\"") != std::string::npos) last_line = text;
+  EXPECT_EQ(eval_line(e).at("correct").get<int64_t>(),
+            std::lround(6 * nlohmann::json::parse(last_line).at("choices_acc").get<double>()));
+  // On 2 thread ranks of uneven batches the examples are split between them: the same count
+  // as gpumix eval on that run's model.
+  const std::string two = path("choices_run_2ranks");
+  ASSERT_EQ(gpumix(train_args(two, {"--eval-choices", file, "--dtype", "fp32", "--ranks", "2", "--batches", "3,1"}), dir_)
+                .code,
+            0);
+  const nlohmann::json two_final = nlohmann::json::parse([&] {
+    std::string l, last;
+    for (std::ifstream again(two + "/log.jsonl"); std::getline(again, l);)
+      if (l.find("\"choices_acc\"") != std::string::npos) last = l;
+    return last;
+  }());
+  EXPECT_EQ(two_final.at("step").get<int>(), 6);  // --eval-interval 0: at the end only
+  const Result e2 = gpumix({"eval", "--ckpt", two, "--choices", file, "--threads", "1"}, dir_);
+  ASSERT_EQ(e2.code, 0) << show(e2);
+  EXPECT_EQ(eval_line(e2).at("correct").get<int64_t>(), std::lround(6 * two_final.at("choices_acc").get<double>()));
+  EXPECT_EQ(two_final.at("choices_examples").get<int64_t>(), 6);
+  // The console: the settings name the peak, each step line its MFU and ETA.
+  for (const char* part : {"MFU peak", "measured at start-up", "| MFU ", "| ETA ", "| choices ", "eval choices"})
+    EXPECT_NE(r.out.find(part), std::string::npos) << "stdout lacks '" << part << "'\n" << show(r);
+  // The plot draws the accuracy.
+  const std::string svg_path = path("choices_run.svg");
+  ASSERT_EQ(gpumix({"plot", out, "--svg", svg_path}, dir_).code, 0);
+  const std::string svg = read_file(svg_path);
+  EXPECT_NE(svg.find("class='choices-acc'"), std::string::npos);
+  EXPECT_NE(svg.find(">accuracy (6 examples)<"), std::string::npos);
+  EXPECT_NE(svg.find(">chance 25%<"), std::string::npos);
+}
+
+TEST_F(Tools, TheRunFolderKeepsACopyOfItsTokenizer) {
+  // The base run trained with --tokenizer from outside its folder.
+  EXPECT_TRUE(read_file(base() + "/tokenizer.bpe") == read_file(tokenizer()));
+  const Result g = gpumix({"generate", "--ckpt", base(), "--prompt", "The", "--tokens", "4", "--threads", "1"}, dir_);
+  EXPECT_EQ(g.code, 0) << show(g);
+  const Result x = gpumix({"export", "--ckpt", base(), "--out", path("exported_with_copy")}, dir_);
+  EXPECT_EQ(x.code, 0) << show(x);
+  // A folder that holds another tokenizer is refused, naming both.
+  const std::string other_tok = path("other.bpe"), out = path("other_tokenizer");
+  ASSERT_EQ(gpumix({"tokenizer", "train", "--data", kCorpus, "--vocab", "300", "--out", other_tok}, dir_).code, 0);
+  fs::create_directories(out);
+  fs::copy_file(other_tok, out + "/tokenizer.bpe");
+  expect_failure(gpumix(train_args(out), dir_),
+                 {"holds a tokenizer (" + out + "/tokenizer.bpe) other than --tokenizer " + tokenizer()});
+  expect_nothing_written(out);
+  // A checkpoint beside a tokenizer it was not trained with: refused by its tokenizer_hash.
+  const std::string swapped = path("swapped_tokenizer");
+  fs::create_directories(swapped);
+  fs::copy(base() + "/ckpt-000006", swapped + "/ckpt-000006", fs::copy_options::recursive);
+  const std::string readme = std::string(GPUMIX_TESTS_DATA_DIR) + "/../../README.md";  // other text, same vocabulary
+  ASSERT_EQ(gpumix({"tokenizer", "train", "--data", readme, "--vocab", "512", "--out", swapped + "/tokenizer.bpe"}, dir_).code, 0);
+  expect_failure(gpumix({"generate", "--ckpt", swapped, "--prompt", "The", "--tokens", "2"}, dir_),
+                 {"is not the one checkpoint", "was trained with", "tokenizer_hash"});
+  // With the tokenizer it was trained with, it generates.
+  write_file(swapped + "/tokenizer.bpe", read_file(tokenizer()));
+  EXPECT_EQ(gpumix({"generate", "--ckpt", swapped, "--prompt", "The", "--tokens", "2"}, dir_).code, 0);
+}
+
 TEST_F(Tools, ResumeFromTheLastStep) {
   // --resume of the base run picks ckpt-000006, which is already at --steps 6.
   const std::string out = path("resume_done");
@@ -582,6 +760,9 @@ TEST_F(Tools, APlanFileRunPrintsPredictedVsMeasured) {
   for (const char* part : {"predicted vs measured, per rank", "predicted vs measured, per collective kind",
                            "predicted vs measured, the step"})
     EXPECT_NE(r.out.find(part), std::string::npos) << "stdout lacks '" << part << "'\n" << show(r);
+  // The collectives, measured before the first step and not again: their table once.
+  const std::string table = "predicted vs measured, per collective kind";
+  EXPECT_EQ(r.out.find(table), r.out.rfind(table)) << "the collectives' table is shown twice\n" << show(r);
   const nlohmann::json final_line = log_final(path("from_plan_file"));
   const std::string last = final_line.dump();
   ASSERT_TRUE(final_line.contains("step_ms")) << last;
