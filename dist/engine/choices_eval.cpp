@@ -24,7 +24,8 @@ ChoicesScore score_choices(Engine& engine, Comm& comm, const std::vector<ChoiceE
     if (!scoring && ranks == 1) break;
     ChoiceRows rows;
     if (scoring) rows = choice_rows(examples[k], seq, true);
-    Tensor in = Tensor::empty({rows.rows, seq}, DType::i32, host), tg = Tensor::empty({rows.rows, seq}, DType::i32, host);
+    Tensor in = Tensor::empty({rows.rows, seq}, DType::i32, host);
+    Tensor tg = Tensor::empty({rows.rows, seq}, DType::i32, host);
     std::copy(rows.inputs.begin(), rows.inputs.end(), in.data<int32_t>());
     std::copy(rows.targets.begin(), rows.targets.end(), tg.data<int32_t>());
     if (!device.is_cpu()) {

@@ -226,6 +226,14 @@ void RunReport::settings(const RunSettings& s, const Plan* predicting, const jso
   if (!lead_) return;
   const GPTConfig& config = s.model;
   const bool resuming = !o_.resume.empty();
+  const std::string peak_text = peak_.flops > 0 ? format_si(peak_.flops, "FLOP/s") + " (" + peak_.source + ")"
+                                                : "n/a (no peak known), MFU not shown";
+  const int every = o_.eval_choices_interval;
+  const std::string choices_text =
+      o_.eval_choices.empty() ? "none"
+                              : str(o_.eval_choices, ", ", s.choices, " examples, ",
+                                    every == 0 ? std::string("at the end")
+                                               : every > 0 ? str("every ", every, " steps") : "at each validation");
   gpumix::print_settings({
       {"data", o_.data + " (" + human_count((double)s.data->tokens.size()) + " tokens)"},
       {"format", s.data->format},
@@ -249,14 +257,8 @@ void RunReport::settings(const RunSettings& s, const Plan* predicting, const jso
                              : std::string("none (no planner)")},
       {"recompute", s.ranks > 1 || o_.recompute ? "on" : "off"},
       {"device (rank 0)", s.device.str() + " (" + capacity + ")"},
-      {"MFU peak", peak_.flops > 0 ? format_si(peak_.flops, "FLOP/s") + " (" + peak_.source + ")"
-                                   : "n/a (no peak: " + (peak_.source.empty() ? std::string("not known") : peak_.source) +
-                                         "), MFU not shown"},
-      {"eval choices", o_.eval_choices.empty() ? std::string("none")
-                                               : str(o_.eval_choices, ", ", s.choices, " examples, ",
-                                                     o_.eval_choices_interval == 0 ? std::string("at the end")
-                                                     : o_.eval_choices_interval > 0 ? str("every ", o_.eval_choices_interval, " steps")
-                                                                                    : std::string("at each validation"))},
+      {"MFU peak", peak_text},
+      {"eval choices", choices_text},
       {"threads per rank", std::to_string(s.threads)},
       {"seed", std::to_string(o_.seed)},
       {"out", o_.out},
@@ -305,6 +307,9 @@ StepLine RunReport::step(int step, const StepOutcome& s, const StepTime& t, cons
     record["plan"] = work_text(first->work);  // b/m/r per rank, as in the settings
     record["dtype"] = dtype_name(first->dtype);
     record["unigram_loss"] = first->unigram_loss;
+    record["flops_per_step"] = flops_per_step_;  // what mfu is: flops_per_step / (ms / 1e3 x peak_flops)
+    record["peak_flops"] = peak_.flops > 0 ? json(peak_.flops) : json(nullptr);
+    record["peak"] = peak_.source;
   }
   if (predicting) {
     record["predicted_ms"] = predicting->predicted.step_s * 1e3;

@@ -624,11 +624,13 @@ int Training::run_step(int step) {
   if (const std::optional<Validation> v = evaluate_if_due(step)) report_.add_validation(line, *v);
   if (const std::optional<ChoicesScore> c = score_choices_if_due(step)) report_.add_choices(line, *c);
   replan_if_drifted(step, t.busy_s, line);
-  save_if_due(step);
-  if (signo && saved_step_ != step) save_checkpoint_now(step);
-  // What this step ran across groups (its exchange, its meeting, validation, a checkpoint).
+  // What this step ran across groups (its exchange, its meeting, validation); a checkpoint
+  // comes after: the step's line is in log.jsonl before its checkpoint starts, so a fault
+  // or a kill while saving leaves it there (the fault tests check that).
   if (local_) line.record["cross_group_collectives"] = local_->cross_group_calls(comm_) - cross_before;
   report_.write(line);
+  save_if_due(step);
+  if (signo && saved_step_ != step) save_checkpoint_now(step);
   result_.step = step;
   if (tracer_.complete(step)) write_trace();
   return signo;
@@ -782,7 +784,9 @@ std::optional<ChoicesScore> Training::score_choices_if_due(int step) {
   const int every = o_.eval_choices_interval >= 0 ? o_.eval_choices_interval : o_.eval_interval;
   if (!((every > 0 && step % every == 0) || step == last_)) return std::nullopt;
   TraceSpan span(&tracer_, "multiple choice", "phase");
-  const ExampleRange range = [&](int rank, int64_t total) { return proportional_rows(work_.ranks, o_.batch, rank, total); };
+  const ExampleRange range = [&](int rank, int64_t total) {
+    return proportional_rows(work_.ranks, o_.batch, rank, total);
+  };
   return score_choices(*engine_, comm_, choices_, seq_, range, host_, device_);
 }
 
