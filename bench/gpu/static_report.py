@@ -69,49 +69,43 @@ SM = {
 
 # Every launch site of kernels/cuda: (file, the kernel as written at its GPUMIX_LAUNCH, the
 # block as written there, the __global__ function it launches, its threads per block: a
-# number, or a function of the first template argument). check_launches() compares this with
+# number, or a function of the first numeric template argument, D). check_launches() compares this with
 # the sources, both ways, and each block's value with the constant the source defines.
 def flash_threads(D):  # attention.cu Shape<D>::THREADS = kRows * G, kRows 64, G = max(1, D/32)
     return 64 * max(1, D // 32)
 
 
 LAUNCHES = [
-    ("adamw.cu", "adamw_vec_kernel", "256", "adamw_vec_kernel", 256),
-    ("adamw.cu", "adamw_kernel", "256", "adamw_kernel", 256),
+    ("adamw.cu", "adamw_vec", "256", "adamw_vec_kernel", 256),
+    ("adamw.cu", "adamw", "256", "adamw_kernel", 256),
     # the tensor-core kernels: 4 warps of 16 rows, 64 query (forward, dQ) or key (dK/dV) rows per block
     ("attention.cu", "flash_forward_tc_kernel<D>", "128", "flash_forward_tc_kernel", 128),
     ("attention.cu", "flash_backward_dq_tc_kernel<D>", "128", "flash_backward_dq_tc_kernel", 128),
     ("attention.cu", "flash_backward_dkv_tc_kernel<D>", "128", "flash_backward_dkv_tc_kernel", 128),
-    ("attention.cu", "flash_forward_kernel<D>", "Shape<D>::THREADS", "flash_forward_kernel", flash_threads),
-    ("attention.cu", "flash_backward_dq_kernel<D>", "Shape<D>::THREADS", "flash_backward_dq_kernel", flash_threads),
-    ("attention.cu", "flash_backward_dkv_kernel<D>", "Shape<D>::THREADS", "flash_backward_dkv_kernel", flash_threads),
-    ("attention.cu", "ref_scores_kernel", "256", "ref_scores_kernel", 256),
+    ("attention.cu", "flash_forward_simt", "Shape<D>::THREADS", "flash_forward_kernel", flash_threads),
+    ("attention.cu", "flash_backward_dq", "Shape<D>::THREADS", "flash_backward_dq_kernel", flash_threads),
+    ("attention.cu", "flash_backward_dkv", "Shape<D>::THREADS", "flash_backward_dkv_kernel", flash_threads),
+    ("attention.cu", "ref_scores", "256", "ref_scores_kernel", 256),
     ("attention.cu", "ref_softmax_kernel", "128", "ref_softmax_kernel", 128),
-    ("attention.cu", "ref_out_kernel", "256", "ref_out_kernel", 256),
-    ("attention.cu", "ref_dp_kernel", "256", "ref_dp_kernel", 256),
+    ("attention.cu", "ref_out", "256", "ref_out_kernel", 256),
+    ("attention.cu", "ref_dp", "256", "ref_dp_kernel", 256),
     ("attention.cu", "ref_ds_kernel", "128", "ref_ds_kernel", 128),
-    ("attention.cu", "ref_dqkv_kernel", "256", "ref_dqkv_kernel", 256),
-    ("attention_decode.cu", "decode_kernel", "kThreads", "decode_kernel", 128),  # kThreads = 128
-    ("attention_decode.cu", "decode_ref_kernel", "128", "decode_ref_kernel", 128),
-    ("crossentropy.cu", "crossentropy_forward_kernel<true>", "kThreads", "crossentropy_forward_kernel", 512),
-    ("crossentropy.cu", "crossentropy_forward_kernel<false>", "kThreads", "crossentropy_forward_kernel", 512),
-    ("crossentropy.cu", "crossentropy_backward_kernel<true>", "kThreads", "crossentropy_backward_kernel", 512),
-    ("crossentropy.cu", "crossentropy_backward_kernel<false>", "kThreads", "crossentropy_backward_kernel", 512),
-    ("crossentropy.cu", "classifier_kernel<true>", "kThreads", "classifier_kernel", 512),
-    ("crossentropy.cu", "classifier_kernel<false>", "kThreads", "classifier_kernel", 512),
-    ("crossentropy.cu", "classifier_rescale_kernel", "256", "classifier_rescale_kernel", 256),
+    ("attention.cu", "ref_dqkv", "256", "ref_dqkv_kernel", 256),
+    ("attention_decode.cu", "decode", "kThreads", "decode_kernel", 128),  # kThreads = 128
+    ("attention_decode.cu", "decode_ref", "128", "decode_ref_kernel", 128),
+    ("crossentropy.cu", "crossentropy_forward", "kThreads", "crossentropy_forward_kernel", 512),
+    ("crossentropy.cu", "crossentropy_backward", "kThreads", "crossentropy_backward_kernel", 512),
+    ("crossentropy.cu", "classifier", "kThreads", "classifier_kernel", 512),
+    ("crossentropy.cu", "classifier_rescale", "256", "classifier_rescale_kernel", 256),
     ("elementwise.cu", "fill_i32_kernel", "256", "fill_i32_kernel", 256),
     ("embedding.cu", "check_tokens_kernel", "256", "check_tokens_kernel", 256),
-    ("embedding.cu", "embedding_forward_kernel<true>", "256", "embedding_forward_kernel", 256),
-    ("embedding.cu", "embedding_forward_kernel<false>", "256", "embedding_forward_kernel", 256),
-    ("embedding.cu", "dwpe_kernel", "256", "dwpe_kernel", 256),
+    ("embedding.cu", "embedding_forward", "256", "embedding_forward_kernel", 256),
+    ("embedding.cu", "dwpe_sum", "256", "dwpe_kernel", 256),
     ("embedding.cu", "iota_kernel", "256", "iota_kernel", 256),
-    ("embedding.cu", "dwte_kernel", "128", "dwte_kernel", 128),
-    ("layernorm.cu", "layernorm_forward_kernel<true>", "kThreads", "layernorm_forward_kernel", 256),
-    ("layernorm.cu", "layernorm_forward_kernel<false>", "kThreads", "layernorm_forward_kernel", 256),
-    ("layernorm.cu", "layernorm_backward_dinp_kernel<true>", "kThreads", "layernorm_backward_dinp_kernel", 256),
-    ("layernorm.cu", "layernorm_backward_dinp_kernel<false>", "kThreads", "layernorm_backward_dinp_kernel", 256),
-    ("matmul.cu", "bias_add_kernel", "256", "bias_add_kernel", 256),
+    ("embedding.cu", "dwte_runs", "128", "dwte_kernel", 128),
+    ("layernorm.cu", "layernorm_forward", "kThreads", "layernorm_forward_kernel", 256),
+    ("layernorm.cu", "layernorm_backward_dinp", "kThreads", "layernorm_backward_dinp_kernel", 256),
+    ("matmul.cu", "bias_add", "256", "bias_add_kernel", 256),
     ("random.cu", "generate", "256", "generate_kernel", 256),
     ("reduce.cu", "reduce_partial", "kThreads", "reduce_partial_kernel", 256),  # kThreads = 256
     ("reduce.cu", "reduce_final_kernel", "1024", "reduce_final_kernel", 1024),
@@ -313,7 +307,7 @@ def demangle(names):
 
 
 def short_name(full):
-    """`void gpumix::...::flash_forward_kernel<64>(...)` -> `flash_forward_kernel<64>`."""
+    """`void gpumix::...::flash_forward_kernel<gpumix::bf16, 64>(...)` -> `flash_forward_kernel<bf16, 64>`."""
     s = re.sub(r"^void ", "", full)
     depth, cut = 0, len(s)
     for i, ch in enumerate(s):  # the argument list: the first '(' outside template brackets
@@ -323,7 +317,7 @@ def short_name(full):
             cut = i
             break
     s = s[:cut]
-    for prefix in ("gpumix::kernels::cuda::", "(anonymous namespace)::", "detail::", "radix_sort::"):
+    for prefix in ("gpumix::kernels::cuda::", "gpumix::", "(anonymous namespace)::", "detail::", "radix_sort::"):
         s = s.replace(prefix, "")
     s = re.sub(r"CUB_\d+_SM_\d+::", "", s)
     s = s.replace("unsigned short", "bf16")
@@ -336,6 +330,12 @@ def base_name(short):
     return re.sub(r"<.*", "", short).split("::")[-1]
 
 
+def size_argument(short):
+    """The first numeric template argument of a kernel's name (the head size D of
+    `flash_forward_kernel<bf16, 64>`)."""
+    return int(re.search(r"[<,]\s*(\d+)[,>]", short).group(1))
+
+
 def threads_for(short, ptx):
     """(threads per block, where it came from) for a kernel."""
     base = base_name(short)
@@ -343,7 +343,7 @@ def threads_for(short, ptx):
     if rows:
         t = rows[0][4]
         if callable(t):
-            t = t(int(re.search(r"<(\d+)", short).group(1)))
+            t = t(size_argument(short))
         return t, "launch"
     if ptx.get("maxntid"):
         return ptx["maxntid"], "maxntid"  # a library kernel (CUB): its __launch_bounds__ is its block
@@ -395,7 +395,7 @@ def collect(nvcc, ptxas, jobs):
             short = short_name(names[mangled])
             threads, origin = threads_for(short, p)
             dyn = DYNAMIC_SMEM.get(base_name(short), (0, ""))
-            dyn, dyn_note = dyn(int(re.search(r"<(\d+)", short).group(1))) if callable(dyn) else dyn
+            dyn, dyn_note = dyn(size_argument(short)) if callable(dyn) else dyn
             blocks, occ, limiter = occupancy(r["regs"], r["smem"] + dyn, threads)
             kernels.append(dict(r, name=short, ptx=p, threads=threads, origin=origin, dyn=dyn, dyn_note=dyn_note,
                                 blocks=blocks, occ=occ, limiter=limiter))
@@ -489,12 +489,12 @@ def report(files, nvcc_version):
 
 
 def attention_mix(files):
-    """The gpt2 head size's SIMT attention kernels: their PTX counts and occupancy, for the model."""
+    """The gpt2 head size's bf16 SIMT attention kernels: their PTX counts and occupancy, for the model."""
     out = {}
     for f in files:
         for k in f["kernels"]:
             for name in step_model.SIMT_KERNELS:
-                if k["name"] == f"{name}<{step_model.GPT2['C'] // step_model.GPT2['NH']}>":
+                if k["name"] == f"{name}<bf16, {step_model.GPT2['C'] // step_model.GPT2['NH']}>":
                     out[name] = {"fma": k["ptx"]["fma.f32"], "lds": sum(k["ptx"]["lds"].values()),
                                  "lds_wavefronts": sum(n * max(1, b // 32) for b, n in k["ptx"]["lds"].items()),
                                  "instr": k["ptx"]["instr"], "regs": k["regs"], "occ": k["occ"],
@@ -526,8 +526,9 @@ def main():
               f"{', '.join(f['src'] for f in files if f['tensor_core']) or 'none'}")
         sys.exit(1 if probs else 0)
     ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    text = report(files, ver)  # whole before the file is opened: a failure leaves the old report
     with open(a.out, "w") as out:
-        out.write(report(files, ver))
+        out.write(text)
     print(f"wrote {a.out}: {nk} kernels of {len(files)} files; {len(probs)} check problem(s)")
 
 
