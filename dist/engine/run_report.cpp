@@ -133,10 +133,14 @@ json local_groups_vs_plan(const LocalRunSummary& local, const std::vector<std::v
 }
 
 PeakFlops run_peak_flops(Device device, DType dtype, const Profile* profile, Comm& comm, int repeats) {
-  GemmPeak measured;
-  if (!profile) measured = measure_gemm_peak(device, dtype, comm, repeats);  // collective: every rank alike
   const DeviceProps props = device_props(device);
   const DeviceSpec* spec = device.is_cuda() ? find_gpu_spec(props.name) : nullptr;
+  // A GEMM is timed only where neither a datasheet nor the profile gives the peak (a CPU
+  // without a profile): the timing is collective, so every rank joins when any needs it.
+  const bool need = !spec && !profile;
+  GemmPeak measured;
+  if (comm.size() > 1 ? comm.all_reduce_max(need ? 1.0 : 0.0) > 0 : need)
+    measured = measure_gemm_peak(device, dtype, comm, repeats);
   double mine = 0;
   std::string source;
   if (spec) {

@@ -51,8 +51,9 @@ struct PeakFlops {
   double flops = 0;    // per second over all ranks; 0: unknown, MFU n/a
   std::string source;  // "datasheet H200 (989 TFLOP/s dense bf16)", "profiled GEMM", ...
 };
-// Collective: every rank passes its own device and the run's profile (null: none, so that
-// every rank measures).
+// Collective: every rank passes its own device and the run's profile (null: none). A GPU's
+// peak is its datasheet's, else the profile's, else a GEMM timed at start-up (every rank
+// times one when any rank needs it).
 PeakFlops run_peak_flops(Device device, DType dtype, const Profile* profile, Comm& comm, int repeats);
 
 // Model FLOPs of a step, llm.c's count: 3 x the forward's (the backward twice the forward)
