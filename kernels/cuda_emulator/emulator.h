@@ -61,6 +61,15 @@ class WorkError : public std::runtime_error {
 // choice (-1).
 void set_racecheck(int on);
 bool racecheck_enabled();
+// Whether this source file's loads and stores reach the race detector (built with
+// -Demulated_racecheck, the default): without, it sees only cp.async and ldmatrix, and a test
+// of a race in ordinary loads and stores skips. Per file (internal linkage): it is a property
+// of the file's compile flags.
+#ifdef GPUMIX_EMULATED_RACECHECK_HOOKS
+constexpr bool racecheck_hooks_here = true;
+#else
+constexpr bool racecheck_hooks_here = false;
+#endif
 // The block scheduler's policy for the kernels launched after (launch.h): "fixed",
 // "warp-ahead" or "warp-shuffle"; null: GPUMIX_EMULATED_SCHEDULE's (default fixed).
 void set_schedule(const char* name);
