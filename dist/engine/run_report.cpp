@@ -134,16 +134,24 @@ json local_groups_vs_plan(const LocalRunSummary& local, const std::vector<std::v
 
 PeakFlops run_peak_flops(Device device, DType dtype, const Profile* profile, Comm& comm, int repeats) {
   const DeviceProps props = device_props(device);
-  const DeviceSpec* spec = device.is_cuda() ? find_gpu_spec(props.name) : nullptr;
+#ifdef GPUMIX_CUDA_EMULATOR
+  // The emulated GPU has an H200's name, not its speed (nor any speed worth a peak).
+  const bool emulated_gpu = device.is_cuda();
+#else
+  const bool emulated_gpu = false;
+#endif
+  const DeviceSpec* spec = device.is_cuda() && !emulated_gpu ? find_gpu_spec(props.name) : nullptr;
   // A GEMM is timed only where neither a datasheet nor the profile gives the peak (a CPU
   // without a profile): the timing is collective, so every rank joins when any needs it.
-  const bool need = !spec && !profile;
+  const bool need = !spec && !profile && !emulated_gpu;
   GemmPeak measured;
   if (comm.size() > 1 ? comm.all_reduce_max(need ? 1.0 : 0.0) > 0 : need)
     measured = measure_gemm_peak(device, dtype, comm, repeats);
   double mine = 0;
   std::string source;
-  if (spec) {
+  if (emulated_gpu) {
+    source = "the emulated GPU (no speed to compare)";
+  } else if (spec) {
     mine = spec->peak_tflops * 1e12 / std::max(1.0, props.slowdown);
     source = str("datasheet ", spec->name, " (", spec->peak_tflops, " TFLOP/s dense 16-bit",
                  props.slowdown > 1 ? str(" / slowdown ", props.slowdown) : std::string(), ")");

@@ -47,6 +47,7 @@ struct StepTime {
 // a GPU's datasheet figure (dist/plan/device_catalog.h, dense 16-bit) over its emulated
 // slowdown; else the planner's profiled GEMM (DeviceProfile::peak_flops); else, in a run
 // without a profile, a GEMM measured at start-up (measure_gemm_peak, a few 512^3 products).
+// The emulated GPU (-Demulated_cuda) has none: MFU n/a.
 struct PeakFlops {
   double flops = 0;    // per second over all ranks; 0: unknown, MFU n/a
   std::string source;  // "datasheet H200 (989 TFLOP/s dense bf16)", "profiled GEMM", ...

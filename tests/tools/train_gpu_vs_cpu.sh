@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job's model on three ranks sharing one GPU (a real one, or the emulated CUDA
 # device of a -Demulated_cuda=true build), against the same plan on three CPU ranks in bf16:
-#   train_gpu_vs_cpu.sh GPUMIX CORPUS
+#   train_gpu_vs_cpu.sh GPUMIX CORPUS BUILD      (BUILD: nvcc, or emulated)
 # First `gpumix selfcheck` must list cuda:0 and pass its bf16 gradient check. Then the main
 # job's model (gpt-nano, lr 2e-3; BATCH x SEQ sequences, by default 8 x 64, a quarter of the
 # main job's 16 x 128 tokens, so that the emulated device's run fits in CI: 16 x 128 took 13
@@ -19,7 +19,7 @@
 # loss falls by ~20x the allowance over the 20 steps at 16 x 128 (8.34 -> 6.92 on the CPU;
 # the emulated GPU's worst step was 1.4e-3 off), and the script prints the factor of the run.
 set -euo pipefail
-gpumix=$1 corpus=$2
+gpumix=$1 corpus=$2 build=$3  # build: nvcc or emulated (the CUDA backend gpumix was built with)
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$gpumix" selfcheck > "$dir/selfcheck.txt" 2>&1 || { cat "$dir/selfcheck.txt"; echo "FAIL: gpumix selfcheck"; exit 1; }
@@ -40,8 +40,17 @@ for kind in cuda:0 cpu; do
   "$gpumix" train "${common[@]}" --devices "$devices" --out "$dir/$name" > "$dir/$name.txt" 2>&1 ||
     { tail -n 30 "$dir/$name.txt"; echo "FAIL: gpumix train --devices $devices"; exit 1; }
 done
-python3 - "$dir/cuda/log.jsonl" "$dir/cpu/log.jsonl" <<'PY'
+python3 - "$dir/cuda/log.jsonl" "$dir/cpu/log.jsonl" "$build" <<'PY'
 import json, sys
+# MFU: against a peak on a real GPU (its datasheet's where the catalog has it), n/a on the
+# emulated one (it has an H200's name only).
+steps = [l for l in map(json.loads, open(sys.argv[1])) if "loss" in l and not l.get("final")]
+if sys.argv[3] == "emulated":
+    assert steps[0]["peak_flops"] is None and "emulated GPU" in steps[0]["peak"], steps[0]
+    assert not any("mfu" in l for l in steps), [l for l in steps if "mfu" in l][0]
+else:
+    assert steps[0]["peak_flops"] > 0, steps[0]
+    assert all(l["mfu"] > 0 for l in steps), steps
 def losses(path):
     return {l["step"]: l["loss"] for l in map(json.loads, open(path)) if "loss" in l and not l.get("final")}
 gpu, cpu = losses(sys.argv[1]), losses(sys.argv[2])
