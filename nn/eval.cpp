@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "nn/data/shards.h"
 #include "nn/data/token_file.h"
 #include "nn/infer.h"
 #include "nn/run_folder.h"
@@ -60,8 +61,8 @@ EvalModel load_eval_model(const EvalOptions& o, bool with_tokenizer) {
 
 EvalResult evaluate(const EvalOptions& o, const std::function<void(int64_t, int64_t)>& progress) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-  GPUMIX_CHECK_INPUT(!o.data.empty() && fs::exists(o.data), "evaluation data '", o.data, "' does not exist; pass "
-                     "--data with a text corpus or a token file");
+  GPUMIX_CHECK_INPUT(!o.data.empty(), "no evaluation data; pass --data with a text corpus or token data");
+  data::data_files(o.data);  // a file, folder or glob that names files
   GPUMIX_CHECK_INPUT(o.windows >= 0, "--windows must be >= 0 (0: all), got ", o.windows);
   EvalResult r;
   EvalModel m = load_eval_model(o, true);
@@ -74,15 +75,20 @@ EvalResult evaluate(const EvalOptions& o, const std::function<void(int64_t, int6
   r.context = T;
 
   std::vector<int32_t> tokens;  // as int32 (a token file may hold 2-byte ids)
-  if (fs::is_regular_file(o.data) && data::is_token_file(o.data)) {
-    const auto file = std::make_unique<data::TokenFile>(o.data);
-    GPUMIX_CHECK_INPUT((int64_t)file->vocab_size() == V, "token file ", o.data, " has vocabulary ",
-                       file->vocab_size(), " but the model (", r.source, ") has ", V,
+  const std::vector<std::string> files = data::data_files(o.data);
+  const bool nanogpt = o.format == data::CorpusFormat::nanogpt;
+  if (nanogpt || std::all_of(files.begin(), files.end(), data::has_token_header)) {
+    // GPUMix token files carry their vocabulary, which must be the model's; llm.c and nanoGPT
+    // files are checked below the model's.
+    const bool own_vocab = !nanogpt && std::all_of(files.begin(), files.end(), data::is_token_file);
+    const data::TokenShards shards(o.data, nanogpt, own_vocab ? 0 : V);
+    GPUMIX_CHECK_INPUT(shards.vocab() == V, "token data ", o.data, " has vocabulary ",
+                       shards.vocab(), " but the model (", r.source, ") has ", V,
                        "; encode the text with the model's tokenizer (`gpumix tokenizer encode --tokenizer ",
                        !o.model.empty() ? o.model : r.tokenizer.empty() ? std::string("<the run's tokenizer.bpe>") : r.tokenizer,
                        "`), or pass the text itself");
-    tokens = file->tokens().to_vector();
-    r.format = "token file";
+    tokens = shards.tokens().to_vector();
+    r.format = shards.describe();
     r.tokenizer.clear();
   } else {
     GPUMIX_CHECK_INPUT(tok.has_value(), "cannot encode the text corpus ", o.data, ": ", tokenizer_error,

@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "nn/data/bpe.h"
+#include "nn/data/shards.h"
 #include "nn/gpt_config.h"
 #include "nn/run_folder.h"
 
@@ -43,9 +44,6 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
   }
   GPUMIX_CHECK_INPUT(!o.data.empty(), "no training data: pass --data FILE (a text corpus, a folder of "
                      "fortune files, or a token file from `gpumix tokenizer encode`)");
-  GPUMIX_CHECK_INPUT(fs::exists(o.data), "training data '", o.data, "' does not exist; pass --data with "
-                     "a text corpus or token file (the main job uses /usr/share/games/fortunes from "
-                     "Debian's fortunes package)");
   RunData d;
   d.tokenizer_path = o.tokenizer.empty() ? (fs::path(o.out) / kRunTokenizerFile).string() : o.tokenizer;
   if (o.tokenizer.empty() && !o.resume.empty() && may_train_tokenizer && !fs::exists(d.tokenizer_path)) {
@@ -71,27 +69,49 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
     imported->save(d.tokenizer_path);
     log_info("tokenizer of ", o.init_from, " (", imported->vocab_size(), " tokens) -> ", d.tokenizer_path);
   };
-  if (fs::is_regular_file(o.data) && data::is_token_file(o.data)) {
-    d.file = std::make_unique<data::TokenFile>(o.data);
-    d.format = "token file";
-    d.tokens = d.file->tokens();
-    d.vocab = (int64_t)d.file->vocab_size();
-    if (imported || fs::exists(d.tokenizer_path)) {
-      const data::Tokenizer tok = imported ? *imported : data::Tokenizer::load(d.tokenizer_path);
+  const std::vector<std::string> files = data::data_files(o.data);
+  const size_t with_header = (size_t)std::count_if(files.begin(), files.end(), data::has_token_header);
+  const bool nanogpt = o.format == data::CorpusFormat::nanogpt;
+  if (nanogpt || with_header == files.size()) {
+    std::optional<data::Tokenizer> tok = imported;
+    if (!tok && fs::exists(d.tokenizer_path)) tok = data::Tokenizer::load(d.tokenizer_path);
+    // GPUMix token files carry their vocabulary; llm.c and nanoGPT files take --vocab-size,
+    // else the tokenizer's, else the preset's.
+    const bool own_vocab = !nanogpt && std::all_of(files.begin(), files.end(), data::is_token_file);
+    const int64_t vocab = o.vocab_size    ? o.vocab_size
+                          : own_vocab     ? 0
+                          : tok           ? tok->vocab_size()
+                                          : gpt_preset(o.model).V;
+    d.shards = std::make_unique<data::TokenShards>(o.data, nanogpt, vocab);
+    d.format = d.shards->describe();
+    d.tokens = d.shards->tokens();
+    d.vocab = d.shards->vocab();
+    if (!o.val_data.empty()) {
+      d.val_shards = std::make_unique<data::TokenShards>(o.val_data, nanogpt, d.vocab, "--val-data");
+      d.val_tokens = d.val_shards->tokens();
+      d.format += ", validation: " + d.val_shards->describe();
+    }
+    if (tok) {
       const std::string source = imported ? "the tokenizer of " + o.init_from : "tokenizer " + d.tokenizer_path;
-      GPUMIX_CHECK_INPUT(tok.vocab_size() == d.vocab, "token file ", o.data, " has vocabulary ", d.vocab, " but ", source,
-                   " has ", tok.vocab_size(), "; pass the --tokenizer that encoded it (with --init-from: a token "
-                   "file made with the folder's tokenizer, or the text)");
-      d.tokenizer_hash = tok.hash();
+      GPUMIX_CHECK_INPUT(tok->vocab_size() == d.vocab, "token data ", o.data, " has vocabulary ", d.vocab, " but ",
+                         source, " has ", tok->vocab_size(), "; pass the --tokenizer that encoded it (with --init-from: "
+                         "token data made with the folder's tokenizer, or the text)");
+      d.tokenizer_hash = tok->hash();
       if (may_train_tokenizer && !imported) keep_run_tokenizer(d.tokenizer_path, d.tokenizer_hash, o.out);
     }
     keep_imported();
     return d;
   }
+  GPUMIX_CHECK_INPUT(with_header == 0, "--data ", o.data, " mixes token files (", with_header, " of ", files.size(),
+                     ") with other files; pass token data alone or text alone");
+  GPUMIX_CHECK_INPUT(fs::exists(o.data), "--data '", o.data, "' is a glob of text files; pass one text file or a folder");
+  GPUMIX_CHECK_INPUT(o.val_data.empty(), "--val-data takes token data (a token file or shards), and --data ", o.data,
+                     " is text: its validation split is its last --val-fraction (", o.val_fraction, "); encode "
+                     "both with `gpumix tokenizer encode` to validate on other data");
   GPUMIX_CHECK_INPUT(!fs::is_regular_file(o.data) || !looks_binary(o.data), "training data '", o.data,
-                     "' is neither a token file (it does not start with the magic \"GPMXTOK\") nor text (it "
-                     "holds NUL bytes); pass a token file written by `gpumix tokenizer encode` (re-encode a "
-                     "damaged one) or a text corpus");
+                     "' is neither token data (it starts with neither GPUMix's magic \"GPMXTOK\" nor an llm.c "
+                     "shard header) nor text (it holds NUL bytes); pass a token file written by `gpumix tokenizer "
+                     "encode` (re-encode a damaged one), --format nanogpt for nanoGPT's .bin, or a text corpus");
   data::CorpusInfo info;
   const std::string text = data::read_corpus(o.data, o.format, &info);
   d.format = info.describe() + (o.format == data::CorpusFormat::auto_detect ? " (--format auto)" : "");

@@ -7,16 +7,18 @@
 #include <string>
 #include <vector>
 
+#include "nn/data/shards.h"
 #include "nn/data/token_file.h"
 #include "nn/train_options.h"
 
 namespace gpumix {
 
-// The tokens of a run, either owned (encoded from text) or mapped from a token file.
+// The tokens of a run, either owned (encoded from text) or mapped from token data; with
+// --val-data, the validation tokens too (else val_tokens is empty: the run splits `tokens`).
 struct RunData {
   std::vector<int32_t> owned;
-  std::unique_ptr<data::TokenFile> file;
-  data::TokenView tokens;
+  std::unique_ptr<data::TokenShards> shards, val_shards;
+  data::TokenView tokens, val_tokens;
   int64_t vocab = 0;
   uint64_t tokenizer_hash = 0;
   std::string tokenizer_path;

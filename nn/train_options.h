@@ -13,9 +13,14 @@
 namespace gpumix {
 
 struct TrainOptions {
-  std::string data;             // text corpus (file, or folder of fortune files) or token file
-  // How a text corpus's files are read: text, fortune records, or auto (nn/data/corpus.h).
+  std::string data;             // text corpus (file, or folder of fortune files), or token data:
+                                // a file, folder or glob of token files / llm.c / nanoGPT shards
+  std::string val_data;         // token data for validation ("": the last val_fraction of data)
+  // How --data's files are read: text, fortune records, nanoGPT's raw uint16 tokens, or auto
+  // (token files by their header, else text: nn/data/corpus.h, nn/data/shards.h).
   data::CorpusFormat format = data::CorpusFormat::auto_detect;
+  int64_t vocab_size = 0;       // the vocabulary of llm.c / nanoGPT token data (0: the
+                                // tokenizer's, else the preset's)
   // Or tokens held by the caller (the C API), which must outlive train(): all below V.
   const int32_t* token_data = nullptr;
   int64_t token_count = 0;

@@ -66,11 +66,19 @@ int cmd_train(int argc, char** argv) {
   int ranks = 0;
   bool no_prefetch = false;
   CLI::App app{"Train a GPT on a text corpus or token file, on one or several ranks"};
-  app.add_option("--data", o.data, "text corpus, folder of fortune files, or token file")->required();
+  app.add_option("--data", o.data,
+                 "text corpus, folder of fortune files, or token data: a token file, llm.c shard or nanoGPT .bin, "
+                 "a folder of them or a quoted glob ('fineweb_train_*.bin')")->required();
+  app.add_option("--val-data", o.val_data,
+                 "token data for validation, as --data (default: the last --val-fraction of --data)");
   std::string format = "auto";
   app.add_option("--format", format,
-                 "how a text corpus is read: auto (fortune records where a file has a .dat twin or reads as "
-                 "%-separated short records, else text), text (every file one document), fortunes");
+                 "how --data is read: auto (token files and llm.c shards by their header; fortune records where "
+                 "a file has a .dat twin or reads as %-separated short records, else text), text (every file one "
+                 "document), fortunes, nanogpt (nanoGPT's headerless uint16 train.bin / val.bin)");
+  app.add_option("--vocab-size", o.vocab_size,
+                 "the model's vocabulary for llm.c / nanoGPT token data, every token below it (default: the "
+                 "tokenizer's, else the preset's; 50257 for GPT-2's)");
   app.add_option("--tokenizer", o.tokenizer, "tokenizer file (default: <out>/tokenizer.bpe, trained if absent)");
   auto* model = app.add_option("--model", o.model, "model preset (gpt-nano, gpt-micro, gpt-mini, gpt2, ...)");
   app.add_option("--init-from", o.init_from,

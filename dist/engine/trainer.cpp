@@ -36,6 +36,7 @@
 #include "dist/plan/planner_local.h"
 #include "dist/plan/simulator.h"
 #include "nn/data/loader.h"
+#include "nn/data/shards.h"
 #include "nn/hf/gpt2.h"
 #include "nn/optim.h"
 #include "nn/run_data.h"
@@ -346,7 +347,8 @@ void Training::load_data() {
   if (lead_ && !run_.warning.empty()) log_warn("warning: ", run_.warning);
   if (!lead_) run_ = prepare_data(o_, false);
   config_ = resolve_model(o_, run_.vocab, seq_);
-  split_ = data::split_train_val(run_.tokens, seq_, o_.val_fraction);
+  split_ = run_.val_tokens.empty() ? data::split_train_val(run_.tokens, seq_, o_.val_fraction)
+                                   : data::given_split(run_.tokens, run_.val_tokens, seq_);
   loader_.emplace(split_.train, seq_, o_.batch, o_.seed);
   val_loader_.emplace(split_.val, seq_, o_.batch, o_.seed);
   result_.unigram_loss = data::unigram_cross_entropy(split_.train, split_.val, run_.vocab);
@@ -977,8 +979,10 @@ void check_train_options(const TrainOptions& o) {
   for (const auto& [flag, value] : {std::pair<const char*, int>{"--layers", o.layers}, {"--heads", o.heads},
                                     {"--channels", o.channels}})
     require(value >= 0, flag, value, "at least 1", std::string("leave ") + flag + " out for the preset's");
-  for (const auto& [flag, where] : {std::pair<const char*, std::string>{"--data", o.data}, {"--resume", o.resume}})
-    GPUMIX_CHECK_INPUT(where.empty() || fs::exists(where), flag, " ", where, " does not exist");
+  require(o.vocab_size >= 0, "--vocab-size", o.vocab_size, "at least 1", "leave it out for the tokenizer's or the preset's");
+  for (const auto& [flag, spec] : {std::pair<const char*, std::string>{"--data", o.data}, {"--val-data", o.val_data}})
+    if (!spec.empty()) data::data_files(spec, flag);  // a file, folder or glob that names files
+  GPUMIX_CHECK_INPUT(o.resume.empty() || fs::exists(o.resume), "--resume ", o.resume, " does not exist");
   // The model's shape as the options give it (the heads dividing the channels, ...); a
   // resumed run takes its checkpoint's, and --init-from's folder is read (and checked) at
   // the start.

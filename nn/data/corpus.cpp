@@ -22,15 +22,6 @@ bool is_blank(std::string_view s) {
   return s.find_first_not_of(" \t\r\n\v\f") == std::string_view::npos;
 }
 
-std::string with_commas(int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
 std::string percent(double share) {
   char buf[32];
   std::snprintf(buf, sizeof buf, share >= 0.1 ? "%.0f%%" : "%.1f%%", share * 100);
@@ -73,8 +64,10 @@ CorpusFormat parse_corpus_format(const std::string& name) {
   if (name == "auto") return CorpusFormat::auto_detect;
   if (name == "text") return CorpusFormat::text;
   if (name == "fortunes") return CorpusFormat::fortunes;
-  throw std::invalid_argument("--format " + name + " is not a corpus format; pass auto (fortunes where a file "
-                              "looks like the fortunes package's, else text), text or fortunes");
+  if (name == "nanogpt") return CorpusFormat::nanogpt;
+  throw std::invalid_argument("--format " + name + " is not a data format; pass auto (token files by their header, "
+                              "fortunes where a file looks like the fortunes package's, else text), text, fortunes or "
+                              "nanogpt (nanoGPT's headerless uint16 train.bin / val.bin)");
 }
 
 const char* corpus_format_name(CorpusFormat format) {
@@ -82,6 +75,7 @@ const char* corpus_format_name(CorpusFormat format) {
     case CorpusFormat::auto_detect: return "auto";
     case CorpusFormat::text: return "text";
     case CorpusFormat::fortunes: return "fortunes";
+    case CorpusFormat::nanogpt: return "nanogpt";
   }
   return "?";
 }
@@ -203,6 +197,8 @@ std::vector<std::string> parse_fortunes(std::string_view text) {
 }
 
 std::vector<std::string> read_documents(const std::string& path, CorpusFormat format, CorpusInfo* info_out) {
+  if (format == CorpusFormat::nanogpt)
+    throw std::invalid_argument("corpus '" + path + "': --format nanogpt is token data (nanoGPT's uint16 .bin), not text");
   CorpusInfo info;
   std::error_code ec;
   const auto status = fs::status(path, ec);

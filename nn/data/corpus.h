@@ -25,9 +25,11 @@
 
 namespace gpumix::data {
 
-enum class CorpusFormat { auto_detect, text, fortunes };
+// How --data's files are read (`--format`). nanogpt is token data, not text: nanoGPT's
+// headerless uint16 train.bin / val.bin (nn/data/shards.h reads it; read_documents refuses it).
+enum class CorpusFormat { auto_detect, text, fortunes, nanogpt };
 
-// "auto", "text", "fortunes" -> the format; throws std::invalid_argument naming the three.
+// "auto", "text", "fortunes", "nanogpt" -> the format; throws std::invalid_argument naming them.
 CorpusFormat parse_corpus_format(const std::string& name);
 const char* corpus_format_name(CorpusFormat format);
 

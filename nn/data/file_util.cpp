@@ -1,6 +1,8 @@
 #include "nn/data/file_util.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +19,55 @@ std::runtime_error os_error(const std::string& what, const std::string& path) {
 }
 
 }  // namespace
+
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+MappedFile::MappedFile(const std::string& path, const std::string& what) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw os_error("cannot open " + what, path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::runtime_error error = os_error("cannot stat " + what, path);
+    ::close(fd);
+    throw error;
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ > 0) map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  const std::runtime_error error = os_error("cannot memory-map " + what, path);
+  ::close(fd);  // the mapping keeps the file
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    size_ = 0;
+    throw error;
+  }
+}
+
+MappedFile::~MappedFile() {
+  if (map_) ::munmap(map_, size_);
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept : map_(other.map_), size_(other.size_) {
+  other.map_ = nullptr;
+  other.size_ = 0;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    if (map_) ::munmap(map_, size_);
+    map_ = other.map_;
+    size_ = other.size_;
+    other.map_ = nullptr;
+    other.size_ = 0;
+  }
+  return *this;
+}
 
 std::string read_file(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "rb");

@@ -11,6 +11,26 @@ namespace gpumix::data {
 // The whole file, as bytes. Throws std::runtime_error naming the file and the OS error.
 std::string read_file(const std::string& path);
 
+// A whole file memory-mapped read-only (an empty file maps to no bytes). Throws
+// std::runtime_error naming `what` ("token file", "llm.c shard"), the path and the OS error.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  MappedFile(const std::string& path, const std::string& what);
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const char* data() const { return static_cast<const char*>(map_); }
+  size_t size() const { return size_; }
+
+ private:
+  void* map_ = nullptr;
+  size_t size_ = 0;
+};
+
 // A file written piece by piece to "<path>.tmp.<pid>", flushed to disk and renamed over
 // `path` by commit(): a crash or an error mid-write leaves either the old file or the new
 // one, never a half-written one (the destructor removes an uncommitted temporary).
@@ -33,6 +53,9 @@ void write_file_atomic(const std::string& path, const void* data, size_t size);
 inline void write_file_atomic(const std::string& path, std::string_view bytes) {
   write_file_atomic(path, bytes.data(), bytes.size());
 }
+
+// 1234567 -> "1,234,567", for messages and the settings table.
+std::string with_commas(int64_t n);
 
 // FNV-1a, 64 bits: a stable content hash (tokenizer identity), not a cryptographic one.
 inline uint64_t fnv1a64(const void* data, size_t size, uint64_t h = 0xcbf29ce484222325ull) {

@@ -91,6 +91,18 @@ Split split_train_val(TokenView tokens, int64_t seq_len, double val_fraction) {
   return {tokens.slice(0, n - val), tokens.slice(n - val, n)};
 }
 
+Split given_split(TokenView train, TokenView val, int64_t seq_len) {
+  const auto check = [&](TokenView t, const char* what) {
+    if (static_cast<int64_t>(t.size()) < seq_len + 1)
+      throw std::invalid_argument(std::string(what) + " holds " + std::to_string(t.size()) +
+                                  " tokens, fewer than one window of T + 1 = " + std::to_string(seq_len + 1) +
+                                  " — pass more token data or a shorter sequence length (--seq)");
+  };
+  check(train, "the training data (--data)");
+  check(val, "the validation data (--val-data)");
+  return {train, val};
+}
+
 double unigram_cross_entropy(TokenView train, TokenView val, int64_t vocab_size) {
   if (vocab_size < 1) throw std::invalid_argument("unigram baseline: vocabulary size must be positive");
   if (val.empty()) throw std::invalid_argument("unigram baseline: the validation split is empty");
@@ -101,16 +113,20 @@ double unigram_cross_entropy(TokenView train, TokenView val, int64_t vocab_size)
                               " is outside the vocabulary of " + std::to_string(vocab_size));
     }
   };
-  for (size_t i = 0; i < train.size(); ++i) {
-    check(train[i], "training");
-    ++counts[train[i]];
-  }
+  train.for_each_run([&](size_t, const TokenView& run) {
+    for (size_t i = 0; i < run.size(); ++i) {
+      check(run[i], "training");
+      ++counts[run[i]];
+    }
+  });
   const double log_denom = std::log(static_cast<double>(train.size()) + static_cast<double>(vocab_size));
   double sum = 0;
-  for (size_t i = 0; i < val.size(); ++i) {
-    check(val[i], "validation");
-    sum += log_denom - std::log(static_cast<double>(counts[val[i]] + 1));
-  }
+  val.for_each_run([&](size_t, const TokenView& run) {
+    for (size_t i = 0; i < run.size(); ++i) {
+      check(run[i], "validation");
+      sum += log_denom - std::log(static_cast<double>(counts[run[i]] + 1));
+    }
+  });
   return sum / static_cast<double>(val.size());
 }
 

@@ -63,6 +63,10 @@ struct Split {
 // at least one window of T + 1 tokens.
 Split split_train_val(TokenView tokens, int64_t seq_len, double val_fraction = 0.05);
 
+// Training and validation tokens given apart (--val-data). Throws std::invalid_argument,
+// naming the sizes, T and the fix, when either has fewer than T + 1 tokens.
+Split given_split(TokenView train, TokenView val, int64_t seq_len);
+
 // The cross-entropy in nats/token of predicting each validation token by its unigram
 // frequency in the training split, with add-one (Laplace) smoothing over the vocabulary:
 //     p(v) = (count_train(v) + 1) / (N_train + vocab_size)

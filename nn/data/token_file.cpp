@@ -1,11 +1,5 @@
 #include "nn/data/token_file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
 #include <stdexcept>
 
@@ -34,15 +28,61 @@ std::runtime_error bad_file(const std::string& path, const std::string& problem)
   return std::runtime_error("token file '" + path + "': " + problem + fix_hint);
 }
 
-// The first token >= vocab_size, or -1.
-long find_out_of_range(TokenView t, uint64_t vocab_size) {
-  for (size_t i = 0; i < t.size(); ++i) {
-    if (t[i] < 0 || static_cast<uint64_t>(t[i]) >= vocab_size) return static_cast<long>(i);
-  }
-  return -1;
+}  // namespace
+
+int64_t find_token_outside(TokenView t, uint64_t vocab_size) {
+  int64_t bad = -1;
+  t.for_each_run([&](size_t first, const TokenView& run) {
+    for (size_t i = 0; i < run.size() && bad < 0; ++i)
+      if (run[i] < 0 || static_cast<uint64_t>(run[i]) >= vocab_size) bad = static_cast<int64_t>(first + i);
+  });
+  return bad;
 }
 
-}  // namespace
+TokenView TokenView::concat(const std::vector<TokenView>& parts) {
+  auto runs = std::make_shared<std::vector<Run>>();
+  size_t total = 0;
+  int width = 2;
+  for (const TokenView& part : parts) {
+    part.for_each_run([&](size_t, const TokenView& run) {
+      runs->push_back({total, run.data_, run.size_, run.width_});
+      total += run.size();
+      width = std::max(width, run.width());
+    });
+  }
+  if (runs->empty()) return TokenView();
+  if (runs->size() == 1) return runs->front().view();
+  TokenView v;
+  v.size_ = total;
+  v.width_ = width;
+  v.runs_ = std::move(runs);
+  return v;
+}
+
+const TokenView::Run& TokenView::run_of(size_t position) const {
+  const std::vector<Run>& runs = *runs_;
+  const auto after = std::upper_bound(runs.begin(), runs.end(), position,
+                                      [](size_t p, const Run& r) { return p < r.start; });
+  return *(after - 1);
+}
+
+void TokenView::copy_runs(size_t begin, size_t n, int32_t* out) const {
+  slice(begin, begin + n).for_each_run([&](size_t first, const TokenView& run) {
+    run.copy_to(0, run.size(), out + first);
+  });
+}
+
+TokenView TokenView::slice(size_t begin, size_t end) const {
+  if (!runs_) return TokenView(static_cast<const char*>(data_) + begin * width_, end - begin, width_);
+  if (end == begin) return TokenView();
+  const Run& first = run_of(offset_ + begin);
+  if (offset_ + end <= first.start + first.size)
+    return first.view().slice(offset_ + begin - first.start, offset_ + end - first.start);
+  TokenView v = *this;
+  v.offset_ = offset_ + begin;
+  v.size_ = end - begin;
+  return v;
+}
 
 void write_token_file(const std::string& path, TokenView tokens, uint64_t vocab_size,
                       uint64_t tokenizer_hash) {
@@ -53,7 +93,7 @@ void write_token_file(const std::string& path, TokenView tokens, uint64_t vocab_
     throw std::invalid_argument("cannot write token file '" + path + "': vocabulary size " +
                                 std::to_string(vocab_size) + " is not in [1, 2^31]");
   }
-  const long bad = find_out_of_range(tokens, vocab_size);
+  const int64_t bad = find_token_outside(tokens, vocab_size);
   if (bad >= 0) {
     throw std::invalid_argument("cannot write token file '" + path + "': token " + std::to_string(tokens[bad]) +
                                 " at position " + std::to_string(bad) + " is outside the vocabulary of " +
@@ -90,97 +130,47 @@ bool is_token_file(const std::string& path) {
   return ok;
 }
 
-TokenFile::TokenFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) {
-    throw std::runtime_error("cannot open token file '" + path + "': " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const std::string err = std::strerror(errno);
-    ::close(fd);
-    throw std::runtime_error("cannot stat token file '" + path + "': " + err);
-  }
-  const size_t bytes = static_cast<size_t>(st.st_size);
+TokenFile::TokenFile(const std::string& path) : path_(path), map_(path, "token file") {
+  const size_t bytes = map_.size();
   if (bytes < sizeof(Header)) {
-    ::close(fd);
     throw bad_file(path, bytes == 0 ? std::string("the file is empty")
                                     : "the file has " + std::to_string(bytes) +
                                           " bytes, less than the 64-byte header");
   }
-  map_ = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);  // the mapping keeps the file
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw std::runtime_error("cannot memory-map token file '" + path + "': " + std::strerror(errno));
+  Header h;
+  std::memcpy(&h, map_.data(), sizeof h);
+  if (std::memcmp(h.magic, token_file_magic, sizeof h.magic) != 0) {
+    throw bad_file(path, "wrong magic: not a GPUMix token file (a text corpus? pass it to "
+                         "`gpumix tokenizer encode` first)");
   }
-  map_bytes_ = bytes;
-  try {
-    Header h;
-    std::memcpy(&h, map_, sizeof h);
-    if (std::memcmp(h.magic, token_file_magic, sizeof h.magic) != 0) {
-      throw bad_file(path, "wrong magic: not a GPUMix token file (a text corpus? pass it to "
-                           "`gpumix tokenizer encode` first)");
-    }
-    if (h.version != token_file_version) {
-      throw bad_file(path, "unsupported version " + std::to_string(h.version) + " (this build reads version " +
-                               std::to_string(token_file_version) + ")");
-    }
-    if (h.width != 2 && h.width != 4) {
-      throw bad_file(path, "token width " + std::to_string(h.width) + " bytes is not 2 or 4");
-    }
-    if (h.vocab_size == 0 || (h.width == 2 && h.vocab_size > 65536)) {
-      throw bad_file(path, "vocabulary size " + std::to_string(h.vocab_size) + " does not fit " +
-                               std::to_string(h.width) + "-byte tokens");
-    }
-    if (h.count == 0) throw bad_file(path, "it holds no tokens (was the corpus empty?)");
-    const uint64_t body = bytes - sizeof h;
-    if (h.count > body / h.width || body != h.count * h.width) {
-      const uint64_t have = body / h.width;
-      throw bad_file(path, "the header promises " + std::to_string(h.count) + " tokens of " +
-                               std::to_string(h.width) + " bytes (" + std::to_string(sizeof h + h.count * h.width) +
-                               " bytes in all) but the file has " + std::to_string(bytes) + " bytes (" +
-                               std::to_string(have) + (have < h.count ? " tokens: truncated)" : " tokens: trailing bytes)"));
-    }
-    view_ = TokenView(static_cast<const char*>(map_) + sizeof h, h.count, static_cast<int>(h.width));
-    vocab_size_ = h.vocab_size;
-    tokenizer_hash_ = h.tokenizer_hash;
-    const long bad = find_out_of_range(view_, vocab_size_);
-    if (bad >= 0) {
-      throw bad_file(path, "token " + std::to_string(view_[bad]) + " at position " + std::to_string(bad) +
-                               " is not below the vocabulary size " + std::to_string(vocab_size_));
-    }
-  } catch (...) {
-    release();
-    throw;
+  if (h.version != token_file_version) {
+    throw bad_file(path, "unsupported version " + std::to_string(h.version) + " (this build reads version " +
+                             std::to_string(token_file_version) + ")");
   }
-}
-
-TokenFile::~TokenFile() { release(); }
-
-TokenFile::TokenFile(TokenFile&& other) noexcept { *this = std::move(other); }
-
-TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
-  if (this != &other) {
-    release();
-    path_ = std::move(other.path_);
-    map_ = other.map_;
-    map_bytes_ = other.map_bytes_;
-    vocab_size_ = other.vocab_size_;
-    tokenizer_hash_ = other.tokenizer_hash_;
-    view_ = other.view_;
-    other.map_ = nullptr;
-    other.map_bytes_ = 0;
-    other.view_ = TokenView();
+  if (h.width != 2 && h.width != 4) {
+    throw bad_file(path, "token width " + std::to_string(h.width) + " bytes is not 2 or 4");
   }
-  return *this;
-}
-
-void TokenFile::release() {
-  if (map_) ::munmap(map_, map_bytes_);
-  map_ = nullptr;
-  map_bytes_ = 0;
-  view_ = TokenView();
+  if (h.vocab_size == 0 || (h.width == 2 && h.vocab_size > 65536)) {
+    throw bad_file(path, "vocabulary size " + std::to_string(h.vocab_size) + " does not fit " +
+                             std::to_string(h.width) + "-byte tokens");
+  }
+  if (h.count == 0) throw bad_file(path, "it holds no tokens (was the corpus empty?)");
+  const uint64_t body = bytes - sizeof h;
+  if (h.count > body / h.width || body != h.count * h.width) {
+    const uint64_t have = body / h.width;
+    throw bad_file(path, "the header promises " + std::to_string(h.count) + " tokens of " +
+                             std::to_string(h.width) + " bytes (" + std::to_string(sizeof h + h.count * h.width) +
+                             " bytes in all) but the file has " + std::to_string(bytes) + " bytes (" +
+                             std::to_string(have) + (have < h.count ? " tokens: truncated)" : " tokens: trailing bytes)"));
+  }
+  view_ = TokenView(map_.data() + sizeof h, h.count, static_cast<int>(h.width));
+  vocab_size_ = h.vocab_size;
+  tokenizer_hash_ = h.tokenizer_hash;
+  const int64_t bad = find_token_outside(view_, vocab_size_);
+  if (bad >= 0) {
+    throw bad_file(path, "token " + std::to_string(view_[bad]) + " at position " + std::to_string(bad) +
+                             " is not below the vocabulary size " + std::to_string(vocab_size_));
+  }
 }
 
 }  // namespace gpumix::data

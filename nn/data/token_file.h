@@ -13,10 +13,14 @@
 // The file size must be exactly 64 + N * width.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "nn/data/file_util.h"
 
 namespace gpumix::data {
 
@@ -24,24 +28,31 @@ inline constexpr char token_file_magic[8] = {'G', 'P', 'M', 'X', 'T', 'O', 'K', 
 inline constexpr uint32_t token_file_version = 1;
 inline constexpr size_t token_file_header_bytes = 64;
 
-// A read-only view of tokens stored 2 or 4 bytes wide, read as int32. Cheap to copy; does
-// not own the memory (a TokenFile or a std::vector<int32_t> must outlive it).
+// A read-only view of tokens stored 2 or 4 bytes wide, read as int32: one run of memory,
+// or several runs read one after the other as one sequence (the shards of a dataset,
+// nn/data/shards.h; windows may cross from one into the next). Cheap to copy; does not own
+// the tokens (a TokenFile, TokenShards or std::vector<int32_t> must outlive it).
 class TokenView {
  public:
   TokenView() = default;
   TokenView(const int32_t* data, size_t size) : data_(data), size_(size), width_(4) {}
   explicit TokenView(const std::vector<int32_t>& v) : TokenView(v.data(), v.size()) {}
   TokenView(const void* data, size_t size, int width) : data_(data), size_(size), width_(width) {}
+  // The parts one after the other (empty parts are dropped).
+  static TokenView concat(const std::vector<TokenView>& parts);
 
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
+  // The bytes per token (of the widest part).
   int width() const { return width_; }
   int32_t operator[](size_t i) const {
-    if (width_ == 2) return static_cast<const uint16_t*>(data_)[i];
-    return static_cast<const int32_t*>(data_)[i];
+    if (!runs_) return width_ == 2 ? static_cast<const uint16_t*>(data_)[i] : static_cast<const int32_t*>(data_)[i];
+    const Run& run = run_of(offset_ + i);
+    return run.view()[offset_ + i - run.start];
   }
   // Copies tokens [begin, begin + n) to out as int32: the fast path for batches.
   void copy_to(size_t begin, size_t n, int32_t* out) const {
+    if (runs_) return copy_runs(begin, n, out);
     if (width_ == 2) {
       const uint16_t* p = static_cast<const uint16_t*>(data_) + begin;
       for (size_t i = 0; i < n; ++i) out[i] = p[i];
@@ -54,16 +65,47 @@ class TokenView {
     copy_to(0, size_, v.data());
     return v;
   }
-  // Tokens [begin, end).
-  TokenView slice(size_t begin, size_t end) const {
-    return TokenView(static_cast<const char*>(data_) + begin * width_, end - begin, width_);
+  // Tokens [begin, end): one run of memory again when they lie in one.
+  TokenView slice(size_t begin, size_t end) const;
+  // Calls f(first, run) for each run of memory in order, `first` its tokens' position in
+  // this view: scans over every token without a lookup per token.
+  template <class F>
+  void for_each_run(F&& f) const {
+    if (!runs_) {
+      if (size_ > 0) f(size_t{0}, *this);
+      return;
+    }
+    for (size_t done = 0; done < size_;) {
+      const Run& run = run_of(offset_ + done);
+      const size_t from = offset_ + done - run.start;
+      const size_t n = std::min(run.size - from, size_ - done);
+      f(done, run.view().slice(from, from + n));
+      done += n;
+    }
   }
 
  private:
-  const void* data_ = nullptr;
+  struct Run {
+    size_t start;  // position of its first token in the concatenation
+    const void* data;
+    size_t size;
+    int width;
+    TokenView view() const;
+  };
+  const Run& run_of(size_t position) const;  // the run holding token `position` of the concatenation
+  void copy_runs(size_t begin, size_t n, int32_t* out) const;
+
+  const void* data_ = nullptr;  // one run
   size_t size_ = 0;
   int width_ = 4;
+  std::shared_ptr<const std::vector<Run>> runs_;  // several runs (data_ unused)
+  size_t offset_ = 0;                             // this view's first token in the concatenation
 };
+
+inline TokenView TokenView::Run::view() const { return TokenView(data, size, width); }
+
+// The position of the first token outside [0, vocab_size), or -1.
+int64_t find_token_outside(TokenView tokens, uint64_t vocab_size);
 
 // Writes tokens atomically (temp name + rename). Throws when tokens is empty or holds an
 // id outside [0, vocab_size).
@@ -78,11 +120,6 @@ bool is_token_file(const std::string& path);
 class TokenFile {
  public:
   explicit TokenFile(const std::string& path);
-  ~TokenFile();
-  TokenFile(TokenFile&& other) noexcept;
-  TokenFile& operator=(TokenFile&& other) noexcept;
-  TokenFile(const TokenFile&) = delete;
-  TokenFile& operator=(const TokenFile&) = delete;
 
   TokenView tokens() const { return view_; }
   size_t size() const { return view_.size(); }
@@ -92,11 +129,8 @@ class TokenFile {
   const std::string& path() const { return path_; }
 
  private:
-  void release();
-
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_bytes_ = 0;
+  MappedFile map_;
   uint64_t vocab_size_ = 0;
   uint64_t tokenizer_hash_ = 0;
   TokenView view_;
