@@ -52,6 +52,7 @@ class TokenView {
   }
   // Copies tokens [begin, begin + n) to out as int32: the fast path for batches.
   void copy_to(size_t begin, size_t n, int32_t* out) const {
+    if (n == 0) return;  // out may be null (an empty vector's data())
     if (runs_) return copy_runs(begin, n, out);
     if (width_ == 2) {
       const uint16_t* p = static_cast<const uint16_t*>(data_) + begin;
