@@ -62,7 +62,7 @@ EvalModel load_eval_model(const EvalOptions& o, bool with_tokenizer) {
 EvalResult evaluate(const EvalOptions& o, const std::function<void(int64_t, int64_t)>& progress) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   GPUMIX_CHECK_INPUT(!o.data.empty(), "no evaluation data; pass --data with a text corpus or token data");
-  data::data_files(o.data);  // a file, folder or glob that names files
+  const std::vector<std::string> files = data::data_files(o.data);  // before the model is loaded
   GPUMIX_CHECK_INPUT(o.windows >= 0, "--windows must be >= 0 (0: all), got ", o.windows);
   EvalResult r;
   EvalModel m = load_eval_model(o, true);
@@ -75,7 +75,6 @@ EvalResult evaluate(const EvalOptions& o, const std::function<void(int64_t, int6
   r.context = T;
 
   std::vector<int32_t> tokens;  // as int32 (a token file may hold 2-byte ids)
-  const std::vector<std::string> files = data::data_files(o.data);
   const bool nanogpt = o.format == data::CorpusFormat::nanogpt;
   if (nanogpt || std::all_of(files.begin(), files.end(), data::has_token_header)) {
     // GPUMix token files carry their vocabulary, which must be the model's; llm.c and nanoGPT
