@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "core/log.h"
@@ -171,9 +173,65 @@ void fill_through_host(Tensor dst, const std::function<void(float*, int64_t)>& r
   if (!dst.device().is_cpu()) dst.copy_from(host);
 }
 
+namespace {
+
+nlohmann::json files_identity(const std::vector<std::string>& paths) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const std::string& path : paths) {
+    std::ifstream in(path, std::ios::binary);
+    std::vector<char> head(1024);
+    in.read(head.data(), (std::streamsize)head.size());
+    GPUMIX_CHECK_INPUT(in.good() || in.eof(), "cannot read '", path, "' to record it in checkpoints");
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)checkpoint_xxh64(head.data(), (size_t)in.gcount()));
+    out.push_back({{"name", std::filesystem::path(path).filename().string()},
+                   {"bytes", (int64_t)std::filesystem::file_size(path)},
+                   {"head_xxh64", hex}});
+  }
+  return out;
+}
+
+std::string describe_file(const nlohmann::json& f) {
+  return "'" + f.value("name", std::string("?")) + "' (" + std::to_string(f.value("bytes", (int64_t)-1)) +
+         " bytes, first KiB's xxh64 " + f.value("head_xxh64", std::string("?")) + ")";
+}
+
+}  // namespace
+
+nlohmann::json data_identity(const std::vector<std::string>& train, const std::vector<std::string>& val) {
+  if (train.empty() && val.empty()) return nullptr;
+  return {{"train", files_identity(train)}, {"val", files_identity(val)}};
+}
+
+void check_data_identity(const nlohmann::json& saved, const nlohmann::json& now, const std::string& checkpoint) {
+  if (saved.is_null()) return;
+  GPUMIX_CHECK_INPUT(saved.is_object(), checkpoint, "/meta.json: data_position.files must be an object, got ", saved.dump());
+  const std::string fix = "; resume on the data the checkpoint was trained on, or start a new run (--init-from "
+                          "the checkpoint's model) on the new data";
+  GPUMIX_CHECK_INPUT(!now.is_null(), "checkpoint ", checkpoint, " was trained on token data (",
+                     saved.value("train", nlohmann::json::array()).size(), " files), not on this run's text", fix);
+  for (const char* split : {"train", "val"}) {
+    const nlohmann::json was = saved.value(split, nlohmann::json::array()), is = now.value(split, nlohmann::json::array());
+    const std::string flag = std::string(split) == "train" ? "--data" : "--val-data";
+    const auto find = [](const nlohmann::json& files, const std::string& name) {
+      return std::find_if(files.begin(), files.end(), [&](const nlohmann::json& f) { return f.value("name", "") == name; });
+    };
+    const std::string counts = std::to_string(was.size()) + " files for " + flag + ", this run " + std::to_string(is.size());
+    for (const nlohmann::json& f : was)
+      GPUMIX_CHECK_INPUT(find(is, f.value("name", "")) != is.end(), "checkpoint ", checkpoint, " read ", counts, ": ",
+                         describe_file(f), " is missing", fix);
+    for (const nlohmann::json& f : is)
+      GPUMIX_CHECK_INPUT(find(was, f.value("name", "")) != was.end(), "checkpoint ", checkpoint, " read ", counts, ": ",
+                         describe_file(f), " is new", fix);
+    for (size_t i = 0; i < is.size(); ++i)  // the same names; files are read in name order
+      GPUMIX_CHECK_INPUT(was[i] == is[i], flag, " file ", i + 1, " differs from the one checkpoint ", checkpoint,
+                         " was trained on: ", describe_file(is[i]), " now, ", describe_file(was[i]), " then", fix);
+  }
+}
+
 std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DType dtype,
                             const Work& work, Engine& engine, Comm& comm, int step,
-                            uint64_t tokenizer_hash, const OuterStep* outer) {
+                            uint64_t tokenizer_hash, const nlohmann::json& data, const OuterStep* outer) {
   const int64_t P = config.saved_params();
   const std::vector<ParamInfo> layout = gpt_param_layout(config);
   // The temporary folder's nonce: the step and a number rank 0 draws for this save (a sum
@@ -226,6 +284,7 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
     CheckpointMeta meta;
     meta.model = config_to_json(config);
     meta.data_position = {{"next_batch", step}, {"seed", o.seed}};
+    if (!data.is_null()) meta.data_position["files"] = data;
     meta.rng = {{"seed", o.seed}};
     meta.tokenizer_hash = tokenizer_hash;
     json ranks = json::array();
@@ -251,12 +310,16 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
 }
 
 int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& engine, Comm& comm,
-                    uint64_t tokenizer_hash, OuterStep* outer) {
+                    uint64_t tokenizer_hash, const nlohmann::json* data, OuterStep* outer) {
   std::string error;
   int64_t step = -1;
   try {
     const CheckpointReader reader = open_checkpoint(where);
     reader.check_model(config_to_json(config));
+    const nlohmann::json& position = reader.data_position();
+    if (data)
+      check_data_identity(position.is_object() && position.contains("files") ? position["files"] : nlohmann::json(),
+                          *data, reader.dir());
     GPUMIX_CHECK_INPUT(!tokenizer_hash || !reader.tokenizer_hash() || reader.tokenizer_hash() == tokenizer_hash,
                        "checkpoint ", reader.dir(), " was trained with another tokenizer; resume with the "
                        "run's own (--tokenizer <run>/tokenizer.bpe)");

@@ -51,12 +51,27 @@ namespace gpumix::dist {
 // every-step, or one group).
 std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DType dtype,
                             const Work& work, Engine& engine, Comm& comm, int step,
-                            uint64_t tokenizer_hash, const OuterStep* outer = nullptr);
+                            uint64_t tokenizer_hash, const nlohmann::json& data = {},
+                            const OuterStep* outer = nullptr);
 
 // Reads this rank's slices; returns the checkpoint's step (the same on every rank). `outer`:
-// this run's outer step (null: one group), restarted from what was read.
+// this run's outer step (null: one group), restarted from what was read. `data`: this run's
+// data_identity, checked against the checkpoint's (check_data_identity); null: not checked
+// (a caller that reads no data of its own).
 int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& engine, Comm& comm,
-                    uint64_t tokenizer_hash, OuterStep* outer = nullptr);
+                    uint64_t tokenizer_hash, const nlohmann::json* data = nullptr, OuterStep* outer = nullptr);
+
+// What token data a run trains and validates on, for data_position.files: per file its name
+// (without its folder, so that data moved elsewhere still resumes), its size and the xxh64 of
+// its first KiB (an llm.c shard's header), {"train": [...], "val": [...]}. A run on text
+// records nothing (null). Reads 1 KiB per file; throws InputError when one cannot be read.
+nlohmann::json data_identity(const std::vector<std::string>& train, const std::vector<std::string>& val);
+
+// Windows are drawn over the whole token sequence, so resuming on data that differs in any
+// file (changed, added, removed, reordered) would read other windows: throws InputError
+// naming the first file that differs and how. `saved` null (an older checkpoint, or text):
+// nothing to check.
+void check_data_identity(const nlohmann::json& saved, const nlohmann::json& now, const std::string& checkpoint);
 
 // What a checkpoint's meta.json says of local mode (extra.local; an every-step checkpoint:
 // one group of weight 1, no outer state). Throws InputError naming a malformed field, and

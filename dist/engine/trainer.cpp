@@ -265,6 +265,7 @@ class Training {
   LRSchedule schedule_;
 
   RunData run_;
+  nlohmann::json data_identity_;  // the token files read (null for text), checked on resume
   GPTConfig config_;
   data::Split split_;
   std::optional<data::BatchLoader> loader_, val_loader_;
@@ -346,6 +347,8 @@ void Training::load_data() {
   comm_.agree("data", {}, error);
   if (lead_ && !run_.warning.empty()) log_warn("warning: ", run_.warning);
   if (!lead_) run_ = prepare_data(o_, false);
+  data_identity_ = data_identity(run_.shards ? run_.shards->paths() : std::vector<std::string>(),
+                                 run_.val_shards ? run_.val_shards->paths() : std::vector<std::string>());
   config_ = resolve_model(o_, run_.vocab, seq_);
   split_ = run_.val_tokens.empty() ? data::split_train_val(run_.tokens, seq_, o_.val_fraction)
                                    : data::given_split(run_.tokens, run_.val_tokens, seq_);
@@ -509,7 +512,7 @@ void Training::resume() {
   if (!resuming_) return;
   // Local mode: the outer step's period starts at the checkpoint's step, or before it for a
   // mid-period one (load_checkpoint sets it).
-  start_ = load_checkpoint(o_.resume, config_, *engine_, comm_, run_.tokenizer_hash, outer());
+  start_ = load_checkpoint(o_.resume, config_, *engine_, comm_, run_.tokenizer_hash, &data_identity_, outer());
   GPUMIX_CHECK_INPUT(start_ < o_.steps, "the checkpoint is at step ", start_, ", not before --steps ", o_.steps,
                      "; pass a larger --steps to train further");
 }
@@ -827,7 +830,7 @@ void Training::save_if_due(int step) {
 void Training::save_checkpoint_now(int step) {
   TraceSpan span(&tracer_, "checkpoint", "phase");
   result_.checkpoint = save_checkpoint(o_, config_, dtype_.dtype, work_, *engine_, comm_, step, run_.tokenizer_hash,
-                                       outer());
+                                       data_identity_, outer());
   saved_step_ = step;
 }
 

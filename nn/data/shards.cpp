@@ -177,6 +177,12 @@ TokenShards::TokenShards(const std::string& spec, bool headerless, int64_t vocab
   tokens_ = TokenView::concat(parts);
 }
 
+std::vector<std::string> TokenShards::paths() const {
+  std::vector<std::string> out;
+  for (const File& f : files_) out.push_back(f.path);
+  return out;
+}
+
 std::string TokenShards::describe() const {
   const File& f = files_.front();
   bool one_kind = true, narrow = false, wide = false;

@@ -48,6 +48,8 @@ class TokenShards {
   size_t num_files() const { return files_.size(); }
   // "token file", "3 llm.c shards (uint16)", "nanoGPT .bin (uint16)", ... for the settings.
   std::string describe() const;
+  // The files read, in order.
+  std::vector<std::string> paths() const;
 
  private:
   struct File {

@@ -495,6 +495,46 @@ TEST_F(Shards, TrainFromGlobsAsFromTheTokenFileAndResumeBitwise) {
   EXPECT_EQ(log_losses(path("nanogpt")), log_losses(base()));
 }
 
+TEST_F(Shards, ResumeOnChangedShardsIsRefusedByName) {
+  // A run on a copy of the shards, checkpointed at step 3; then its data moves, changes,
+  // loses a file, gains one, or becomes text.
+  const std::string mine = path("own_shards"), moved = path("moved_shards");
+  fs::create_directories(mine);
+  for (const auto& e : fs::directory_iterator(shards()))
+    if (e.is_regular_file()) fs::copy_file(e.path(), mine + "/" + e.path().filename().string());
+  const std::vector<std::string> val = {"--val-data", mine + "/val_*.bin", "--vocab-size", "512"};
+  std::vector<std::string> flags = val;
+  flags.insert(flags.end(), {"--steps", "3", "--ckpt-interval", "3"});
+  Result r = gpumix(train_args(path("identity"), flags, mine + "/train_*.bin"), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  const std::string ckpt = path("identity") + "/ckpt-000003";
+  const auto resume = [&](const std::string& out, const std::string& train, const std::string& val_glob) {
+    return gpumix(train_args(out, {"--val-data", val_glob, "--vocab-size", "512", "--resume", ckpt}, train), dir_);
+  };
+  // The same files in another folder: names, sizes and headers agree, so it resumes.
+  fs::copy(mine, moved);
+  r = resume(path("identity_moved"), moved + "/train_*.bin", moved + "/val_*.bin");
+  EXPECT_EQ(r.code, 0) << show(r);
+  // A shard rewritten one token shorter: named, with both sizes.
+  const std::string second = mine + "/train_1001.bin";
+  const std::vector<int32_t> ids = gpumix::data::TokenShards(second, false, 512).tokens().to_vector();
+  gpumix::data::write_llmc_shard(second, gpumix::data::TokenView(ids).slice(0, ids.size() - 1), 4);
+  const std::string bytes_now = std::to_string(fs::file_size(second)), bytes_then = std::to_string(fs::file_size(moved + "/train_1001.bin"));
+  expect_failure(resume(path("identity_changed"), mine + "/train_*.bin", mine + "/val_*.bin"),
+                 {"--data file 2", "train_1001.bin", bytes_now + " bytes", bytes_then + " bytes", ckpt, "--init-from"});
+  expect_nothing_written(path("identity_changed"));
+  // A validation shard missing, and a training shard more.
+  fs::remove(moved + "/val_1001.bin");
+  expect_failure(resume(path("identity_missing"), moved + "/train_*.bin", moved + "/val_*.bin"),
+                 {"--val-data", "val_1001.bin", "is missing"});
+  fs::copy_file(moved + "/train_1000.bin", moved + "/train_9999.bin");
+  expect_failure(resume(path("identity_new"), moved + "/train_*.bin", mine + "/val_*.bin"),
+                 {"--data", "train_9999.bin", "is new"});
+  // Text instead of the token data.
+  expect_failure(gpumix(train_args(path("identity_text"), {"--resume", ckpt}, kCorpus), dir_),
+                 {ckpt, "was trained on token data", "text"});
+}
+
 TEST_F(Shards, BadTokenDataIsRefusedWithNothingWritten) {
   const std::string out = path("bad_shards"), train = shards() + "/train_*.bin";
   const std::vector<std::string> val = {"--val-data", shards() + "/val_*.bin"};
