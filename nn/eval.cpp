@@ -93,7 +93,7 @@ EvalResult evaluate(const EvalOptions& o, const std::function<void(int64_t, int6
     GPUMIX_CHECK_INPUT(tok.has_value(), "cannot encode the text corpus ", o.data, ": ", tokenizer_error,
                        "; pass a token file of the model's vocabulary (", V, " ids) instead");
     data::CorpusInfo info;
-    const std::string text = data::read_corpus(o.data, o.format, &info);
+    const std::string text = data::read_corpus(o.data, o.format, &info, o.text_field);
     r.format = info.describe();
     r.warning = info.warning(o.data);
     tokens = tok->encode(text);

@@ -21,6 +21,7 @@ struct EvalOptions {
   std::string model;  // or a Hugging Face GPT-2 folder (nn/hf/gpt2.h)
   std::string data;   // text corpus (file or folder) or token file
   data::CorpusFormat format = data::CorpusFormat::auto_detect;
+  std::string text_field = data::kDefaultTextField;  // a JSONL line's field holding its text
   int64_t windows = 0;  // the first N windows of the model's context (0: all)
   DType dtype = DType::f32;
   int threads = 0;

@@ -108,12 +108,13 @@ RunData prepare_data(const TrainOptions& o, bool may_train_tokenizer) {
   GPUMIX_CHECK_INPUT(o.val_data.empty(), "--val-data takes token data (a token file or shards), and --data ", o.data,
                      " is text: its validation split is its last --val-fraction (", o.val_fraction, "); encode "
                      "both with `gpumix tokenizer encode` to validate on other data");
-  GPUMIX_CHECK_INPUT(!fs::is_regular_file(o.data) || !looks_binary(o.data), "training data '", o.data,
+  GPUMIX_CHECK_INPUT(!fs::is_regular_file(o.data) || data::is_gzip_file(o.data) || !looks_binary(o.data),
+                     "training data '", o.data,
                      "' is neither token data (it starts with neither GPUMix's magic \"GPMXTOK\" nor an llm.c "
                      "shard header) nor text (it holds NUL bytes); pass a token file written by `gpumix tokenizer "
                      "encode` (re-encode a damaged one), --format nanogpt for nanoGPT's .bin, or a text corpus");
   data::CorpusInfo info;
-  const std::string text = data::read_corpus(o.data, o.format, &info);
+  const std::string text = data::read_corpus(o.data, o.format, &info, o.text_field);
   d.format = info.describe() + (o.format == data::CorpusFormat::auto_detect ? " (--format auto)" : "");
   d.warning = info.warning(o.data);
   GPUMIX_CHECK_INPUT(!text.empty(), "training corpus '", o.data, "' is empty; pass a corpus with text in it");

@@ -16,9 +16,10 @@ struct TrainOptions {
   std::string data;             // text corpus (file, or folder of fortune files), or token data:
                                 // a file, folder or glob of token files / llm.c / nanoGPT shards
   std::string val_data;         // token data for validation ("": the last val_fraction of data)
-  // How --data's files are read: text, fortune records, nanoGPT's raw uint16 tokens, or auto
-  // (token files by their header, else text: nn/data/corpus.h, nn/data/shards.h).
+  // How --data's files are read: text, fortune records, JSONL, nanoGPT's raw uint16 tokens, or
+  // auto (token files by their header, else text: nn/data/corpus.h, nn/data/shards.h).
   data::CorpusFormat format = data::CorpusFormat::auto_detect;
+  std::string text_field = data::kDefaultTextField;  // a JSONL line's field holding its text
   int64_t vocab_size = 0;       // the vocabulary of llm.c / nanoGPT token data (0: the
                                 // tokenizer's, else the preset's)
   // Or tokens held by the caller (the C API), which must outlive train(): all below V.

@@ -7,7 +7,7 @@
 #   2. tests/fuzz/run_fuzz.sh: every libFuzzer target for FUZZ_SECONDS (10) s from its
 #      committed corpus; results in build-san/fuzz-logs/fuzz.junit.xml.
 # tools/test.sh counts those files in its closing line. Bounds, for a slow machine:
-#   FUZZ_SECONDS=N       seconds per fuzz target (default 10 here, 11 targets: 2 minutes of
+#   FUZZ_SECONDS=N       seconds per fuzz target (default 10 here, 12 targets: 2 minutes of
 #                        a .ci/run that must stay under 45; run_fuzz.sh's own default is 15)
 #   ASAN_TESTS="..."     only these meson tests under the sanitizers, by name (default: all
 #                        but SAN_EXCLUDE, see tools/sanitize.sh)

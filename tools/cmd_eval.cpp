@@ -35,7 +35,8 @@ int cmd_eval(int argc, char** argv) {
                                      "per token");
   choices_opt->excludes(data);
   app.add_option("--examples", examples, "with --choices: the first N examples (0: all)")->needs(choices_opt);
-  app.add_option("--format", format, "how a text corpus is read: auto, text or fortunes (as `gpumix train`)");
+  app.add_option("--format", format, std::string("how a text corpus is read: ") + gpumix::data::kTextFormatsHelp);
+  app.add_option("--text-field", o.text_field, "the field of a JSONL line that holds its text")->capture_default_str();
   app.add_option("--windows", o.windows, "evaluate the first N windows of the model's context (0: all)")
       ->excludes(choices_opt);
   app.add_option("--dtype", dtype, "compute dtype: fp32 (default) or bf16");

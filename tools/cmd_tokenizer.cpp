@@ -32,13 +32,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 CorpusFormat corpus_format = CorpusFormat::auto_detect;  // --format
+std::string text_field = kDefaultTextField;              // --text-field
 
 std::string read_text_corpus(const std::string& path, size_t* num_docs) {
   if (is_token_file(path)) {
     throw std::runtime_error("'" + path + "' is already a token file; pass the text corpus it was made from");
   }
   CorpusInfo info;
-  const auto docs = read_documents(path, corpus_format, &info);
+  const auto docs = read_documents(path, corpus_format, &info, text_field);
   *num_docs = docs.size();
   std::printf("format     %s (--format %s)\n", info.describe().c_str(), corpus_format_name(corpus_format));
   const std::string warning = info.warning(path);
@@ -150,24 +151,26 @@ int cmd_tokenizer(int argc, char** argv) {
   int vocab = 8192;
 
   auto* train = app.add_subcommand("train", "learn BPE merges from a corpus and write the tokenizer file");
-  train->add_option("--data", data, "corpus: text file, fortunes file or folder")->required();
+  train->add_option("--data", data, "corpus: text, JSONL or fortunes file (gzip-compressed or not) or a folder of them")->required();
   train->add_option("--vocab", vocab, "vocabulary size: 256 bytes + merges + <|endoftext|>")
       ->check(CLI::Range(257, 1 << 24))
       ->capture_default_str();
   train->add_option("--out", out, "tokenizer file to write")->required();
   std::string format = "auto";
-  const char* format_help = "how the corpus is read: auto (fortune records where a file has a .dat twin or "
-                            "reads as %-separated short records, else text), text, fortunes";
+  const std::string format_help = std::string("how the corpus is read: ") + kTextFormatsHelp;
+  const char* text_field_help = "the field of a JSONL line that holds its text";
   train->add_option("--format", format, format_help);
+  train->add_option("--text-field", text_field, text_field_help)->capture_default_str();
 
   auto* encode = app.add_subcommand("encode", "encode a corpus into a token file");
   bool bytes = false;
   auto* encode_tokenizer = encode->add_option("--tokenizer", tokenizer, "tokenizer file (from `tokenizer train`)");
   encode->add_flag("--bytes", bytes, "no tokenizer: each byte of the file is one id (vocabulary 256)")
       ->excludes(encode_tokenizer);
-  encode->add_option("--data", data, "corpus: text file, fortunes file or folder")->required();
+  encode->add_option("--data", data, "corpus: text, JSONL or fortunes file (gzip-compressed or not) or a folder of them")->required();
   encode->add_option("--out", out, "token file to write")->required();
   encode->add_option("--format", format, format_help);
+  encode->add_option("--text-field", text_field, text_field_help)->capture_default_str();
 
   auto* decode = app.add_subcommand("decode", "decode a token file back to text");
   decode->add_option("--tokenizer", tokenizer, "tokenizer file")->required();

@@ -73,9 +73,9 @@ int cmd_train(int argc, char** argv) {
                  "token data for validation, as --data (default: the last --val-fraction of --data)");
   std::string format = "auto";
   app.add_option("--format", format,
-                 "how --data is read: auto (token files and llm.c shards by their header; fortune records where "
-                 "a file has a .dat twin or reads as %-separated short records, else text), text (every file one "
-                 "document), fortunes, nanogpt (nanoGPT's headerless uint16 train.bin / val.bin)");
+                 std::string("how --data is read: token files and llm.c shards by their header; text by ") +
+                     gpumix::data::kTextFormatsHelp + "; or nanogpt (nanoGPT's headerless uint16 train.bin / val.bin)");
+  app.add_option("--text-field", o.text_field, "the field of a JSONL line that holds its text")->capture_default_str();
   app.add_option("--vocab-size", o.vocab_size,
                  "the model's vocabulary for llm.c / nanoGPT token data, every token below it (default: the "
                  "tokenizer's, else the preset's; 50257 for GPT-2's)");

@@ -34,6 +34,7 @@ packages=(meson ninja-build pkg-config g++ gfortran python3
           libdnnl-dev libopenmpi-dev openmpi-bin
           nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev libbenchmark-dev
           libpcre2-dev  # GPT-2's Unicode pre-tokenizer regex
+          zlib1g-dev  # gzip-compressed corpora
           fortunes)
 # The test command's alone (~370 MB installed of the ~900 MB both lists add to Debian's base):
 test_packages=(iproute2  # tools/cluster: network namespaces, veth links, tc shaping (the emulated nodes)

@@ -37,7 +37,7 @@ mkdir -p "$DEPS"
 # ---- the fallback's Debian packages ----------------------------------------------------------
 if [ "${GPUMIX_PREPARE_DEPS:-1}" = 1 ] && [ "$EMULATED" = 0 ]; then
   PKGS=(libgtest-dev libbenchmark-dev libbenchmark1debian libdnnl2 libdnnl-dev
-        nlohmann-json3-dev libcli11-dev libpcre2-dev libpcre2-8-0 libxxhash-dev libxxhash0
+        nlohmann-json3-dev libcli11-dev libpcre2-dev libpcre2-8-0 libxxhash-dev libxxhash0 zlib1g-dev
         pkgconf pkgconf-bin libpkgconf3 fortunes)
   rm -rf "$DEPS/debs" "$DEPS/root" "$DEPS/deps.tar.xz"
   mkdir -p "$DEPS/debs" "$DEPS/root"

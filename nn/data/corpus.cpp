@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
+
+#include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include "nn/data/bpe.h"
 #include "nn/data/file_util.h"
@@ -28,9 +32,13 @@ std::string percent(double share) {
   return buf;
 }
 
-void read_file_documents(const std::string& path, CorpusFormat format, std::vector<std::string>& docs,
-                         CorpusInfo& info) {
-  std::string text = read_file(path);
+void read_file_documents(const std::string& path, CorpusFormat format, const std::string& text_field,
+                         std::vector<std::string>& docs, CorpusInfo& info) {
+  const bool gzip = is_gzip_file(path);
+  std::string text = gzip ? read_gzip_file(path) : read_file(path);
+  // The name a compressed file's contents are read by: "a.jsonl.gz" holds "a.jsonl".
+  const std::string name = gzip && ends_with(path, ".gz") ? path.substr(0, path.size() - 3) : path;
+  info.gzip_files += gzip;
   const int64_t invalid = invalid_utf8_bytes(text);
   const double share = text.empty() ? 0 : (double)invalid / (double)text.size();
   if (format == CorpusFormat::text && share > kMaxInvalidUtf8Share)
@@ -44,9 +52,14 @@ void read_file_documents(const std::string& path, CorpusFormat format, std::vect
     info.worst_share = share;
     info.worst_file = path;
   }
-  const bool fortunes = format == CorpusFormat::fortunes ||
-                        (format == CorpusFormat::auto_detect && looks_like_fortunes(path, text));
-  if (fortunes) {
+  const bool auto_detect = format == CorpusFormat::auto_detect;
+  if (format == CorpusFormat::jsonl || (auto_detect && looks_like_jsonl(name, text, text_field))) {
+    ++info.jsonl_files;
+    for (auto& d : parse_jsonl(text, path, text_field)) {
+      docs.push_back(std::move(d));
+      ++info.jsonl_records;
+    }
+  } else if (format == CorpusFormat::fortunes || (auto_detect && looks_like_fortunes(name, text))) {
     ++info.fortune_files;
     for (auto& d : parse_fortunes(text)) {
       docs.push_back(std::move(d));
@@ -58,16 +71,23 @@ void read_file_documents(const std::string& path, CorpusFormat format, std::vect
   }
 }
 
+// "JSONL file 'a.jsonl' line 3", where a JSONL error is.
+std::string jsonl_where(const std::string& name, int64_t line) {
+  return "JSONL file '" + name + "' line " + with_commas(line);
+}
+
 }  // namespace
 
 CorpusFormat parse_corpus_format(const std::string& name) {
   if (name == "auto") return CorpusFormat::auto_detect;
   if (name == "text") return CorpusFormat::text;
   if (name == "fortunes") return CorpusFormat::fortunes;
+  if (name == "jsonl") return CorpusFormat::jsonl;
   if (name == "nanogpt") return CorpusFormat::nanogpt;
   throw std::invalid_argument("--format " + name + " is not a data format; pass auto (token files by their header, "
-                              "fortunes where a file looks like the fortunes package's, else text), text, fortunes or "
-                              "nanogpt (nanoGPT's headerless uint16 train.bin / val.bin)");
+                              "JSONL by its name or first line, fortunes where a file looks like the fortunes "
+                              "package's, else text), text, fortunes, jsonl (one JSON object a line, the text under "
+                              "--text-field) or nanogpt (nanoGPT's headerless uint16 train.bin / val.bin)");
 }
 
 const char* corpus_format_name(CorpusFormat format) {
@@ -75,18 +95,33 @@ const char* corpus_format_name(CorpusFormat format) {
     case CorpusFormat::auto_detect: return "auto";
     case CorpusFormat::text: return "text";
     case CorpusFormat::fortunes: return "fortunes";
+    case CorpusFormat::jsonl: return "jsonl";
     case CorpusFormat::nanogpt: return "nanogpt";
   }
   return "?";
 }
 
 std::string CorpusInfo::describe() const {
-  const std::string fortunes =
-      fortune_files == 1 ? "fortunes (" + with_commas(records) + " records)"
-                         : "fortunes (" + with_commas(fortune_files) + " files, " + with_commas(records) + " records)";
-  if (fortune_files == 0) return text_files > 1 ? "text (" + with_commas(text_files) + " files)" : "text";
-  if (text_files == 0) return fortunes;
-  return fortunes + " + text (" + with_commas(text_files) + (text_files == 1 ? " file)" : " files)");
+  // One part per kind of file read: its files (when more than one) and its records.
+  const auto part = [](const char* kind, int64_t files, const int64_t* records) {
+    std::string inside;
+    if (files > 1) inside = with_commas(files) + " files";
+    if (records) inside += (inside.empty() ? "" : ", ") + with_commas(*records) + (*records == 1 ? " record" : " records");
+    if (inside.empty() && files == 1 && !records) return std::string(kind);
+    return std::string(kind) + " (" + inside + ")";
+  };
+  std::vector<std::string> parts;
+  if (jsonl_files) parts.push_back(part("jsonl", jsonl_files, &jsonl_records));
+  if (fortune_files) parts.push_back(part("fortunes", fortune_files, &records));
+  if (text_files) {
+    const bool alone = parts.empty();
+    parts.push_back(alone ? part("text", text_files, nullptr)
+                          : "text (" + with_commas(text_files) + (text_files == 1 ? " file)" : " files)"));
+  }
+  std::string out = parts.empty() ? "text" : parts[0];
+  for (size_t i = 1; i < parts.size(); ++i) out += " + " + parts[i];
+  if (gzip_files) out += ", " + with_commas(gzip_files) + " gzip-compressed";
+  return out;
 }
 
 std::string CorpusInfo::warning(const std::string& path) const {
@@ -196,15 +231,112 @@ std::vector<std::string> parse_fortunes(std::string_view text) {
   return docs;
 }
 
-std::vector<std::string> read_documents(const std::string& path, CorpusFormat format, CorpusInfo* info_out) {
+bool looks_like_jsonl(const std::string& name, std::string_view text, const std::string& text_field) {
+  if (ends_with(name, ".jsonl") || ends_with(name, ".ndjson")) return true;
+  const size_t start = text.find_first_not_of(" \t\r\n");
+  if (start == std::string_view::npos || text[start] != '{') return false;
+  const size_t end = text.find('\n', start);
+  const auto first = nlohmann::json::parse(text.substr(start, end == std::string_view::npos ? end : end - start),
+                                           nullptr, /*allow_exceptions=*/false);
+  return first.is_object() && first.contains(text_field) && first[text_field].is_string();
+}
+
+bool is_gzip_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char magic[2] = {};
+  in.read(reinterpret_cast<char*>(magic), 2);
+  return in.gcount() == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+}
+
+std::string read_gzip_file(const std::string& path) {
+  const std::string packed = read_file(path);
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)  // 16: a gzip header and trailer
+    throw std::runtime_error("cannot start zlib to read '" + path + "'");
+  std::string out;
+  char buf[1 << 16];
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(packed.data()));
+  z.avail_in = (uInt)packed.size();  // read_file's files fit: a corpus file is read whole
+  int rc = Z_OK;
+  while (true) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof buf;
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buf, sizeof buf - z.avail_out);
+    if (rc == Z_STREAM_END) {
+      if (z.avail_in == 0) break;
+      inflateReset(&z);  // another member follows, as `cat a.gz b.gz` makes
+      continue;
+    }
+    if (rc != Z_OK) break;
+    if (z.avail_in == 0 && z.avail_out != 0) {
+      rc = Z_BUF_ERROR;  // all input used, yet the stream did not end
+      break;
+    }
+  }
+  const std::string why = rc == Z_BUF_ERROR ? "it ends early (truncated?)" : (z.msg ? z.msg : "zlib error " + std::to_string(rc));
+  const uLong read = z.total_in;
+  inflateEnd(&z);
+  if (rc != Z_STREAM_END)
+    throw std::runtime_error("gzip file '" + path + "' is damaged: " + why + ", after " + with_commas((int64_t)read) +
+                             " of its " + with_commas((int64_t)packed.size()) + " bytes; check it with `gzip -t`, "
+                             "or pass it decompressed");
+  return out;
+}
+
+std::vector<std::string> parse_jsonl(std::string_view text, const std::string& name, const std::string& text_field) {
+  std::vector<std::string> docs;
+  int64_t line_no = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (is_blank(line)) continue;
+    nlohmann::json record;
+    try {
+      record = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
+      throw std::runtime_error(jsonl_where(name, line_no) + " is not JSON (" + e.what() + "); JSONL holds one JSON "
+                               "object a line. Pass --format text to read the file as plain text");
+    }
+    if (!record.is_object())
+      throw std::runtime_error(jsonl_where(name, line_no) + " is a JSON " + record.type_name() +
+                               ", not an object; JSONL holds one object a line, its text under \"" + text_field + "\"");
+    const auto field = record.find(text_field);
+    if (field == record.end()) {
+      std::string keys;
+      for (const auto& [key, value] : record.items()) {
+        if (keys.size() > 200) {
+          keys += ", ...";
+          break;
+        }
+        keys += (keys.empty() ? "\"" : ", \"") + key + "\" (" + value.type_name() + ")";
+      }
+      throw std::runtime_error(jsonl_where(name, line_no) + " has no field \"" + text_field + "\"; it has " +
+                               (keys.empty() ? "none" : keys) + ". Pass --text-field NAME for the field that holds "
+                               "the document's text");
+    }
+    if (!field->is_string())
+      throw std::runtime_error(jsonl_where(name, line_no) + ": field \"" + text_field + "\" is a " +
+                               field->type_name() + ", not a string; pass --text-field NAME for the text's field");
+    std::string doc = field->get<std::string>();
+    if (!is_blank(doc)) docs.push_back(std::move(doc));
+  }
+  return docs;
+}
+
+std::vector<std::string> read_documents(const std::string& path, CorpusFormat format, CorpusInfo* info_out,
+                                        const std::string& text_field) {
   if (format == CorpusFormat::nanogpt)
     throw std::invalid_argument("corpus '" + path + "': --format nanogpt is token data (nanoGPT's uint16 .bin), not text");
   CorpusInfo info;
   std::error_code ec;
   const auto status = fs::status(path, ec);
   if (ec || !fs::exists(status)) {
-    throw std::runtime_error("corpus '" + path + "' does not exist — pass a text file, a fortunes file or a "
-                             "folder of them (e.g. /usr/share/games/fortunes after `apt-get install fortunes`)");
+    throw std::runtime_error("corpus '" + path + "' does not exist — pass a text, JSONL or fortunes file "
+                             "(gzip-compressed or not) or a folder of them (e.g. /usr/share/games/fortunes after `apt-get install fortunes`)");
   }
   std::vector<std::string> docs;
   if (fs::is_directory(status)) {
@@ -216,9 +348,9 @@ std::vector<std::string> read_documents(const std::string& path, CorpusFormat fo
       files.push_back(entry.path().string());
     }
     std::sort(files.begin(), files.end());
-    for (const auto& f : files) read_file_documents(f, format, docs, info);
+    for (const auto& f : files) read_file_documents(f, format, text_field, docs, info);
   } else {
-    read_file_documents(path, format, docs, info);
+    read_file_documents(path, format, text_field, docs, info);
   }
   if (docs.empty()) {
     throw std::runtime_error("corpus '" + path + "' holds no text — pass a non-empty text file or folder");
@@ -239,8 +371,8 @@ std::string join_documents(const std::vector<std::string>& docs) {
   return out;
 }
 
-std::string read_corpus(const std::string& path, CorpusFormat format, CorpusInfo* info) {
-  return join_documents(read_documents(path, format, info));
+std::string read_corpus(const std::string& path, CorpusFormat format, CorpusInfo* info, const std::string& text_field) {
+  return join_documents(read_documents(path, format, info, text_field));
 }
 
 }  // namespace gpumix::data

@@ -3,16 +3,23 @@
 // A path is read as:
 //   - a folder: every regular file in it (not in subfolders), in name order, skipping
 //     hidden files and the fortune index files `*.dat` and `*.u8`; each file as below;
+//   - a gzip-compressed file (by its magic bytes, whatever its name): its decompressed
+//     contents, read as below by its name without `.gz`;
+//   - a JSONL file: one document per line, each line a JSON object holding the document's
+//     text as a string under `text_field` ("text" by default, `--text-field`); blank lines
+//     and documents of only whitespace are dropped;
 //   - a file in the fortunes format: one document per record (the text between lines
 //     holding only `%`), with backspace overstrikes ("_\bx", "x\bx") reduced to the last
 //     character and records that are only whitespace dropped;
 //   - any other file (text): one document, its whole contents.
 //
-// Which files are fortunes is the format's choice (`--format`): `text` none, `fortunes`
-// every file, `auto` (the default) a file that
-//   - has a `.dat` twin (FILE.dat: strfile's index, which `fortune` needs, so every file of
-//     the fortunes package, /usr/share/games/fortunes, has one), or else
-//   - reads as fortune records: at least 2 lines holding only `%`, at least 90% of the
+// Which files are JSONL or fortunes is the format's choice (`--format`): `text` none,
+// `jsonl` and `fortunes` every file, `auto` (the default)
+//   - JSONL: a file named `*.jsonl` or `*.ndjson`, or whose first line is a JSON object
+//     holding a string under `text_field`;
+//   - fortunes: a file that has a `.dat` twin (FILE.dat: strfile's index, which `fortune`
+//     needs, so every file of the fortunes package, /usr/share/games/fortunes, has one), or
+//     else reads as fortune records: at least 2 lines holding only `%`, at least 90% of the
 //     records they separate at most 2 KiB, and lines that start with `%` but hold more
 //     (LaTeX's comments) fewer than a tenth of the bare ones.
 // So a LaTeX file or any text that merely holds a `%` line stays one document.
@@ -27,9 +34,19 @@ namespace gpumix::data {
 
 // How --data's files are read (`--format`). nanogpt is token data, not text: nanoGPT's
 // headerless uint16 train.bin / val.bin (nn/data/shards.h reads it; read_documents refuses it).
-enum class CorpusFormat { auto_detect, text, fortunes, nanogpt };
+enum class CorpusFormat { auto_detect, text, fortunes, jsonl, nanogpt };
 
-// "auto", "text", "fortunes", "nanogpt" -> the format; throws std::invalid_argument naming them.
+// The JSON field a JSONL line's document is read from unless `--text-field` says otherwise.
+inline constexpr const char* kDefaultTextField = "text";
+
+// The text formats as the commands' --format help names them (the rules above).
+inline constexpr const char* kTextFormatsHelp =
+    "auto (JSONL where a file is named .jsonl or its first line is an object holding --text-field; fortune "
+    "records where a file has a .dat twin or reads as %-separated short records; else text), text (every file "
+    "one document), fortunes, jsonl; gzip-compressed files are read decompressed";
+
+// "auto", "text", "fortunes", "jsonl", "nanogpt" -> the format; throws std::invalid_argument
+// naming them.
 CorpusFormat parse_corpus_format(const std::string& name);
 const char* corpus_format_name(CorpusFormat format);
 
@@ -39,12 +56,15 @@ constexpr double kMaxInvalidUtf8Share = 0.10;
 
 // What reading a corpus found, for the settings table and the warning above.
 struct CorpusInfo {
-  int64_t text_files = 0, fortune_files = 0;
-  int64_t records = 0;  // documents from the fortune files
-  int64_t bytes = 0, invalid_utf8_bytes = 0;  // over every file read
+  int64_t text_files = 0, fortune_files = 0, jsonl_files = 0;
+  int64_t records = 0;        // documents from the fortune files
+  int64_t jsonl_records = 0;  // documents from the JSONL files
+  int64_t gzip_files = 0;     // of all the files above, those read through gzip
+  int64_t bytes = 0, invalid_utf8_bytes = 0;  // over every file read (decompressed)
   std::string worst_file;                     // the file with the largest invalid share
   double worst_share = 0;
-  // "text", "fortunes (1,234 records)", "fortunes (3 files, 1,234 records) + text (2 files)".
+  // "text", "fortunes (1,234 records)", "fortunes (3 files, 1,234 records) + text (2 files)",
+  // "jsonl (2 files, 5,000 records; 1 gzip-compressed)".
   std::string describe() const;
   // "" or the warning: "corpus X is mostly not text: 43% of its bytes are not UTF-8 ...".
   std::string warning(const std::string& path) const;
@@ -53,13 +73,29 @@ struct CorpusInfo {
 // Whether `auto` reads the file `path` holding `text` as fortunes (the rule above).
 bool looks_like_fortunes(const std::string& path, std::string_view text);
 
+// Whether `auto` reads the file `name` (without `.gz`) holding `text` as JSONL.
+bool looks_like_jsonl(const std::string& name, std::string_view text, const std::string& text_field = kDefaultTextField);
+
+// Whether the file starts with gzip's magic bytes (1f 8b).
+bool is_gzip_file(const std::string& path);
+
+// The decompressed contents of a gzip file (every member, as `zcat` reads them); throws
+// std::runtime_error naming the file and what zlib found (damaged, truncated).
+std::string read_gzip_file(const std::string& path);
+
+// The documents of one JSONL text (`name` for errors): throws std::runtime_error naming the
+// file and line when a line is not a JSON object or its `text_field` is missing or not a
+// string (naming the fields the line has).
+std::vector<std::string> parse_jsonl(std::string_view text, const std::string& name,
+                                     const std::string& text_field = kDefaultTextField);
+
 // Bytes of `text` that are not part of a well-formed UTF-8 sequence.
 int64_t invalid_utf8_bytes(std::string_view text);
 
 // Throws std::runtime_error naming the path when it is missing, unreadable, or yields no
 // text at all; with CorpusFormat::text also when a file is mostly not UTF-8 text.
 std::vector<std::string> read_documents(const std::string& path, CorpusFormat format = CorpusFormat::auto_detect,
-                                        CorpusInfo* info = nullptr);
+                                        CorpusInfo* info = nullptr, const std::string& text_field = kDefaultTextField);
 
 // The records of one fortunes-format text.
 std::vector<std::string> parse_fortunes(std::string_view text);
@@ -72,6 +108,6 @@ std::string join_documents(const std::vector<std::string>& docs);
 
 // read_documents then join_documents.
 std::string read_corpus(const std::string& path, CorpusFormat format = CorpusFormat::auto_detect,
-                        CorpusInfo* info = nullptr);
+                        CorpusInfo* info = nullptr, const std::string& text_field = kDefaultTextField);
 
 }  // namespace gpumix::data

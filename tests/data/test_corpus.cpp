@@ -1,4 +1,4 @@
-// Corpus reading: fortunes records, overstrikes, folders, plain files, errors.
+// Corpus reading: fortunes records, overstrikes, JSONL, gzip, folders, plain files, errors.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -6,6 +6,7 @@
 #include "nn/data/bpe.h"
 #include "nn/data/corpus.h"
 #include "nn/data/file_util.h"
+#include "gzip_test_util.h"
 #include "test_util.h"
 
 namespace gpumix::data {
@@ -138,6 +139,70 @@ TEST(Corpus, InvalidUtf8IsCountedAndMostlyBinaryDataIsSaid) {
   write_file_atomic(dir.file("latin1.txt"), "Caf\xe9 au lait, cr\xe8me br\xfbl\xe9" "e, and plain words besides.\n");
   read_documents(dir.file("latin1.txt"), CorpusFormat::text, &info);
   EXPECT_EQ(info.warning(dir.file("latin1.txt")), "");
+}
+
+TEST(Corpus, JsonlDocumentsUnderTheTextField) {
+  const std::string text = "{\"text\": \"first doc\\nwith two lines\", \"id\": 1}\n\n"
+                           "{\"id\": 2, \"text\": \"  \"}\r\n"
+                           "{\"text\": \"caf\\u00e9 \\ud83d\\ude00\", \"meta\": {\"text\": \"not this\"}}";
+  EXPECT_EQ(parse_jsonl(text, "a.jsonl"), (D{"first doc\nwith two lines", "caf\xc3\xa9 \xf0\x9f\x98\x80"}));
+  EXPECT_EQ(parse_jsonl("{\"body\": \"x\", \"text\": \"y\"}\n", "a.jsonl", "body"), (D{"x"}));
+}
+
+TEST(Corpus, JsonlErrorsNameTheFileLineAndFix) {
+  const std::string ok = "{\"text\": \"fine\"}\n";
+  EXPECT_ERROR_HAS(parse_jsonl(ok + ok + "{\"text\": \"cut\n", "web.jsonl"), "web.jsonl", "line 3", "is not JSON",
+                   "--format text");
+  EXPECT_ERROR_HAS(parse_jsonl(ok + "[1, 2]\n", "web.jsonl"), "line 2", "array", "not an object");
+  EXPECT_ERROR_HAS(parse_jsonl(ok + "{\"content\": \"x\", \"id\": 7}\n", "web.jsonl"), "line 2", "no field \"text\"",
+                   "\"content\" (string)", "\"id\" (number)", "--text-field");
+  EXPECT_ERROR_HAS(parse_jsonl("{\"text\": 42}\n", "web.jsonl"), "line 1", "\"text\" is a number", "--text-field");
+  EXPECT_ERROR_HAS(parse_jsonl("{\"text\": null}\n", "web.jsonl"), "line 1", "is a null");
+}
+
+TEST(Corpus, JsonlFoundByNameOrFirstLine) {
+  test::TempDir dir;
+  write_file_atomic(dir.file("a.jsonl"), "{\"text\": \"one\"}\n{\"text\": \"two\"}\n");
+  write_file_atomic(dir.file("b.json"), "{\"text\": \"three\"}\n");  // no .jsonl name: the first line says
+  write_file_atomic(dir.file("c.txt"), "{ braces in prose, not JSON }\n");
+  CorpusInfo info;
+  EXPECT_EQ(read_documents(dir.path().string(), CorpusFormat::auto_detect, &info),
+            (D{"one", "two", "three", "{ braces in prose, not JSON }\n"}));
+  EXPECT_EQ(info.jsonl_files, 2);
+  EXPECT_EQ(info.jsonl_records, 3);
+  EXPECT_EQ(info.describe(), "jsonl (2 files, 3 records) + text (1 file)");
+  // A first line of another field is text unless --text-field names it.
+  write_file_atomic(dir.file("d.json"), "{\"body\": \"four\"}\n");
+  EXPECT_EQ(read_documents(dir.file("d.json")), (D{"{\"body\": \"four\"}\n"}));
+  EXPECT_EQ(read_documents(dir.file("d.json"), CorpusFormat::auto_detect, nullptr, "body"), (D{"four"}));
+  // --format jsonl reads every file as JSONL; --format text none.
+  EXPECT_ERROR_HAS(read_documents(dir.path().string(), CorpusFormat::jsonl), "c.txt", "line 1", "is not JSON");
+  EXPECT_EQ(read_documents(dir.file("a.jsonl"), CorpusFormat::text).size(), 1u);
+  EXPECT_EQ(parse_corpus_format("jsonl"), CorpusFormat::jsonl);
+}
+
+TEST(Corpus, GzipFilesAreReadDecompressed) {
+  test::TempDir dir;
+  const std::string jsonl = "{\"text\": \"zipped one\"}\n{\"text\": \"zipped two\"}\n";
+  write_file_atomic(dir.file("part.jsonl.gz"), test::gzip_compress(jsonl));
+  write_file_atomic(dir.file("jokes.gz"), test::gzip_compress("joke 1\n%\njoke 2\n%\njoke 3\n"));
+  // Two members, as `cat a.gz b.gz` makes: zcat reads both.
+  write_file_atomic(dir.file("story.txt.gz"), test::gzip_compress("Once upon ") + test::gzip_compress("a time.\n"));
+  CorpusInfo info;
+  EXPECT_EQ(read_documents(dir.path().string(), CorpusFormat::auto_detect, &info),
+            (D{"joke 1", "joke 2", "joke 3", "zipped one", "zipped two", "Once upon a time.\n"}));
+  EXPECT_EQ(info.gzip_files, 3);
+  EXPECT_EQ(info.describe(), "jsonl (2 records) + fortunes (3 records) + text (1 file), 3 gzip-compressed");
+  EXPECT_TRUE(is_gzip_file(dir.file("jokes.gz")));
+  EXPECT_FALSE(is_gzip_file(dir.file("nowhere")));
+  // Damaged: truncated, and a flipped byte in the deflate stream.
+  const std::string packed = test::gzip_compress(std::string(5000, 'x') + "the end\n");
+  write_file_atomic(dir.file("cut.gz"), packed.substr(0, packed.size() / 2));
+  EXPECT_ERROR_HAS(read_gzip_file(dir.file("cut.gz")), "cut.gz", "damaged", "ends early", "gzip -t");
+  std::string flipped = packed;
+  flipped[flipped.size() - 3] ^= 0x55;  // the trailer's length: the check zlib makes last
+  write_file_atomic(dir.file("bad.gz"), flipped);
+  EXPECT_ERROR_HAS(read_gzip_file(dir.file("bad.gz")), "bad.gz", "damaged", "bytes");
 }
 
 TEST(Corpus, Errors) {

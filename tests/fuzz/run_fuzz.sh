@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 dir=${GPUMIX_SAN_DIR:-build-san}
 seconds=${FUZZ_SECONDS:-15}
-all=(cluster profile plan device_spec token_file tokenizer checkpoint_meta checkpoint_data safetensors run_log choices)
+all=(cluster profile plan device_spec token_file tokenizer text_corpus checkpoint_meta checkpoint_data safetensors run_log choices)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 logs="$dir/fuzz-logs"

@@ -32,6 +32,7 @@
 #include "nn/data/loader.h"
 #include "nn/data/shards.h"
 #include "nn/gpt_config.h"
+#include "../data/gzip_test_util.h"
 #include "../nn/choices_test_file.h"
 #include "run_gpumix.h"
 
@@ -413,6 +414,44 @@ TEST_F(Tools, CorpusFormatIsExplicitAndSaid) {
   r = gpumix({"tokenizer", "encode", "--tokenizer", tokenizer(), "--data", latex, "--out", path("latex.tok")}, dir_);
   ASSERT_EQ(r.code, 0) << show(r);
   EXPECT_NE(r.out.find("format     text (--format auto)"), std::string::npos) << show(r);
+}
+
+TEST_F(Tools, TrainsOnGzippedJsonlAsOnItsText) {
+  // The tiny corpus as the one record of a gzip-compressed JSONL file: the base run's tokens,
+  // so its losses and weights.
+  const std::string corpus = read_file(kCorpus);
+  const std::string jsonl = path("tiny.jsonl.gz");
+  write_file(jsonl, gpumix::data::test::gzip_compress(nlohmann::json({{"id", 1}, {"text", corpus}}).dump() + "\n"));
+  Result r = gpumix(train_args(path("jsonl"), {}, jsonl), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("jsonl (1 record), 1 gzip-compressed (--format auto)"), std::string::npos) << show(r);
+  EXPECT_EQ(log_losses(path("jsonl")), log_losses(base()));
+  EXPECT_TRUE(read_file(path("jsonl") + "/ckpt-000006/master.bin") == read_file(base() + "/ckpt-000006/master.bin"));
+  // Records under another field, in a file that --format jsonl names as JSONL; the tokenizer
+  // reads them alike.
+  const std::string body = path("body.json");
+  std::string lines;
+  for (const char* part : {"First record.", "Second record, longer than the first.", "Third."})
+    lines += nlohmann::json({{"body", std::string(part) + " " + corpus.substr(0, 400)}}).dump() + "\n";
+  write_file(body, lines);
+  r = gpumix(train_args(path("body"), {"--steps", "1", "--format", "jsonl", "--text-field", "body"}, body), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("| format              | jsonl (3 records) "), std::string::npos) << show(r);
+  r = gpumix({"tokenizer", "encode", "--tokenizer", tokenizer(), "--data", body, "--text-field", "body", "--out",
+              path("body.tok")}, dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("format     jsonl (3 records) (--format auto)"), std::string::npos) << show(r);
+  // The wrong field, a broken line, a damaged gzip file: named, before anything is written.
+  const std::string out = path("jsonl_bad");
+  expect_failure(gpumix(train_args(out, {"--format", "jsonl"}, body), dir_),
+                 {"body.json", "line 1", "no field \"text\"", "\"body\" (string)", "--text-field"});
+  write_file(path("broken.jsonl"), lines + "{\"body\": \"no end\n");
+  expect_failure(gpumix(train_args(out, {"--text-field", "body"}, path("broken.jsonl")), dir_),
+                 {"broken.jsonl", "line 4", "is not JSON"});
+  const std::string packed = read_file(jsonl);
+  write_file(path("cut.jsonl.gz"), packed.substr(0, packed.size() - 10));
+  expect_failure(gpumix(train_args(out, {}, path("cut.jsonl.gz")), dir_), {"cut.jsonl.gz", "damaged", "gzip -t"});
+  expect_nothing_written(out);
 }
 
 // ---- token shards ---------------------------------------------------------------------------
