@@ -1,25 +1,30 @@
-// gpumix tokenizer: train a byte-level BPE tokenizer on a corpus, encode a corpus into a
-// token file, or decode a token file back to text.
+// gpumix tokenizer: train a byte-level BPE tokenizer on a corpus, encode a corpus into
+// llm.c shards or a token file, or decode a token file back to text.
 //
 //   gpumix tokenizer train  --data CORPUS --vocab N --out TOKENIZER
-//   gpumix tokenizer encode --tokenizer TOKENIZER --data CORPUS --out TOKENS
+//   gpumix tokenizer encode --tokenizer TOKENIZER --data CORPUS --out PREFIX [--shard-tokens N]
+//   gpumix tokenizer encode --tokenizer TOKENIZER --data CORPUS --out TOKENS.tok
 //   gpumix tokenizer encode --bytes --data FILE --out TOKENS    (each byte one id, vocab 256)
 //   gpumix tokenizer decode --tokenizer TOKENIZER --tokens TOKENS [--out TEXT]
 //
-// CORPUS is a text file, a fortunes file, or a folder of them (see nn/data/corpus.h).
+// CORPUS is a text, JSONL or fortunes file (gzip-compressed or not), or a folder of them
+// (see nn/data/corpus.h).
 #include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "nn/data/bpe.h"
 #include "nn/data/corpus.h"
+#include "nn/data/corpus_encode.h"
 #include "nn/data/file_util.h"
 #include "nn/data/progress.h"
+#include "nn/data/shards.h"
 #include "nn/data/token_file.h"
 #include "tools/command.h"
 
@@ -103,19 +108,56 @@ int run_encode_bytes(const std::string& data, const std::string& out) {
   return 0;
 }
 
-int run_encode(const std::string& tokenizer, const std::string& data, const std::string& out) {
+// `tokenizer encode`: streamed and parallel (nn/data/corpus_encode.h), into llm.c shards of
+// --shard-tokens, or one GPUMix token file when --out ends in .tok.
+struct EncodeFlags {
+  int64_t shard_tokens = 100'000'000;
+  bool shard_tokens_given = false;
+  int threads = 0;
+  bool quiet = false;
+};
+
+int run_encode(const std::string& tokenizer, const std::string& data, const std::string& out, const EncodeFlags& f) {
   const Tokenizer tok = Tokenizer::load(tokenizer);
-  size_t docs = 0;
-  const std::string text = read_text_corpus(data, &docs);
-  std::printf("corpus     %s: %zu documents, %.2f MB\n", data.c_str(), docs, text.size() / 1e6);
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto ids = encode_with_progress(tok, text);
-  const double s = seconds_since(t0);
-  write_token_file(out, TokenView(ids), static_cast<uint64_t>(tok.vocab_size()), tok.hash());
-  std::printf("encoded    %zu tokens in %.2f s (%.2f MB/s): %.3f bytes/token\n", ids.size(), s,
-              text.size() / 1e6 / std::max(s, 1e-9), static_cast<double>(text.size()) / ids.size());
-  std::printf("wrote      %s (vocabulary %d, %d-byte tokens, tokenizer hash %016" PRIx64 ")\n", out.c_str(),
-              tok.vocab_size(), tok.vocab_size() <= 65536 ? 2 : 4, tok.hash());
+  if (is_token_file(data)) throw std::runtime_error("'" + data + "' is already a token file; pass the text corpus it was made from");
+  const bool token_file = out.size() >= 4 && out.compare(out.size() - 4, 4, ".tok") == 0;
+  if (token_file && f.shard_tokens_given)
+    throw std::invalid_argument("--shard-tokens is for llm.c shards, and --out " + out + " names one token file (.tok); "
+                                "pass a shard prefix as --out (e.g. data/corpus_train) or drop --shard-tokens");
+  CorpusEncodeOptions o;
+  o.format = corpus_format;
+  o.text_field = text_field;
+  o.threads = f.threads;
+  o.progress = !f.quiet;
+  std::vector<int32_t> all;  // the token file's tokens
+  std::optional<ShardWriter> shards;
+  if (!token_file) shards.emplace(out, f.shard_tokens, tok.vocab_size());
+  const CorpusEncodeStats s = encode_corpus(tok, data, o, [&](TokenView ids) {
+    if (shards) {
+      shards->add(ids);
+    } else {
+      const std::vector<int32_t> v = ids.to_vector();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+  });
+  const double mb = s.info.bytes / 1e6, rate = mb / std::max(s.seconds, 1e-9);
+  std::printf("format     %s (--format %s)\n", s.info.describe().c_str(), corpus_format_name(corpus_format));
+  const std::string warning = s.info.warning(data);
+  if (!warning.empty()) std::printf("warning    %s\n", warning.c_str());
+  std::printf("corpus     %s: %" PRId64 " documents, %.2f MB\n", data.c_str(), s.documents, mb);
+  std::printf("encoded    %" PRId64 " tokens in %.2f s on %d thread%s (%.2f MB/s, %.2f MB/s a thread): %.3f bytes/token\n",
+              s.tokens, s.seconds, s.threads, s.threads == 1 ? "" : "s", rate, rate / s.threads, s.info.bytes / (double)std::max<int64_t>(s.tokens, 1));
+  if (token_file) {
+    write_token_file(out, TokenView(all), static_cast<uint64_t>(tok.vocab_size()), tok.hash());
+    std::printf("wrote      %s (vocabulary %d, %d-byte tokens, tokenizer hash %016" PRIx64 ")\n", out.c_str(),
+                tok.vocab_size(), tok.vocab_size() <= 65536 ? 2 : 4, tok.hash());
+    return 0;
+  }
+  const std::vector<std::string>& paths = shards->finish();
+  std::printf("wrote      %zu llm.c shard%s %s%s%s (uint%d, up to %" PRId64 " tokens each); train with --data '%s_*.bin' "
+              "--tokenizer %s\n", paths.size(), paths.size() == 1 ? "" : "s", paths.front().c_str(),
+              paths.size() > 1 ? " .. " : "", paths.size() > 1 ? paths.back().c_str() : "", shards->width() * 8,
+              f.shard_tokens, out.c_str(), tokenizer.c_str());
   return 0;
 }
 
@@ -162,13 +204,20 @@ int cmd_tokenizer(int argc, char** argv) {
   train->add_option("--format", format, format_help);
   train->add_option("--text-field", text_field, text_field_help)->capture_default_str();
 
-  auto* encode = app.add_subcommand("encode", "encode a corpus into a token file");
+  auto* encode = app.add_subcommand("encode", "encode a corpus into llm.c shards or a token file, streamed, on every core");
   bool bytes = false;
   auto* encode_tokenizer = encode->add_option("--tokenizer", tokenizer, "tokenizer file (from `tokenizer train`)");
   encode->add_flag("--bytes", bytes, "no tokenizer: each byte of the file is one id (vocabulary 256)")
       ->excludes(encode_tokenizer);
   encode->add_option("--data", data, "corpus: text, JSONL or fortunes file (gzip-compressed or not) or a folder of them")->required();
-  encode->add_option("--out", out, "token file to write")->required();
+  encode->add_option("--out", out, "shard prefix: llm.c shards PREFIX_000000.bin, ...; or one token file NAME.tok")
+      ->required();
+  EncodeFlags encode_flags;
+  encode->add_option("--shard-tokens", encode_flags.shard_tokens, "tokens per llm.c shard (the last holds the rest)")
+      ->capture_default_str()
+      ->each([&](const std::string&) { encode_flags.shard_tokens_given = true; });
+  encode->add_option("--threads", encode_flags.threads, "threads encoding (default: the cores)");
+  encode->add_flag("--quiet", encode_flags.quiet, "no progress bar");
   encode->add_option("--format", format, format_help);
   encode->add_option("--text-field", text_field, text_field_help)->capture_default_str();
 
@@ -188,7 +237,7 @@ int cmd_tokenizer(int argc, char** argv) {
   if (encode->parsed() && bytes) return run_encode_bytes(data, out);
   if (encode->parsed() && tokenizer.empty())
     throw std::invalid_argument("tokenizer encode needs --tokenizer FILE (from `tokenizer train`), or --bytes");
-  if (encode->parsed()) return run_encode(tokenizer, data, out);
+  if (encode->parsed()) return run_encode(tokenizer, data, out, encode_flags);
   return run_decode(tokenizer, tokens, out);
 }
 

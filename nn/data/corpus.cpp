@@ -1,6 +1,8 @@
 #include "nn/data/corpus.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -30,45 +32,6 @@ std::string percent(double share) {
   char buf[32];
   std::snprintf(buf, sizeof buf, share >= 0.1 ? "%.0f%%" : "%.1f%%", share * 100);
   return buf;
-}
-
-void read_file_documents(const std::string& path, CorpusFormat format, const std::string& text_field,
-                         std::vector<std::string>& docs, CorpusInfo& info) {
-  const bool gzip = is_gzip_file(path);
-  std::string text = gzip ? read_gzip_file(path) : read_file(path);
-  // The name a compressed file's contents are read by: "a.jsonl.gz" holds "a.jsonl".
-  const std::string name = gzip && ends_with(path, ".gz") ? path.substr(0, path.size() - 3) : path;
-  info.gzip_files += gzip;
-  const int64_t invalid = invalid_utf8_bytes(text);
-  const double share = text.empty() ? 0 : (double)invalid / (double)text.size();
-  if (format == CorpusFormat::text && share > kMaxInvalidUtf8Share)
-    throw std::runtime_error("corpus file '" + path + "' is mostly not text: " + percent(share) + " of its " +
-                             with_commas((int64_t)text.size()) + " bytes are not UTF-8 (at most " +
-                             percent(kMaxInvalidUtf8Share) + " with --format text); pass a text corpus, a token "
-                             "file from `gpumix tokenizer encode`, or --format auto to train on it anyway");
-  info.bytes += (int64_t)text.size();
-  info.invalid_utf8_bytes += invalid;
-  if (share > info.worst_share) {
-    info.worst_share = share;
-    info.worst_file = path;
-  }
-  const bool auto_detect = format == CorpusFormat::auto_detect;
-  if (format == CorpusFormat::jsonl || (auto_detect && looks_like_jsonl(name, text, text_field))) {
-    ++info.jsonl_files;
-    for (auto& d : parse_jsonl(text, path, text_field)) {
-      docs.push_back(std::move(d));
-      ++info.jsonl_records;
-    }
-  } else if (format == CorpusFormat::fortunes || (auto_detect && looks_like_fortunes(name, text))) {
-    ++info.fortune_files;
-    for (auto& d : parse_fortunes(text)) {
-      docs.push_back(std::move(d));
-      ++info.records;
-    }
-  } else {
-    ++info.text_files;
-    if (!is_blank(text)) docs.push_back(std::move(text));
-  }
 }
 
 // "JSONL file 'a.jsonl' line 3", where a JSONL error is.
@@ -248,83 +211,145 @@ bool is_gzip_file(const std::string& path) {
   return in.gcount() == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
 }
 
-std::string read_gzip_file(const std::string& path) {
-  const std::string packed = read_file(path);
-  z_stream z{};
-  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)  // 16: a gzip header and trailer
-    throw std::runtime_error("cannot start zlib to read '" + path + "'");
+CorpusFileReader::CorpusFileReader(const std::string& path) : path_(path), gzip_(is_gzip_file(path)) {
+  file_ = gzopen(path.c_str(), "rb");
+  if (!file_) throw std::runtime_error("cannot open corpus file '" + path + "': " + std::strerror(errno));
+  gzbuffer(static_cast<gzFile>(file_), 1 << 20);
+}
+
+CorpusFileReader::~CorpusFileReader() {
+  if (file_) gzclose(static_cast<gzFile>(file_));
+}
+
+size_t CorpusFileReader::read(char* out, size_t n) {
+  const auto f = static_cast<gzFile>(file_);
+  const int got = gzread(f, out, (unsigned)std::min<size_t>(n, 1u << 30));
+  int err = Z_OK;
+  const char* msg = gzerror(f, &err);
+  if (got >= 0 && err == Z_OK) return (size_t)got;
+  const std::string why = err == Z_BUF_ERROR ? "it ends early (truncated?)" : err == Z_ERRNO ? std::strerror(errno) : msg;
+  throw std::runtime_error((gzip_ ? "gzip file '" : "corpus file '") + path_ + "' is damaged: " + why + ", after " +
+                           with_commas(file_bytes_read()) + " of its " +
+                           with_commas((int64_t)fs::file_size(path_)) + " bytes; check it with `gzip -t`, or pass "
+                           "it decompressed");
+}
+
+std::string CorpusFileReader::read_all() {
   std::string out;
-  char buf[1 << 16];
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(packed.data()));
-  z.avail_in = (uInt)packed.size();  // read_file's files fit: a corpus file is read whole
-  int rc = Z_OK;
-  while (true) {
-    z.next_out = reinterpret_cast<Bytef*>(buf);
-    z.avail_out = sizeof buf;
-    rc = inflate(&z, Z_NO_FLUSH);
-    out.append(buf, sizeof buf - z.avail_out);
-    if (rc == Z_STREAM_END) {
-      if (z.avail_in == 0) break;
-      inflateReset(&z);  // another member follows, as `cat a.gz b.gz` makes
-      continue;
-    }
-    if (rc != Z_OK) break;
-    if (z.avail_in == 0 && z.avail_out != 0) {
-      rc = Z_BUF_ERROR;  // all input used, yet the stream did not end
-      break;
-    }
-  }
-  const std::string why = rc == Z_BUF_ERROR ? "it ends early (truncated?)" : (z.msg ? z.msg : "zlib error " + std::to_string(rc));
-  const uLong read = z.total_in;
-  inflateEnd(&z);
-  if (rc != Z_STREAM_END)
-    throw std::runtime_error("gzip file '" + path + "' is damaged: " + why + ", after " + with_commas((int64_t)read) +
-                             " of its " + with_commas((int64_t)packed.size()) + " bytes; check it with `gzip -t`, "
-                             "or pass it decompressed");
+  std::vector<char> buf(1 << 20);
+  while (const size_t n = read(buf.data(), buf.size())) out.append(buf.data(), n);
   return out;
+}
+
+std::string CorpusFileReader::content_name() const {
+  return gzip_ && ends_with(path_, ".gz") ? path_.substr(0, path_.size() - 3) : path_;
+}
+
+int64_t CorpusFileReader::file_bytes_read() const {
+  return gzip_ ? (int64_t)gzoffset(static_cast<gzFile>(file_)) : (int64_t)gztell(static_cast<gzFile>(file_));
+}
+
+std::string read_gzip_file(const std::string& path) { return CorpusFileReader(path).read_all(); }
+
+bool jsonl_document(std::string_view line, const std::string& name, int64_t line_no, const std::string& text_field,
+                    std::string& doc) {
+  if (is_blank(line)) return false;
+  nlohmann::json record;
+  try {
+    record = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
+    throw std::runtime_error(jsonl_where(name, line_no) + " is not JSON (" + e.what() + "); JSONL holds one JSON "
+                             "object a line. Pass --format text to read the file as plain text");
+  }
+  if (!record.is_object())
+    throw std::runtime_error(jsonl_where(name, line_no) + " is a JSON " + record.type_name() +
+                             ", not an object; JSONL holds one object a line, its text under \"" + text_field + "\"");
+  const auto field = record.find(text_field);
+  if (field == record.end()) {
+    std::string keys;
+    for (const auto& [key, value] : record.items()) {
+      if (keys.size() > 200) {
+        keys += ", ...";
+        break;
+      }
+      keys += (keys.empty() ? "\"" : ", \"") + key + "\" (" + value.type_name() + ")";
+    }
+    throw std::runtime_error(jsonl_where(name, line_no) + " has no field \"" + text_field + "\"; it has " +
+                             (keys.empty() ? "none" : keys) + ". Pass --text-field NAME for the field that holds "
+                             "the document's text");
+  }
+  if (!field->is_string())
+    throw std::runtime_error(jsonl_where(name, line_no) + ": field \"" + text_field + "\" is a " +
+                             field->type_name() + ", not a string; pass --text-field NAME for the text's field");
+  doc = field->get<std::string>();
+  return !is_blank(doc);
 }
 
 std::vector<std::string> parse_jsonl(std::string_view text, const std::string& name, const std::string& text_field) {
   std::vector<std::string> docs;
+  std::string doc;
   int64_t line_no = 0;
   for (size_t pos = 0; pos < text.size();) {
     size_t end = text.find('\n', pos);
     if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(pos, end - pos);
+    if (jsonl_document(text.substr(pos, end - pos), name, ++line_no, text_field, doc)) docs.push_back(std::move(doc));
     pos = end + 1;
-    ++line_no;
-    if (is_blank(line)) continue;
-    nlohmann::json record;
-    try {
-      record = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
-      throw std::runtime_error(jsonl_where(name, line_no) + " is not JSON (" + e.what() + "); JSONL holds one JSON "
-                               "object a line. Pass --format text to read the file as plain text");
-    }
-    if (!record.is_object())
-      throw std::runtime_error(jsonl_where(name, line_no) + " is a JSON " + record.type_name() +
-                               ", not an object; JSONL holds one object a line, its text under \"" + text_field + "\"");
-    const auto field = record.find(text_field);
-    if (field == record.end()) {
-      std::string keys;
-      for (const auto& [key, value] : record.items()) {
-        if (keys.size() > 200) {
-          keys += ", ...";
-          break;
-        }
-        keys += (keys.empty() ? "\"" : ", \"") + key + "\" (" + value.type_name() + ")";
-      }
-      throw std::runtime_error(jsonl_where(name, line_no) + " has no field \"" + text_field + "\"; it has " +
-                               (keys.empty() ? "none" : keys) + ". Pass --text-field NAME for the field that holds "
-                               "the document's text");
-    }
-    if (!field->is_string())
-      throw std::runtime_error(jsonl_where(name, line_no) + ": field \"" + text_field + "\" is a " +
-                               field->type_name() + ", not a string; pass --text-field NAME for the text's field");
-    std::string doc = field->get<std::string>();
-    if (!is_blank(doc)) docs.push_back(std::move(doc));
   }
   return docs;
+}
+
+void append_file_documents(const std::string& path, const std::string& name, std::string text, CorpusFormat format,
+                           const std::string& text_field, std::vector<std::string>& docs, CorpusInfo& info) {
+  const int64_t invalid = invalid_utf8_bytes(text);
+  const double share = text.empty() ? 0 : (double)invalid / (double)text.size();
+  if (format == CorpusFormat::text && share > kMaxInvalidUtf8Share)
+    throw std::runtime_error("corpus file '" + path + "' is mostly not text: " + percent(share) + " of its " +
+                             with_commas((int64_t)text.size()) + " bytes are not UTF-8 (at most " +
+                             percent(kMaxInvalidUtf8Share) + " with --format text); pass a text corpus, a token "
+                             "file from `gpumix tokenizer encode`, or --format auto to train on it anyway");
+  info.bytes += (int64_t)text.size();
+  info.invalid_utf8_bytes += invalid;
+  if (share > info.worst_share) {
+    info.worst_share = share;
+    info.worst_file = path;
+  }
+  const bool auto_detect = format == CorpusFormat::auto_detect;
+  if (format == CorpusFormat::jsonl || (auto_detect && looks_like_jsonl(name, text, text_field))) {
+    ++info.jsonl_files;
+    for (auto& d : parse_jsonl(text, path, text_field)) {
+      docs.push_back(std::move(d));
+      ++info.jsonl_records;
+    }
+  } else if (format == CorpusFormat::fortunes || (auto_detect && looks_like_fortunes(name, text))) {
+    ++info.fortune_files;
+    for (auto& d : parse_fortunes(text)) {
+      docs.push_back(std::move(d));
+      ++info.records;
+    }
+  } else {
+    ++info.text_files;
+    if (!is_blank(text)) docs.push_back(std::move(text));
+  }
+}
+
+std::vector<std::string> corpus_files(const std::string& path) {
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (ec || !fs::exists(status)) {
+    throw std::runtime_error("corpus '" + path + "' does not exist — pass a text, JSONL or fortunes file "
+                             "(gzip-compressed or not) or a folder of them (e.g. /usr/share/games/fortunes after "
+                             "`apt-get install fortunes`)");
+  }
+  if (!fs::is_directory(status)) return {path};
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(path)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name[0] == '.' || ends_with(name, ".dat") || ends_with(name, ".u8")) continue;
+    if (!entry.is_regular_file()) continue;  // follows symlinks; skips folders
+    files.push_back(entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 std::vector<std::string> read_documents(const std::string& path, CorpusFormat format, CorpusInfo* info_out,
@@ -332,25 +357,11 @@ std::vector<std::string> read_documents(const std::string& path, CorpusFormat fo
   if (format == CorpusFormat::nanogpt)
     throw std::invalid_argument("corpus '" + path + "': --format nanogpt is token data (nanoGPT's uint16 .bin), not text");
   CorpusInfo info;
-  std::error_code ec;
-  const auto status = fs::status(path, ec);
-  if (ec || !fs::exists(status)) {
-    throw std::runtime_error("corpus '" + path + "' does not exist — pass a text, JSONL or fortunes file "
-                             "(gzip-compressed or not) or a folder of them (e.g. /usr/share/games/fortunes after `apt-get install fortunes`)");
-  }
   std::vector<std::string> docs;
-  if (fs::is_directory(status)) {
-    std::vector<std::string> files;
-    for (const auto& entry : fs::directory_iterator(path)) {
-      const std::string name = entry.path().filename().string();
-      if (name.empty() || name[0] == '.' || ends_with(name, ".dat") || ends_with(name, ".u8")) continue;
-      if (!entry.is_regular_file()) continue;  // follows symlinks; skips folders
-      files.push_back(entry.path().string());
-    }
-    std::sort(files.begin(), files.end());
-    for (const auto& f : files) read_file_documents(f, format, text_field, docs, info);
-  } else {
-    read_file_documents(path, format, text_field, docs, info);
+  for (const std::string& file : corpus_files(path)) {
+    CorpusFileReader reader(file);
+    info.gzip_files += reader.gzip();
+    append_file_documents(file, reader.content_name(), reader.read_all(), format, text_field, docs, info);
   }
   if (docs.empty()) {
     throw std::runtime_error("corpus '" + path + "' holds no text — pass a non-empty text file or folder");

@@ -79,9 +79,44 @@ bool looks_like_jsonl(const std::string& name, std::string_view text, const std:
 // Whether the file starts with gzip's magic bytes (1f 8b).
 bool is_gzip_file(const std::string& path);
 
-// The decompressed contents of a gzip file (every member, as `zcat` reads them); throws
-// std::runtime_error naming the file and what zlib found (damaged, truncated).
+// A corpus file's bytes in order, decompressed when it is gzip-compressed (every member, as
+// `zcat` reads them). read() throws std::runtime_error naming the file and what zlib found
+// (damaged, truncated).
+class CorpusFileReader {
+ public:
+  explicit CorpusFileReader(const std::string& path);
+  ~CorpusFileReader();
+  CorpusFileReader(const CorpusFileReader&) = delete;
+  CorpusFileReader& operator=(const CorpusFileReader&) = delete;
+  size_t read(char* out, size_t n);  // 0 at the end
+  std::string read_all();
+  bool gzip() const { return gzip_; }
+  // The name its contents are read by: "a.jsonl" for "a.jsonl.gz".
+  std::string content_name() const;
+  int64_t file_bytes_read() const;  // of the file on disk (compressed), for progress
+
+ private:
+  std::string path_;
+  void* file_ = nullptr;  // zlib's gzFile, which reads an uncompressed file as it is
+  bool gzip_ = false;
+};
+
+// The decompressed contents of a gzip file (CorpusFileReader::read_all).
 std::string read_gzip_file(const std::string& path);
+
+// The files a corpus path names: the file itself, or a folder's files as above, in name
+// order. Throws std::runtime_error when the path does not exist.
+std::vector<std::string> corpus_files(const std::string& path);
+
+// The document of one JSONL line (`line_no` from 1, for errors) into `doc`; false for a
+// blank line or a blank document. Throws as parse_jsonl.
+bool jsonl_document(std::string_view line, const std::string& name, int64_t line_no, const std::string& text_field,
+                    std::string& doc);
+
+// The documents of one corpus file, `text` its whole (decompressed) contents and `name` the
+// name they are read by, appended to `docs` by `format` and the rules above; counted in info.
+void append_file_documents(const std::string& path, const std::string& name, std::string text, CorpusFormat format,
+                           const std::string& text_field, std::vector<std::string>& docs, CorpusInfo& info);
 
 // The documents of one JSONL text (`name` for errors): throws std::runtime_error naming the
 // file and line when a line is not a JSON object or its `text_field` is missing or not a

@@ -62,8 +62,9 @@ void Progress::draw(double done, bool final) {
   } else {
     tail = format_seconds(elapsed) + " elapsed, ETA " + format_seconds(eta);
   }
-  char counts[64];
-  std::snprintf(counts, sizeof counts, "%.0f/%.0f %s", done, total_, unit_.c_str());
+  char counts[96];
+  std::snprintf(counts, sizeof counts, "%.0f/%.0f %s, %.1f %s/s", done, total_, unit_.c_str(),
+                done / std::max(elapsed, 1e-9), unit_.c_str());
   if (tty_) {
     constexpr int width = 30;
     const int filled = static_cast<int>(frac * width);

@@ -454,6 +454,50 @@ TEST_F(Tools, TrainsOnGzippedJsonlAsOnItsText) {
   expect_nothing_written(out);
 }
 
+TEST_F(Tools, EncodeWritesLlmcShardsAlikeOnAnyThreadCount) {
+  // The tiny corpus in shards of 1,000 tokens, on one thread and on two: the same bytes, and
+  // a run on them is the base run (whose token file holds the same tokens).
+  const auto encode = [&](const std::string& prefix, const std::string& threads) {
+    return gpumix({"tokenizer", "encode", "--tokenizer", tokenizer(), "--data", kCorpus, "--out", prefix,
+                   "--shard-tokens", "1000", "--threads", threads, "--quiet"}, dir_);
+  };
+  Result r = encode(path("enc1/tiny"), "1");
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_NE(r.out.find("on 1 thread ("), std::string::npos) << show(r);
+  EXPECT_NE(r.out.find("llm.c shards " + path("enc1/tiny") + "_000000.bin .. "), std::string::npos) << show(r);
+  r = encode(path("enc2/tiny"), "2");
+  ASSERT_EQ(r.code, 0) << show(r);
+  std::vector<std::string> one, two;
+  for (const auto& e : fs::directory_iterator(path("enc1"))) one.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(path("enc2"))) two.push_back(e.path().filename().string());
+  std::sort(one.begin(), one.end());
+  std::sort(two.begin(), two.end());
+  ASSERT_EQ(one, two);
+  ASSERT_GE(one.size(), 3u);
+  for (const std::string& name : one)
+    EXPECT_TRUE(read_file(path("enc1/" + name)) == read_file(path("enc2/" + name))) << name;
+  EXPECT_EQ(fs::file_size(path("enc1/" + one[0])), 1024u + 2000u);
+  r = gpumix(train_args(path("enc_run"), {"--vocab-size", "512"}, path("enc1/tiny") + "_*.bin"), dir_);
+  ASSERT_EQ(r.code, 0) << show(r);
+  EXPECT_EQ(log_losses(path("enc_run")), log_losses(base()));
+  // Refused: shards already there (kept as they were), --shard-tokens with a .tok file, a
+  // corpus that fails half-way (no shard left behind).
+  const std::string before = read_file(path("enc1/" + one[0]));
+  expect_failure(encode(path("enc1/tiny"), "1"), {"enc1/tiny_000000.bin", "already exist", "--out"});
+  EXPECT_TRUE(read_file(path("enc1/" + one[0])) == before);
+  expect_failure(gpumix({"tokenizer", "encode", "--tokenizer", tokenizer(), "--data", kCorpus, "--out",
+                         path("x.tok"), "--shard-tokens", "5"}, dir_),
+                 {"--shard-tokens", "x.tok", "shard prefix"});
+  const std::string mixed = path("enc_mixed");
+  fs::create_directories(mixed);
+  fs::copy_file(kCorpus, mixed + "/a.txt");
+  write_file(mixed + "/b.jsonl", "{\"text\": \"one\"}\n{\"text\": 2}\n");
+  expect_failure(gpumix({"tokenizer", "encode", "--tokenizer", tokenizer(), "--data", mixed, "--out",
+                         path("enc_bad/tiny"), "--shard-tokens", "100"}, dir_),
+                 {"b.jsonl", "line 2", "is a number"});
+  EXPECT_TRUE(fs::is_empty(path("enc_bad")));
+}
+
 // ---- token shards ---------------------------------------------------------------------------
 
 // The validation loss over every window at the last step of a run's log, as JSON wrote it.
