@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <stdexcept>
 
@@ -152,18 +154,31 @@ CorpusEncodeStats encode_corpus(const Tokenizer& tok, const std::string& corpus,
   DocumentStream docs(corpus, o);
   Progress progress("encoding", (double)docs.total_bytes() / 1e6, "MB", o.progress);
   const int64_t round_bytes = std::max<int64_t>(o.round_bytes, 1) * stats.threads;
-  std::string round, doc;
-  while (true) {
-    round.clear();
-    while ((int64_t)round.size() < round_bytes && docs.next(doc)) {
-      if (stats.documents++ > 0) round += eot_text;
-      round += doc;
+  // The next round is read (and decompressed) on its own thread while this one is encoded;
+  // only that thread touches `docs` until the round is taken.
+  struct Round {
+    std::string text;
+    int64_t file_bytes_done = 0;
+  };
+  const auto read_round = [&] {
+    Round r;
+    std::string doc;
+    while ((int64_t)r.text.size() < round_bytes && docs.next(doc)) {
+      if (stats.documents++ > 0) r.text += eot_text;
+      r.text += doc;
     }
-    if (round.empty()) break;
-    const std::vector<int32_t> ids = tok.encode(round);
+    r.file_bytes_done = docs.file_bytes_done();
+    return r;
+  };
+  std::future<Round> next = std::async(std::launch::async, read_round);
+  while (true) {
+    const Round round = next.get();
+    if (round.text.empty()) break;
+    next = std::async(std::launch::async, read_round);
+    const std::vector<int32_t> ids = tok.encode(round.text);
     stats.tokens += (int64_t)ids.size();
     sink(TokenView(ids));
-    progress.update((double)docs.file_bytes_done() / 1e6);
+    progress.update((double)round.file_bytes_done / 1e6);
   }
   progress.finish();
   if (stats.documents == 0)
@@ -216,10 +231,16 @@ ShardWriter::~ShardWriter() {
 }
 
 void ShardWriter::add(TokenView tokens) {
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const uint32_t v = (uint32_t)tokens[i];
-    const auto* b = reinterpret_cast<const unsigned char*>(&v);  // little-endian: the low bytes first
-    buffer_.insert(buffer_.end(), b, b + width_);
+  for (size_t i = 0; i < tokens.size();) {
+    // As many as the current shard takes, `width_` little-endian bytes each.
+    const size_t n = std::min(tokens.size() - i, (size_t)shard_tokens_ - buffer_.size() / width_);
+    const size_t at = buffer_.size();
+    buffer_.resize(at + n * width_);
+    for (size_t k = 0; k < n; ++k) {
+      const uint32_t v = (uint32_t)tokens[i + k];
+      std::memcpy(buffer_.data() + at + k * width_, &v, width_);
+    }
+    i += n;
     if ((int64_t)buffer_.size() == shard_tokens_ * width_) flush();
   }
 }
