@@ -111,7 +111,7 @@ TEST_F(CorpusEncodeTest, ShardsOfTheGivenSizeReadBackAsTheTokens) {
   const TokenShards back(prefix + "_*.bin", false, tok_.vocab_size());
   EXPECT_TRUE(back.tokens().to_vector() == tokens);
   // A second set beside the first is refused; an unfinished one leaves nothing.
-  EXPECT_ERROR_HAS(ShardWriter(prefix, per_shard, tok_.vocab_size()), "corpus_000000.bin", "already exists");
+  EXPECT_ERROR_HAS(ShardWriter(prefix, per_shard, tok_.vocab_size()), "corpus_000000.bin", "already exist");
   const std::string other = dir_.file("out/other");
   {
     ShardWriter w(other, 100, 100000);  // a vocabulary past 16 bits: uint32 tokens
