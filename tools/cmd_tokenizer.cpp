@@ -120,7 +120,7 @@ struct EncodeFlags {
 int run_encode(const std::string& tokenizer, const std::string& data, const std::string& out, const EncodeFlags& f) {
   const Tokenizer tok = Tokenizer::load(tokenizer);
   if (is_token_file(data)) throw std::runtime_error("'" + data + "' is already a token file; pass the text corpus it was made from");
-  const bool token_file = out.size() >= 4 && out.compare(out.size() - 4, 4, ".tok") == 0;
+  const bool token_file = ends_with(out, ".tok");
   if (token_file && f.shard_tokens_given)
     throw std::invalid_argument("--shard-tokens is for llm.c shards, and --out " + out + " names one token file (.tok); "
                                 "pass a shard prefix as --out (e.g. data/corpus_train) or drop --shard-tokens");

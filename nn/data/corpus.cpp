@@ -20,10 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool is_blank(std::string_view s) {
   return s.find_first_not_of(" \t\r\n\v\f") == std::string_view::npos;
 }

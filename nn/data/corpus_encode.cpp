@@ -23,11 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool has_suffix(const std::string& s, const char* suffix) {
-  const std::string_view x(suffix);
-  return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
-}
-
 // A corpus's documents in order, one at a time: JSONL files a line at a time, the others
 // whole (read_documents' rules, so the same documents).
 class DocumentStream {
@@ -210,7 +205,7 @@ ShardWriter::ShardWriter(std::string prefix, int64_t shard_tokens, int64_t vocab
     std::vector<std::string> there;
     for (const auto& e : fs::directory_iterator(folder)) {
       const std::string name = e.path().filename().string();
-      if (name.rfind(stem, 0) == 0 && has_suffix(name, ".bin")) there.push_back(e.path().string());
+      if (name.rfind(stem, 0) == 0 && ends_with(name, ".bin")) there.push_back(e.path().string());
     }
     std::sort(there.begin(), there.end());
     if (!there.empty())

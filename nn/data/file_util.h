@@ -11,6 +11,11 @@ namespace gpumix::data {
 // The whole file, as bytes. Throws std::runtime_error naming the file and the OS error.
 std::string read_file(const std::string& path);
 
+// Whether `s` ends with `suffix` (a file name's ".gz", ".jsonl", ".tok").
+inline bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 // A whole file memory-mapped read-only (an empty file maps to no bytes). Throws
 // std::runtime_error naming `what` ("token file", "llm.c shard"), the path and the OS error.
 class MappedFile {
