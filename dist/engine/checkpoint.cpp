@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/precision.h"
 #include "dist/engine/fault.h"
+#include "nn/data/loader.h"
 #include "nn/gpt.h"
 #include "nn/run_folder.h"
 
@@ -196,6 +197,18 @@ std::string describe_file(const nlohmann::json& f) {
          " bytes, first KiB's xxh64 " + f.value("head_xxh64", std::string("?")) + ")";
 }
 
+// A checkpoint resumes the data stream only if it was read in this loader's window order
+// (data_position.order; absent before the order was named, when windows were drawn with
+// replacement).
+void check_window_order(const nlohmann::json& position, const std::string& checkpoint) {
+  const std::string order = position.is_object() ? position.value("order", std::string()) : std::string();
+  GPUMIX_CHECK_INPUT(order == data::kWindowOrder, "checkpoint ", checkpoint, " drew its training windows ",
+                     order.empty() ? std::string("with replacement (an older GPUMix)") : "in order '" + order + "'",
+                     ", and this GPUMix reads them in order '", data::kWindowOrder, "' (each window once an epoch), "
+                     "so resuming would not continue its data stream; start a new run from its weights instead "
+                     "(--init-from ", checkpoint, ")");
+}
+
 }  // namespace
 
 nlohmann::json data_identity(const std::vector<std::string>& train, const std::vector<std::string>& val) {
@@ -283,7 +296,7 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
   if (comm.rank() == 0) {
     CheckpointMeta meta;
     meta.model = config_to_json(config);
-    meta.data_position = {{"next_batch", step}, {"seed", o.seed}};
+    meta.data_position = {{"next_batch", step}, {"seed", o.seed}, {"order", data::kWindowOrder}};
     if (!data.is_null()) meta.data_position["files"] = data;
     meta.rng = {{"seed", o.seed}};
     meta.tokenizer_hash = tokenizer_hash;
@@ -317,9 +330,11 @@ int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& e
     const CheckpointReader reader = open_checkpoint(where);
     reader.check_model(config_to_json(config));
     const nlohmann::json& position = reader.data_position();
-    if (data)
+    if (data) {
+      check_window_order(position, reader.dir());
       check_data_identity(position.is_object() && position.contains("files") ? position["files"] : nlohmann::json(),
                           *data, reader.dir());
+    }
     GPUMIX_CHECK_INPUT(!tokenizer_hash || !reader.tokenizer_hash() || reader.tokenizer_hash() == tokenizer_hash,
                        "checkpoint ", reader.dir(), " was trained with another tokenizer; resume with the "
                        "run's own (--tokenizer <run>/tokenizer.bpe)");

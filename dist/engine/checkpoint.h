@@ -56,8 +56,8 @@ std::string save_checkpoint(const TrainOptions& o, const GPTConfig& config, DTyp
 
 // Reads this rank's slices; returns the checkpoint's step (the same on every rank). `outer`:
 // this run's outer step (null: one group), restarted from what was read. `data`: this run's
-// data_identity, checked against the checkpoint's (check_data_identity); null: not checked
-// (a caller that reads no data of its own).
+// data_identity, checked against the checkpoint's (check_data_identity), as is the loader's
+// window order (data_position.order); null: neither checked (a caller that reads no data).
 int load_checkpoint(const std::string& where, const GPTConfig& config, Engine& engine, Comm& comm,
                     uint64_t tokenizer_hash, const nlohmann::json* data = nullptr, OuterStep* outer = nullptr);
 

@@ -246,10 +246,14 @@ void RunReport::settings(const RunSettings& s, const Plan* predicting, const jso
                               : str(o_.eval_choices, ", ", s.choices, " examples, ",
                                     every == 0 ? std::string("at the end")
                                                : every > 0 ? str("every ", every, " steps") : "at each validation");
+  char epochs_text[160];
+  std::snprintf(epochs_text, sizeof epochs_text, "%lld windows an epoch, each read once in shuffled order; %d steps read %.2f epochs",
+                (long long)s.epoch_windows, o_.steps, (double)o_.steps * o_.batch / (double)std::max<int64_t>(s.epoch_windows, 1));
   gpumix::print_settings({
       {"data", o_.data + " (" + human_count((double)s.data->tokens.size()) + " tokens)"},
       {"format", s.data->format},
       {"split", human_count((double)s.train_tokens) + " train / " + human_count((double)s.val_tokens) + " validation"},
+      {"epochs", epochs_text},
       {"tokenizer", s.data->tokenizer_path + " (vocab " + std::to_string(s.data->vocab) + ")"},
       {"model", config.name + " L=" + std::to_string(config.L) + " NH=" + std::to_string(config.NH) +
                     " C=" + std::to_string(config.C) + " T=" + std::to_string(config.T)},

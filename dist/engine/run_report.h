@@ -90,6 +90,7 @@ struct Validation {
 struct RunSettings {
   const RunData* data = nullptr;
   int64_t train_tokens = 0, val_tokens = 0;
+  int64_t epoch_windows = 0;  // training windows in an epoch (BatchLoader::windows_per_epoch)
   GPTConfig model;
   std::string dtype;  // ComputeDtype::why
   int64_t seq = 0;

@@ -522,6 +522,7 @@ void Training::print_settings() const {
   settings.data = &run_;
   settings.train_tokens = (int64_t)split_.train.size();
   settings.val_tokens = (int64_t)split_.val.size();
+  settings.epoch_windows = loader_->windows_per_epoch();
   settings.model = config_;
   settings.dtype = dtype_.why;
   settings.seq = seq_;

@@ -25,6 +25,23 @@ uint64_t hash_counter(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
   return splitmix64(h ^ c);
 }
 
+uint64_t permute_index(uint64_t i, uint64_t n, uint64_t key) {
+  int bits = 2;
+  while (bits < 64 && (uint64_t{1} << bits) < n) bits += 2;
+  const int half = bits / 2;
+  const uint64_t mask = (uint64_t{1} << half) - 1;
+  do {  // every value of the domain lies on a cycle, so walking from i < n comes back below n
+    uint64_t left = i >> half, right = i & mask;
+    for (uint64_t round = 0; round < 4; ++round) {
+      const uint64_t next = left ^ (hash_counter(key, round, right) & mask);
+      left = right;
+      right = next;
+    }
+    i = (left << half) | right;
+  } while (i >= n);
+  return i;
+}
+
 BatchLoader::BatchLoader(TokenView tokens, int64_t seq_len, int64_t global_batch, uint64_t seed)
     : tokens_(tokens), seq_len_(seq_len), global_batch_(global_batch), seed_(seed) {
   if (seq_len < 1 || global_batch < 1) {
@@ -36,13 +53,19 @@ BatchLoader::BatchLoader(TokenView tokens, int64_t seq_len, int64_t global_batch
                                 " tokens are fewer than one window of T + 1 = " + std::to_string(seq_len + 1) +
                                 " — use a larger corpus or a shorter sequence length");
   }
+  windows_ = (static_cast<int64_t>(tokens.size()) - 1) / seq_len;
 }
 
 int64_t BatchLoader::window_start(int64_t k, int64_t row) const {
-  const uint64_t starts = tokens_.size() - static_cast<uint64_t>(seq_len_);  // N - T
-  const uint64_t h = hash_counter(seed_, static_cast<uint64_t>(k), static_cast<uint64_t>(row));
-  // Multiply-high maps the hash to [0, starts) without a division; bias < starts / 2^64.
-  return static_cast<int64_t>((static_cast<unsigned __int128>(h) * starts) >> 64);
+  // Tags keep the per-epoch words apart from each other and from other uses of the hash.
+  constexpr uint64_t kOrderTag = 0x6f72646572ull, kOffsetTag = 0x6f6666736574ull;
+  const uint64_t windows = static_cast<uint64_t>(windows_);
+  const uint64_t sample = static_cast<uint64_t>(k) * static_cast<uint64_t>(global_batch_) + static_cast<uint64_t>(row);
+  const uint64_t epoch = sample / windows, position = sample % windows;
+  const uint64_t slack = tokens_.size() - 1 - windows * static_cast<uint64_t>(seq_len_);  // < T
+  const uint64_t offset = hash_counter(seed_, kOffsetTag, epoch) % (slack + 1);
+  const uint64_t window = permute_index(position, windows, hash_counter(seed_, kOrderTag, epoch));
+  return static_cast<int64_t>(offset + window * static_cast<uint64_t>(seq_len_));
 }
 
 void BatchLoader::copy_window(int64_t start, int32_t* inputs, int32_t* targets) const {
@@ -62,9 +85,7 @@ void BatchLoader::get(int64_t k, int64_t row_begin, int64_t row_end, int32_t* in
   }
 }
 
-int64_t BatchLoader::num_eval_windows() const {
-  return (static_cast<int64_t>(tokens_.size()) - 1) / seq_len_;
-}
+int64_t BatchLoader::num_eval_windows() const { return windows_; }
 
 void BatchLoader::eval_window(int64_t i, int32_t* inputs, int32_t* targets) const {
   if (i < 0 || i >= num_eval_windows()) {

@@ -3,14 +3,19 @@
 //
 // Glossary: B global batch (rows), T sequence length, N tokens in the split.
 //
-// Batch k of a run is a fixed function of (seed, k): row r of it is the window of T + 1
-// tokens starting at
-//     start(seed, k, r) = uniform(splitmix64(seed, k, r)) in [0, N - T)
-// (inputs are tokens [start, start + T), targets [start + 1, start + T + 1)). The hash is
-// counter-based, with no generator state, so a rank that reads rows [row_begin, row_end) of
-// batch k gets exactly those rows of the one-reader batch, whatever the number of ranks,
-// the plan, or the order of calls. Windows are drawn with replacement (they may overlap
-// or repeat); over a run every start is equally likely.
+// Batch k of a run is a fixed function of (seed, k). Training reads the split in epochs of
+// W = (N - 1) / T windows of T + 1 tokens that tile it (consecutive ones share a token, as
+// targets are inputs shifted by one); row r of batch k is sample g = k * B + r, in epoch
+// e = g / W at position j = g mod W, and starts at
+//     start(seed, g) = offset(seed, e) + permute(seed, e, j) * T
+// where permute is a keyed bijection of [0, W) (a Feistel network) and offset in
+// [0, N - 1 - W * T] shifts the tiling per epoch, so window edges fall elsewhere each time.
+// Each epoch reads every window once, in a new order: without replacement, like shuffling
+// a dataset, but with no generator state and no stored permutation (O(1) memory at any N).
+// So a rank that reads rows [row_begin, row_end) of batch k gets exactly those rows of the
+// one-reader batch, whatever the number of ranks, the plan, or the order of calls, and a
+// resumed run needs only k. Documents may cross window edges, and windows cross the edges
+// of shards (a TokenView may join several).
 //
 // Validation instead reads the split in order: eval_window(i) starts at i * T, so that
 // num_eval_windows() windows cover it once without overlap.
@@ -26,6 +31,15 @@ namespace gpumix::data {
 // Counter-based hash of (seed, a, b, c): splitmix64 finalisers chained over the words.
 uint64_t hash_counter(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c = 0);
 
+// A bijection of [0, n) chosen by key: a balanced Feistel network of four hash_counter
+// rounds on the smallest even number of bits holding n, cycle-walked back into [0, n)
+// (under four rounds expected). Requires i < n.
+uint64_t permute_index(uint64_t i, uint64_t n, uint64_t key);
+
+// The name of the training window order above, saved in checkpoints: a checkpoint drawn in
+// another order cannot be resumed on the same data stream.
+inline constexpr const char* kWindowOrder = "shuffled-epochs";
+
 class BatchLoader {
  public:
   // Throws std::invalid_argument when tokens has fewer than T + 1 tokens or B, T < 1.
@@ -35,6 +49,8 @@ class BatchLoader {
   int64_t global_batch() const { return global_batch_; }
   uint64_t seed() const { return seed_; }
 
+  // W: training windows in an epoch; B * steps / W epochs are read in a run of `steps`.
+  int64_t windows_per_epoch() const { return windows_; }
   // The start of row `row` of batch k.
   int64_t window_start(int64_t k, int64_t row) const;
   // Rows [row_begin, row_end) of batch k: inputs and targets, each (rows, T) row-major.
@@ -51,6 +67,7 @@ class BatchLoader {
   int64_t seq_len_;
   int64_t global_batch_;
   uint64_t seed_;
+  int64_t windows_;  // W = (N - 1) / T
 };
 
 struct Split {

@@ -90,11 +90,62 @@ TEST(Loader, StartsSpreadOverTheWholeSplit) {
     for (int64_t r = 0; r < 50; ++r) {
       const int64_t s = l.window_start(k, r);
       ASSERT_GE(s, 0);
-      ASSERT_LT(s, 190);  // N - T: the last window ends at token 199
+      ASSERT_LT(s, 190);  // N - T: the last window ends at token 199; shifted tilings reach it
       seen.insert(s);
     }
   }
   EXPECT_EQ(seen.size(), 190u);
+}
+
+TEST(Loader, PermuteIndexIsABijection) {
+  for (uint64_t n : {1, 2, 3, 4, 5, 17, 64, 65, 1000, 4097}) {
+    for (uint64_t key : {0ull, 1ull, 0xfeedull}) {
+      std::set<uint64_t> seen;
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t p = permute_index(i, n, key);
+        ASSERT_LT(p, n);
+        seen.insert(p);
+      }
+      EXPECT_EQ(seen.size(), n) << "n " << n << ", key " << key;
+    }
+  }
+  // A key chooses the order: two keys give two orders.
+  std::vector<uint64_t> a, b;
+  for (uint64_t i = 0; i < 100; ++i) {
+    a.push_back(permute_index(i, 100, 1));
+    b.push_back(permute_index(i, 100, 2));
+  }
+  EXPECT_NE(a, b);
+}
+
+// Every epoch reads each of its W windows once, on one tiling shifted per epoch, in an
+// order of its own; a batch size that does not divide W carries an epoch across batches.
+TEST(Loader, EachEpochReadsEveryWindowOnce) {
+  const auto tokens = counting(1000);
+  const int64_t T = 16, B = 7;
+  const BatchLoader l(TokenView(tokens), T, B, 42);
+  const int64_t W = l.windows_per_epoch();
+  EXPECT_EQ(W, 62);  // (1000 - 1) / 16; the tiling leaves 999 - 62 * 16 = 7 tokens of slack
+  std::vector<std::vector<int64_t>> orders;
+  std::set<int64_t> offsets;
+  for (int64_t epoch = 0; epoch < 6; ++epoch) {
+    std::vector<int64_t> starts;
+    for (int64_t g = epoch * W; g < (epoch + 1) * W; ++g) starts.push_back(l.window_start(g / B, g % B));
+    const int64_t offset = starts[0] % T;
+    offsets.insert(offset);
+    EXPECT_LE(offset, 7);
+    std::set<int64_t> windows;
+    for (int64_t s : starts) {
+      ASSERT_EQ(s % T, offset) << "epoch " << epoch << ": a start off its tiling";
+      ASSERT_LE(s + T + 1, 1000);
+      windows.insert(s / T);
+    }
+    EXPECT_EQ(windows.size(), (size_t)W) << "epoch " << epoch << " repeats a window";
+    orders.push_back(starts);
+  }
+  EXPECT_GT(offsets.size(), 1u) << "the tiling never moved";
+  EXPECT_NE(orders[0], orders[1]);
+  EXPECT_NE(orders[1], orders[2]);
 }
 
 TEST(Loader, ReadsNarrowTokenViews) {
@@ -125,10 +176,15 @@ TEST(Loader, Errors) {
   EXPECT_ERROR_HAS(l.get(0, 2, 4, x.data(), y.data()), "[2, 4)", "3 rows");
 }
 
-TEST(Loader, HashCounterIsPinned) {
+TEST(Loader, HashAndWindowOrderArePinned) {
   // A change reshuffles every run's data order: pinned so it is deliberate.
   EXPECT_EQ(hash_counter(0, 0, 0, 0), 0x2130748aaac80268ull);
   EXPECT_NE(hash_counter(1, 2, 3), hash_counter(1, 3, 2));
+  const auto tokens = counting(1000);
+  const BatchLoader l(TokenView(tokens), 16, 4, 42);
+  std::vector<int64_t> starts;
+  for (int64_t r = 0; r < 4; ++r) starts.push_back(l.window_start(0, r));
+  EXPECT_EQ(starts, (std::vector<int64_t>{834, 66, 242, 706}));
 }
 
 TEST(Split, HoldsOutTheTail) {

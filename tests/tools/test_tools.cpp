@@ -616,6 +616,14 @@ TEST_F(Shards, ResumeOnChangedShardsIsRefusedByName) {
   // Text instead of the token data.
   expect_failure(gpumix(train_args(path("identity_text"), {"--resume", ckpt}, kCorpus), dir_),
                  {ckpt, "was trained on token data", "text"});
+  // A checkpoint of a GPUMix that drew windows with replacement (no data_position.order):
+  // refused before any file is compared, as its data stream cannot be continued.
+  nlohmann::json meta = nlohmann::json::parse(std::ifstream(ckpt + "/meta.json"));
+  meta["data_position"].erase("order");
+  std::ofstream(ckpt + "/meta.json") << meta.dump(2);
+  expect_failure(resume(path("identity_old"), moved + "/train_*.bin", moved + "/val_*.bin"),
+                 {ckpt, "with replacement", "shuffled-epochs", "--init-from"});
+  expect_nothing_written(path("identity_old"));
 }
 
 TEST_F(Shards, BadTokenDataIsRefusedWithNothingWritten) {
