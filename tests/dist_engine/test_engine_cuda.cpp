@@ -144,7 +144,7 @@ TEST_F(EngineCudaTest, ThreeRanksOnOneGpuTrainLikeOneRankOnIt) {
   ASSERT_EQ(p.size(), p_ref.size());
   const Mismatch params = compare(to_double(p), to_double(p_ref), kParamRtol, 0,
                                   param_allowances(one.result.checkpoint, 5, one_o.lr, DType::bf16));
-  EXPECT_TRUE(params_agree(params, p.size(), 5, one_o.lr)) << describe(params, "master weights");
+  EXPECT_TRUE(params_agree(params, p.size(), 5, one_o.lr, DType::bf16)) << describe(params, "master weights");
 }
 
 // Hybrid sharding on device tensors: groups of 2 of 4 ranks on one GPU. With prefetch each

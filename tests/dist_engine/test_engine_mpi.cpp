@@ -49,7 +49,7 @@ void compare_runs(const std::string& name, const std::string& out, const std::st
   const std::vector<float> p = read_array(ckpt);
   const Mismatch params =
       compare(to_double(p), to_double(read_array(ref_ckpt)), kParamRtol, 0, param_allowances(ref_ckpt, steps, lr, dtype));
-  check(params_agree(params, p.size(), steps, lr), name + ": " + describe(params, "master weights"));
+  check(params_agree(params, p.size(), steps, lr, dtype), name + ": " + describe(params, "master weights"));
   if (process_failures() == 0)
     std::printf("[       OK ] %s: %zu losses within %.0e relative (worst %.2fx the allowance), master weights "
                 "worst %.2fx the allowance\n",

@@ -67,7 +67,7 @@ int run(Comm& comm, const std::string& data, const std::string& dir) {
     const std::vector<float> p = read_array(mine.checkpoint), p_ref = read_array(ref.checkpoint);
     const Mismatch params = compare(to_double(p), to_double(p_ref), kParamRtol, 0,
                                     param_allowances(ref.checkpoint, o.steps, o.lr, DType::bf16));
-    check(params_agree(params, p.size(), o.steps, o.lr), describe(params, "master weights"));
+    check(params_agree(params, p.size(), o.steps, o.lr, DType::bf16), describe(params, "master weights"));
   }
   // Both ranks on GPU 0: refused at NCCL's bootstrap on both, naming the ranks.
   std::string error;
