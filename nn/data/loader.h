@@ -33,7 +33,7 @@ uint64_t hash_counter(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c = 0)
 
 // A bijection of [0, n) chosen by key: a balanced Feistel network of four hash_counter
 // rounds on the smallest even number of bits holding n, cycle-walked back into [0, n)
-// (under four rounds expected). Requires i < n.
+// (fewer than four walks expected). Requires i < n.
 uint64_t permute_index(uint64_t i, uint64_t n, uint64_t key);
 
 // The name of the training window order above, saved in checkpoints: a checkpoint drawn in
