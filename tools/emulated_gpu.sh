@@ -14,8 +14,6 @@
 #   tools/emulated_gpu.sh            configure (if needed), build, run; results in
 #                                    build-emu/meson-logs/emu.junit.xml (and
 #                                    emu-SCHEDULE*.junit.xml for the reruns)
-#   tools/emulated_gpu.sh --build    configure (if needed) and build everything the run
-#                                    needs, run nothing (tools/test.sh, in the background)
 # Environment: GPUMIX_EMU_DIR=DIR another folder; NINJA_JOBS=N the build's parallel jobs;
 # GPUMIX_EMU_SCHEDULES="..." the reruns' schedules (default "warp-ahead warp-shuffle"; empty:
 # none).
@@ -24,26 +22,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 dir=${GPUMIX_EMU_DIR:-build-emu}
 start=$(date +%s)
-build_only=0
-case "${1:-}" in
-  "") ;;
-  --build) build_only=1 ;;
-  *) echo "emulated_gpu.sh: unknown option '$1'; the one option is --build (configure and build, run nothing)" >&2
-     exit 2 ;;
-esac
 mkdir -p "$dir/meson-logs"
-[ $build_only = 1 ] || rm -f "$dir"/meson-logs/emu*.junit.xml  # never count a previous run's results
+rm -f "$dir"/meson-logs/emu*.junit.xml  # never count a previous run's results
 if [ ! -f "$dir/build.ninja" ] &&
    ! meson setup "$dir" -Demulated_cuda=true -Dbenchmarks=false -Dfortran=disabled >"$dir/emu-setup.log" 2>&1; then
   tail -n 30 "$dir/emu-setup.log"
   rm -f "$dir/build.ninja"
   echo "emulated GPU: meson setup failed (see $dir/emu-setup.log) | FAILED"
   exit 1
-fi
-if [ $build_only = 1 ]; then
-  # Everything `meson test` below would build (all targets), so that the run finds no work.
-  nice ninja -C "$dir" ${NINJA_JOBS:+-j "$NINJA_JOBS"} >"$dir/emu-build.log" 2>&1
-  exit $?
 fi
 mapfile -t names < <(python3 bench/gpu/gpu_tests.py names "$dir")
 if [ ${#names[@]} -eq 0 ]; then

@@ -12,8 +12,6 @@
 #                                     --list` lists them; `--suite NAME` selects a suite);
 #                                     meson builds just what they need
 #   tools/sanitize.sh --configure     only configure build-san (used by run_fuzz.sh)
-#   tools/sanitize.sh --build         configure (if needed) and build everything, run nothing
-#                                     (tools/test.sh, in the background)
 # Environment: NINJA_JOBS=N limits the build's parallel jobs; GPUMIX_SAN_DIR=DIR another
 # build folder; SAN_EXCLUDE="NAME ..." meson tests not run and SAN_GTEST_EXCLUDE="A.b:C.d"
 # GoogleTest cases not run (defaults below, with the reasons; empty: run everything).
@@ -94,10 +92,6 @@ configure() {
 
 if [ "${1:-}" = "--configure" ]; then
   configure
-  exit $?
-fi
-if [ "${1:-}" = "--build" ]; then
-  configure && nice ninja -C "$dir" ${NINJA_JOBS:+-j "$NINJA_JOBS"} >"$dir/sanitize-build.log" 2>&1
   exit $?
 fi
 logs="$dir/meson-logs"

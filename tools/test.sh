@@ -6,7 +6,7 @@
 # test cases, one per fuzz target, count in the closing line too. GPUMIX_HARDENING=0 skips
 # them (about 10 minutes from an empty build-san on two cores). Between the two, the GPU suite
 # runs on the emulated CUDA device (tools/emulated_gpu.sh, build-emu; GPUMIX_EMULATED_GPU_TESTS=0
-# skips it). build-emu and build-san are built in the background while the normal suite runs.
+# skips it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if ! bash tools/setup.sh; then
@@ -15,29 +15,14 @@ if ! bash tools/setup.sh; then
   exit 1
 fi
 status=0
-# The later suites' folders are built in the background, at the lowest CPU priority, while
-# the suites before them run: the tests keep the cores they use and the builds take the idle
-# ones (the tests run one at a time, most on one thread). Each suite waits for its own build;
-# its script then finds nothing to build, or reports the build's error itself.
-emu_build= san_build=
-if [ "${GPUMIX_EMULATED_GPU_TESTS:-1}" != 0 ]; then
-  NINJA_JOBS=${NINJA_JOBS:-2} nice -n 19 bash tools/emulated_gpu.sh --build >/dev/null 2>&1 &
-  emu_build=$!
-fi
-if [ "${GPUMIX_HARDENING:-1}" != 0 ]; then
-  NINJA_JOBS=${NINJA_JOBS:-2} nice -n 19 bash tools/sanitize.sh --build >/dev/null 2>&1 &
-  san_build=$!
-fi
 meson test -C build --print-errorlogs --num-processes 1 || status=1
 logs=(build/meson-logs/testlog.junit.xml)
 # The GPU suite on the emulated CUDA device (build-emu): the CUDA code runs on every commit.
 if [ "${GPUMIX_EMULATED_GPU_TESTS:-1}" != 0 ]; then
-  t=$(date +%s); wait "$emu_build"; echo "build-emu: waited $(( $(date +%s) - t ))s for its background build"
   bash tools/emulated_gpu.sh || status=1
   logs+=("${GPUMIX_EMU_DIR:-build-emu}/meson-logs/emu.junit.xml")
 fi
 if [ "${GPUMIX_HARDENING:-1}" != 0 ]; then
-  t=$(date +%s); wait "$san_build"; echo "build-san: waited $(( $(date +%s) - t ))s for its background build"
   bash tools/ci_extra.sh || status=1
   san=${GPUMIX_SAN_DIR:-build-san}
   logs+=("$san/meson-logs/san.junit.xml" "$san/meson-logs/san-mpi.junit.xml" "$san/fuzz-logs/fuzz.junit.xml")
