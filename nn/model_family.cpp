@@ -5,7 +5,7 @@
 namespace gpumix {
 
 // The registry: a new family adds its line here (and its stages' in model_stages.cpp).
-std::vector<const ModelFamily*> model_families() { return {&gpt2_family()}; }
+std::vector<const ModelFamily*> model_families() { return {&gpt2_family(), &llama_family()}; }
 
 const ModelFamily& model_family(const std::string& name) {
   std::string known;

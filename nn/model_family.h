@@ -67,5 +67,6 @@ std::vector<const ModelFamily*> model_families();
 
 // The families (each in its own file; the registry in model_family.cpp lists them).
 const ModelFamily& gpt2_family();
+const ModelFamily& llama_family();  // its shape only, so far: no stages
 
 }  // namespace gpumix

@@ -13,7 +13,11 @@ namespace gpumix {
 const ModelStages& model_stages(const GPTConfig& c) {
   const std::string family = c.family_info().name();  // checks the family is known
   if (family == "gpt2") return gpt2_stages();
-  throw std::invalid_argument("model family '" + family + "' has a shape but no stages to compute with");
+  throw std::invalid_argument("model " + c.name + ": the " + family +
+                              " family has a shape but no stages to compute with yet: `gpumix plan` and "
+                              "`gpumix simulate` plan it; training, profiling, evaluation, generation and "
+                              "`gpumix bench` need its stages (the GPT-2 presets have them: " +
+                              "gpt-nano ... gpt-6.7b)");
 }
 
 Tensor named_random_tensor(const Shape& shape, Device device, const char* name, DType dtype) {

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "nn/hf/gpt2.h"
+#include "nn/model_stages.h"
 
 namespace gpumix {
 
@@ -45,6 +46,7 @@ GPTConfig resolve_model(const TrainOptions& o, int64_t vocab, int64_t seq) {
   c.V = (int)vocab;
   if (seq > 0) c.T = (int)seq;
   c.validate();
+  model_stages(c);  // a family with a shape alone (llama, so far) is refused before anything is written
   return c;
 }
 

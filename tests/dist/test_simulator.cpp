@@ -105,6 +105,42 @@ TEST(Simulator, GpumixAheadOnBenchmarkClusters) {
   }
 }
 
+// Cephalo's third testbed (GPU-GENERATIONS.md): four single-GPU machines; the link is not
+// published, 10 Gbit/s Ethernet is assumed (bench/clusters/inhouse-a6000-l4-p40-p100.json).
+Cluster four_machines() {
+  return cluster_from_json(json::parse(R"({"name": "four machines",
+    "intra_node": {"bandwidth_GBps": 10, "latency_us": 15},
+    "inter_node": {"bandwidth_GBps": 1.25, "latency_us": 50},
+    "nodes": [{"devices": ["A6000"]}, {"devices": ["L4"]}, {"devices": ["P40"]}, {"devices": ["P100"]}]})"));
+}
+
+// A Llama model through the same planner and simulator: its family's unit sizes, FLOPs and
+// activation bytes (nn/llama_family.cpp) priced on Cephalo's testbeds.
+TEST(Simulator, LlamaSevenBOnCephalosTestbeds) {
+  const GPTConfig llama = gpt_preset("llama-7b");
+  for (const Cluster& c : {one_node(), two_nodes(), four_machines()}) {
+    const Profile p = synthesize_profile(c, llama, 512);
+    EXPECT_EQ(p.model.family, "llama");
+    const int64_t B = c.num_ranks() <= 4 ? 32 : 128;
+    const Simulation sim = simulate(p, c.name, B);
+    const SimEntry& ours = sim.entries[0];
+    ASSERT_EQ(ours.planner, "gpumix");
+    for (size_t k = 1; k < sim.entries.size(); k++) {
+      const SimEntry& e = sim.entries[k];
+      if (!e.planned || !e.plan.fits()) continue;
+      ASSERT_TRUE(ours.planned) << c.name << ": " << e.planner << " fits, gpumix: " << ours.error;
+      EXPECT_LE(ours.plan.predicted.step_s, e.plan.predicted.step_s * (1 + 1e-9)) << c.name << " " << e.planner;
+    }
+    if (ours.planned) EXPECT_TRUE(ours.plan.fits()) << c.name;
+    RecordProperty(c.name + (ours.planned ? " step_s" : " refused"),
+                   ours.planned ? std::to_string(ours.plan.predicted.step_s) : ours.error);
+  }
+  // 8 x V100-32GB + 8 x A10G hold LLaMA 7B's training state (448 GB): a plan that fits.
+  const Simulation big = simulate(synthesize_profile(two_nodes(), llama, 512), "two nodes", 128);
+  ASSERT_TRUE(big.entries[0].planned) << big.entries[0].error;
+  EXPECT_TRUE(big.entries[0].plan.fits());
+}
+
 TEST(Simulator, SvgHasOneSectionPerPlanner) {
   const Profile p = synthesize_profile(one_node(), gpt_preset("gpt-1.3b"), 512);
   const Simulation sim = simulate(p, "one node", 32);

@@ -81,5 +81,85 @@ TEST(ModelFamily, Gpt2DescribesItsUnitsCostsAndStages) {
   EXPECT_EQ(g[0], 0.0f);                      // wte row 0: no token
 }
 
+// Hugging Face's parameter counts of the three published presets (config.json's shapes;
+// SmolLM2 ties its head, TinyLlama and LLaMA 7B do not).
+TEST(ModelFamily, LlamaPresetsCountHuggingFacesParameters) {
+  EXPECT_EQ(gpt_preset("smollm2-135m").saved_params(), 134515008);
+  EXPECT_EQ(gpt_preset("tinyllama-1.1b").saved_params(), 1100048384);
+  EXPECT_EQ(gpt_preset("llama-7b").saved_params(), 6738415616);
+  for (const char* name : {"llama-nano", "smollm2-135m", "tinyllama-1.1b", "llama-7b"}) {
+    const GPTConfig c = gpt_preset(name);
+    EXPECT_EQ(c.family, "llama") << name;
+    EXPECT_NO_THROW(c.validate()) << name;
+  }
+}
+
+TEST(ModelFamily, LlamaDescribesItsUnitsAndCosts) {
+  GPTConfig c = gpt_preset("tinyllama-1.1b");
+  const int64_t C = c.C, kv = 4 * (2048 / 32), ff = 5632;
+  EXPECT_EQ(c.block_params(), 2 * C + 2 * C * C + 2 * C * kv + 3 * C * ff);
+  EXPECT_EQ(c.embed_params(), c.Vp() * C);  // no position table
+  EXPECT_EQ(c.head_params(), C + c.Vp() * C);
+  EXPECT_FALSE(c.head_reads_embedding());
+  // Forward FLOPs: twice the matmul weights (the head's V x C included) plus attention.
+  const double matmul = (double)c.L * (2 * C * C + 2 * C * kv + 3 * C * ff) + (double)c.V * C;
+  EXPECT_DOUBLE_EQ(c.forward_flops_per_token(2048), 2 * matmul + c.L * 2.0 * 2049 * C);
+  c.tied = true;
+  EXPECT_EQ(c.head_params(), C);
+  EXPECT_TRUE(c.head_reads_embedding());
+  // Llama's MLP width when none is given: 2/3 of 4C, rounded up to 256.
+  for (const char* name : {"smollm2-135m", "tinyllama-1.1b", "llama-7b"}) {
+    GPTConfig p = gpt_preset(name);
+    const int64_t given = p.block_params();
+    p.FF = 0;
+    EXPECT_EQ(p.block_params(), given) << name;
+  }
+}
+
+TEST(ModelFamily, LlamaJsonNamesItsFamilyAndFields) {
+  const GPTConfig c = gpt_preset("smollm2-135m");
+  const nlohmann::json j = config_to_json(c);
+  EXPECT_EQ(j.at("family"), "llama");
+  EXPECT_EQ(j.at("KV"), 3);
+  EXPECT_EQ(j.at("FF"), 1536);
+  EXPECT_EQ(j.at("rope_theta"), 100000.0);
+  EXPECT_EQ(j.at("tied"), true);
+  const GPTConfig back = config_from_json(j, "model");
+  EXPECT_EQ(back.family, "llama");
+  EXPECT_EQ(back.KV, 3);
+  EXPECT_EQ(back.saved_params(), c.saved_params());
+  EXPECT_EQ(config_to_json(back), j);
+  // Missing fields take the family's defaults: NH key/value heads, Llama's MLP width.
+  nlohmann::json bare = {{"name", "custom"}, {"family", "llama"}, {"L", 2}, {"NH", 4}, {"C", 64}, {"V", 256}, {"T", 32}};
+  const GPTConfig d = config_from_json(bare, "model");
+  EXPECT_EQ(config_to_json(d).at("KV"), 4);
+  EXPECT_EQ(config_to_json(d).at("FF"), 256);  // 2/3 of 256 -> 171 -> 256
+  bare["KV"] = "two";
+  std::string m = message_of([&] { config_from_json(bare, "plan.model"); });
+  EXPECT_NE(m.find("plan.model.KV: wrong type"), std::string::npos) << m;
+  bare["KV"] = 3;
+  m = message_of([&] { config_from_json(bare, "plan.model"); });
+  EXPECT_NE(m.find("KV (key/value heads) = 3 must divide NH (heads) = 4"), std::string::npos) << m;
+}
+
+TEST(ModelFamily, LlamaRefusesBadFieldsByName) {
+  GPTConfig c = gpt_preset("llama-nano");
+  c.KV = 3;
+  EXPECT_NE(message_of([&] { c.validate(); }).find("must divide NH"), std::string::npos);
+  c = gpt_preset("llama-nano");
+  c.C = 4 * 33;  // head size 33: no channel pairs to rotate
+  EXPECT_NE(message_of([&] { c.validate(); }).find("must be even"), std::string::npos);
+  c = gpt_preset("llama-nano");
+  c.norm_eps = 2;
+  EXPECT_NE(message_of([&] { c.validate(); }).find("norm_eps must be in (0, 1)"), std::string::npos);
+}
+
+// The shape is there, the stages are not: whatever computes says so by name.
+TEST(ModelFamily, LlamaHasNoStagesYetAndSaysWhatWorks) {
+  const std::string m = message_of([] { model_stages(gpt_preset("llama-nano")); });
+  EXPECT_NE(m.find("model llama-nano: the llama family has a shape but no stages"), std::string::npos) << m;
+  EXPECT_NE(m.find("gpumix plan"), std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace gpumix
