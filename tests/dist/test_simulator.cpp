@@ -83,24 +83,26 @@ TEST(Simulator, SynthesisedProfileIsValidAndOrdered) {
   EXPECT_DOUBLE_EQ(q.devices[1].memory_bytes, 2.0 * 1024 * 1024 * 1024);
 }
 
-// The benchmark's claim on the small clusters: GPUMix ahead of or equal to every baseline.
+// The benchmark's claim: GPUMix plans whenever a baseline's plan fits, and its step is never
+// slower than that baseline's.
+void expect_gpumix_ahead(const Simulation& sim, const std::string& what) {
+  const SimEntry& ours = sim.entries[0];
+  ASSERT_EQ(ours.planner, "gpumix");
+  for (size_t k = 1; k < sim.entries.size(); k++) {
+    const SimEntry& e = sim.entries[k];
+    if (!e.planned || !e.plan.fits()) continue;
+    ASSERT_TRUE(ours.planned) << what << ": " << e.planner << " fits, gpumix: " << ours.error;
+    EXPECT_LE(ours.plan.predicted.step_s, e.plan.predicted.step_s * (1 + 1e-9)) << what << " " << e.planner;
+  }
+  if (ours.planned) EXPECT_TRUE(ours.plan.fits()) << what;
+}
+
 TEST(Simulator, GpumixAheadOnBenchmarkClusters) {
   for (const Cluster& c : {one_node(), two_nodes()}) {
     for (const char* model : {"gpt-1.3b", "gpt-2.7b", "gpt-6.7b"}) {
       const Profile p = synthesize_profile(c, gpt_preset(model), 512);
       const int64_t B = c.num_ranks() <= 4 ? 32 : 128;
-      const Simulation sim = simulate(p, c.name, B);
-      const SimEntry& ours = sim.entries[0];
-      ASSERT_EQ(ours.planner, "gpumix");
-      for (size_t k = 1; k < sim.entries.size(); k++) {
-        const SimEntry& e = sim.entries[k];
-        if (!e.planned || !e.plan.fits()) continue;
-        ASSERT_TRUE(ours.planned) << model << " on " << c.name << ": " << e.planner << " fits, gpumix: " << ours.error;
-        EXPECT_LE(ours.plan.predicted.step_s, e.plan.predicted.step_s * (1 + 1e-9)) << model << " " << e.planner;
-      }
-      if (ours.planned) {
-        EXPECT_TRUE(ours.plan.fits());
-      }
+      expect_gpumix_ahead(simulate(p, c.name, B), std::string(model) + " on " + c.name);
     }
   }
 }
@@ -123,22 +125,13 @@ TEST(Simulator, LlamaSevenBOnCephalosTestbeds) {
     EXPECT_EQ(p.model.family, "llama");
     const int64_t B = c.num_ranks() <= 4 ? 32 : 128;
     const Simulation sim = simulate(p, c.name, B);
+    expect_gpumix_ahead(sim, "llama-7b on " + c.name);
     const SimEntry& ours = sim.entries[0];
-    ASSERT_EQ(ours.planner, "gpumix");
-    for (size_t k = 1; k < sim.entries.size(); k++) {
-      const SimEntry& e = sim.entries[k];
-      if (!e.planned || !e.plan.fits()) continue;
-      ASSERT_TRUE(ours.planned) << c.name << ": " << e.planner << " fits, gpumix: " << ours.error;
-      EXPECT_LE(ours.plan.predicted.step_s, e.plan.predicted.step_s * (1 + 1e-9)) << c.name << " " << e.planner;
-    }
-    if (ours.planned) EXPECT_TRUE(ours.plan.fits()) << c.name;
+    // 8 x V100-32GB + 8 x A10G hold LLaMA 7B's training state (448 GB): a plan that fits.
+    if (c.name == two_nodes().name) EXPECT_TRUE(ours.planned && ours.plan.fits()) << ours.error;
     RecordProperty(c.name + (ours.planned ? " step_s" : " refused"),
                    ours.planned ? std::to_string(ours.plan.predicted.step_s) : ours.error);
   }
-  // 8 x V100-32GB + 8 x A10G hold LLaMA 7B's training state (448 GB): a plan that fits.
-  const Simulation big = simulate(synthesize_profile(two_nodes(), llama, 512), "two nodes", 128);
-  ASSERT_TRUE(big.entries[0].planned) << big.entries[0].error;
-  EXPECT_TRUE(big.entries[0].plan.fits());
 }
 
 TEST(Simulator, SvgHasOneSectionPerPlanner) {
