@@ -94,7 +94,9 @@ void expect_gpumix_ahead(const Simulation& sim, const std::string& what) {
     ASSERT_TRUE(ours.planned) << what << ": " << e.planner << " fits, gpumix: " << ours.error;
     EXPECT_LE(ours.plan.predicted.step_s, e.plan.predicted.step_s * (1 + 1e-9)) << what << " " << e.planner;
   }
-  if (ours.planned) EXPECT_TRUE(ours.plan.fits()) << what;
+  if (ours.planned) {
+    EXPECT_TRUE(ours.plan.fits()) << what;
+  }
 }
 
 TEST(Simulator, GpumixAheadOnBenchmarkClusters) {
@@ -128,7 +130,9 @@ TEST(Simulator, LlamaSevenBOnCephalosTestbeds) {
     expect_gpumix_ahead(sim, "llama-7b on " + c.name);
     const SimEntry& ours = sim.entries[0];
     // 8 x V100-32GB + 8 x A10G hold LLaMA 7B's training state (448 GB): a plan that fits.
-    if (c.name == two_nodes().name) EXPECT_TRUE(ours.planned && ours.plan.fits()) << ours.error;
+    if (c.name == two_nodes().name) {
+      EXPECT_TRUE(ours.planned && ours.plan.fits()) << ours.error;
+    }
     RecordProperty(c.name + (ours.planned ? " step_s" : " refused"),
                    ours.planned ? std::to_string(ours.plan.predicted.step_s) : ours.error);
   }
